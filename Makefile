@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both set up .venv first.
+# torch is installed on its own, pinned, before everything else: a looser pin pulls the
+# CUDA build (several GB) on a CPU machine; on a GPU machine the same pin gets CUDA.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+EXAMPLE ?= examples/rlvr_async.yaml
+
+.PHONY: setup run test lint clean
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/platform run --config $(EXAMPLE)
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check flywheel tests bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

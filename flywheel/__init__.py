@@ -1,0 +1,1 @@
+"""flywheel: YAML-declarative RL post-training for language models."""

@@ -1,0 +1,34 @@
+"""Policy-gradient losses, selected by name (`pg_variant`).
+
+Each variant is one file holding one function with the `PolicyLossFn` signature: it gets
+ℓ (log_probs, with grad), ℓ_old, token-level A, per-sample scores and `PolicyLossParams`,
+and returns the per-token loss [B, T] plus per-token flags to report. Masking, stop-grads
+on the inputs, aggregation and metrics live in `compute_policy_loss`, not in the variants.
+
+    vanilla  −A·ℓ                                            (REINFORCE)
+    ppo      −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A), dual clip optional
+    tis      −sg(clip(r, lower, upper))·A·ℓ
+    topr     −w₊·A·ℓ if score > 0 else −w₋·sg(clip(r, 0, 1))·A·ℓ
+    cispo    −sg(clip(r, 1−ε_low, 1+ε_high))·A·ℓ, unified mask optional
+    kimi15   −A·ℓ + (τ/2)·(ℓ − ℓ_old)²
+
+To add a variant `foo`:
+  1. write `policy_loss/foo.py` with `def foo_loss(log_probs, old_log_probs, advantages,
+     scores, params) -> (loss_mat, flags)`, formula and paper in its docstring;
+  2. add its knobs, prefixed `foo_`, with defaults to `PolicyLossParams` (params.py);
+  3. add one line `"foo": foo_loss,` to `POLICY_LOSSES` in registry.py;
+  4. add hand-computed tests in tests/algorithms/ (the micro-batch invariance test picks
+     it up from the registry automatically).
+"""
+
+from flywheel.algorithms.policy_loss.compute import compute_policy_loss
+from flywheel.algorithms.policy_loss.params import PolicyLossFn, PolicyLossParams
+from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES, get_policy_loss
+
+__all__ = [
+    "POLICY_LOSSES",
+    "PolicyLossFn",
+    "PolicyLossParams",
+    "compute_policy_loss",
+    "get_policy_loss",
+]

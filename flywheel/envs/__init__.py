@@ -1,0 +1,73 @@
+"""Text environments on the gymnasium API, and the env manager that turns multi-turn
+episodes into token sequences for training.
+
+No Ray and no imports from the rest of flywheel: pipelines and workers import this package,
+never the other way round.
+
+Adding an env: write one file with a `TextEnv` subclass (base.py states the contract:
+text observations, action parsing, `format_penalty`, info keys `action_is_valid` and
+`success`), then add one `register(...)` line below. A user's own env, outside this
+package, is declared in YAML by import path and registered with
+`register_from_import_path(name, "package.module:ClassName", allowed_prefixes)`.
+"""
+
+from flywheel.envs.base import (
+    DEFAULT_ACTION_PATTERN,
+    DEFAULT_FORMAT_PENALTY,
+    StepResult,
+    TextEnv,
+    compile_action_pattern,
+    extract_action,
+    parse_action,
+)
+from flywheel.envs.env_manager import (
+    EnvManager,
+    EnvManagerConfig,
+    GenerateFn,
+    Tokenizer,
+    group_seed,
+)
+from flywheel.envs.frozen_lake import FrozenLakeEnv
+from flywheel.envs.guess_number import GuessNumberEnv
+from flywheel.envs.registry import make, register, register_from_import_path, registered_envs
+from flywheel.envs.sokoban import SokobanEnv
+from flywheel.envs.trajectory import (
+    StepSample,
+    Trajectory,
+    aggregate_metrics,
+    discounted_returns,
+    episode_metrics,
+    to_step_samples,
+)
+
+register("frozen_lake", FrozenLakeEnv)
+register("sokoban", SokobanEnv)
+register("guess_number", GuessNumberEnv)
+
+__all__ = [
+    "DEFAULT_ACTION_PATTERN",
+    "DEFAULT_FORMAT_PENALTY",
+    "EnvManager",
+    "EnvManagerConfig",
+    "FrozenLakeEnv",
+    "GenerateFn",
+    "GuessNumberEnv",
+    "SokobanEnv",
+    "StepResult",
+    "StepSample",
+    "TextEnv",
+    "Tokenizer",
+    "Trajectory",
+    "aggregate_metrics",
+    "compile_action_pattern",
+    "discounted_returns",
+    "episode_metrics",
+    "extract_action",
+    "group_seed",
+    "make",
+    "parse_action",
+    "register",
+    "register_from_import_path",
+    "registered_envs",
+    "to_step_samples",
+]

@@ -1,0 +1,230 @@
+"""The env manager: plays groups of episodes with a caller-supplied generate function and
+returns them as token sequences (`Trajectory`).
+
+What it owns: building the envs (`make`), seeding (every env of a group starts from the same
+seed, so GRPO-style group baselines compare like with like; groups get different seeds),
+the prompt text (templates), tokenisation of env text, and the exact concatenation of
+model tokens and env tokens with the response mask and behaviour logprobs.
+
+What it does not own: the model. `generate_fn(prompts, max_tokens)` maps a list of prompt
+token-id lists to one `(response_ids, response_logprobs)` per prompt; the pipeline wires
+it to actor_infer. Episodes advance in lock-step: one `generate_fn` call per turn for all
+episodes still running, so the inference engine sees a batch. No Ray here.
+
+Failures: an exception from `env.reset`/`env.step` (or an observation that is not a str)
+ends only that episode: its Trajectory gets `error` naming the env id, group, seed and
+exception, and metrics `failed = 1`. The other episodes continue. The pipeline should drop
+failed trajectories and count them as dropped ("env_error"). Exceptions from
+`generate_fn` or the tokenizer are not the env's fault and propagate.
+
+A per-step wall-clock limit is deliberately not here: a hung `step` cannot be interrupted
+safely inside one Python process. The Ray layer runs env managers in actors and enforces
+the time limit by killing and reporting the actor.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from flywheel.envs.base import TextEnv
+from flywheel.envs.registry import make
+from flywheel.envs.trajectory import Trajectory, episode_metrics
+
+TURN_PLACEHOLDERS = frozenset({"observation", "turn_idx", "actions_left"})
+
+
+class Tokenizer(Protocol):
+    """The part of a HF tokenizer the env manager uses. `encode` must not add special
+    tokens (BOS): env text is appended mid-sequence. Wrap a HF tokenizer as
+    `encode=lambda t: tok.encode(t, add_special_tokens=False)`."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class GenerateFn(Protocol):
+    """One response per prompt, in order; at most `max_tokens` tokens each, with one
+    behaviour logprob per token."""
+
+    def __call__(
+        self, prompts: list[list[int]], max_tokens: int
+    ) -> Sequence[tuple[list[int], list[float]]]: ...
+
+
+@dataclass(frozen=True)
+class EnvManagerConfig:
+    """One env type played by `num_env_groups * group_size` envs."""
+
+    env_type: str  # a name registered in flywheel.envs (frozen_lake, sokoban, guess_number)
+    env_config: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the env
+    tag: str = ""  # label in metrics and trajectories; empty means env_type
+    group_size: int = 8  # envs per group, all reset with the same seed; >= 1
+    num_env_groups: int = 1  # groups per rollout, each with its own seed; >= 1
+    max_steps: int = 5  # turns per episode; an episode still running after it is truncated
+    max_tokens_per_step: int = 128  # generation budget of each turn, passed to generate_fn
+    # Prepended once to the first prompt, verbatim (no placeholders). Put the chat
+    # template's system block here; it should state the answer format `action_pattern`
+    # parses (the default pattern is <answer>...</answer>).
+    system_template: str = (
+        "You are playing a text game. Think briefly, then give your action as "
+        "<answer>ACTION</answer>.\n"
+    )
+    # Formatted before every turn, with {observation}, {turn_idx} (0-based) and
+    # {actions_left} (turns left including this one). For a chat model, wrap the user turn
+    # and open the assistant turn here.
+    turn_template: str = "Turn {turn_idx} ({actions_left} actions left):\n{observation}\nAction: "
+
+    def __post_init__(self) -> None:
+        for name in ("group_size", "num_env_groups", "max_steps", "max_tokens_per_step"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"env manager {name} must be an int >= 1, got {value!r}")
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(self.turn_template) if f}
+        except ValueError as exc:
+            raise ValueError(f"turn_template is not a valid format string: {exc}") from exc
+        unknown = fields - TURN_PLACEHOLDERS
+        if unknown:
+            raise ValueError(
+                f"turn_template uses unknown placeholder(s) {sorted(unknown)}; "
+                f"allowed: {sorted(TURN_PLACEHOLDERS)}"
+            )
+
+
+def group_seed(seed: int, group_id: int) -> int:
+    """Seed of group `group_id` in a rollout seeded `seed`: a hash of both (SeedSequence),
+    so rollout seeds s and s + 1 do not share groups the way `s + group_id` would."""
+    return int(np.random.SeedSequence([seed, group_id]).generate_state(1)[0])
+
+
+class EnvManager:
+    """Owns the envs of one EnvManagerConfig and plays one batch of episodes per `rollout`."""
+
+    def __init__(self, config: EnvManagerConfig) -> None:
+        self.config = config
+        self.tag = config.tag or config.env_type
+        total = config.num_env_groups * config.group_size
+        self.envs: list[TextEnv] = [
+            make(config.env_type, **config.env_config) for _ in range(total)
+        ]
+
+    def rollout(self, generate_fn: GenerateFn, tokenizer: Tokenizer, seed: int) -> list[Trajectory]:
+        """Play one episode in every env; return them ordered by env id."""
+        cfg = self.config
+        episodes = []
+        for env_id, env in enumerate(self.envs):
+            group_id = env_id // cfg.group_size
+            episodes.append(
+                Trajectory(
+                    env_id=env_id,
+                    group_id=group_id,
+                    seed=group_seed(seed, group_id),
+                    env_type=cfg.env_type,
+                    tag=self.tag,
+                )
+            )
+        running = [t for t in episodes if self._start(t, tokenizer)]
+        for turn_idx in range(cfg.max_steps):
+            if not running:
+                break
+            prompts = [list(t.input_ids) for t in running]
+            outputs = list(generate_fn(prompts, cfg.max_tokens_per_step))
+            if len(outputs) != len(prompts):
+                raise ValueError(
+                    f"generate_fn returned {len(outputs)} responses for {len(prompts)} prompts"
+                )
+            running = [
+                t
+                for t, (ids, logprobs) in zip(running, outputs)
+                if self._play_turn(t, list(ids), list(logprobs), turn_idx, tokenizer)
+            ]
+        for trajectory in episodes:
+            trajectory.metrics = episode_metrics(trajectory)
+        return episodes
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def _start(self, trajectory: Trajectory, tokenizer: Tokenizer) -> bool:
+        """Reset the env and write the first prompt. False if the env failed."""
+        try:
+            observation, _ = self.envs[trajectory.env_id].reset(trajectory.seed)
+            _check_observation(observation)
+        except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
+            trajectory.error = _describe(trajectory, "reset", exc)
+            return False
+        text = self.config.system_template + self._turn_text(observation, 0)
+        trajectory.input_ids = list(tokenizer.encode(text))
+        trajectory.response_mask = [0] * len(trajectory.input_ids)
+        trajectory.behaviour_logprobs = [0.0] * len(trajectory.input_ids)
+        trajectory.prompt_length = len(trajectory.input_ids)
+        return True
+
+    def _play_turn(
+        self,
+        trajectory: Trajectory,
+        response_ids: list[int],
+        logprobs: list[float],
+        turn_idx: int,
+        tokenizer: Tokenizer,
+    ) -> bool:
+        """Append the response, step the env, append its next-turn text. True if the
+        episode goes on."""
+        max_tokens = self.config.max_tokens_per_step
+        if len(logprobs) != len(response_ids) or len(response_ids) > max_tokens:
+            raise ValueError(
+                f"generate_fn returned {len(response_ids)} tokens and {len(logprobs)} "
+                f"logprobs for env {trajectory.env_id}; need equal counts <= {max_tokens}"
+            )
+        start = len(trajectory.input_ids)
+        trajectory.input_ids.extend(response_ids)
+        trajectory.response_mask.extend([1] * len(response_ids))
+        trajectory.behaviour_logprobs.extend(float(lp) for lp in logprobs)
+        trajectory.turn_spans.append((start, len(trajectory.input_ids)))
+        try:
+            step = self.envs[trajectory.env_id].step(tokenizer.decode(response_ids))
+            observation, reward, terminated, truncated, info = step
+            _check_observation(observation)
+        except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
+            trajectory.error = _describe(trajectory, f"step (turn {turn_idx})", exc)
+            return False
+        trajectory.rewards.append(float(reward))
+        trajectory.infos.append(dict(info))
+        next_turn = turn_idx + 1
+        trajectory.terminated = bool(terminated)
+        trajectory.truncated = not terminated and (
+            bool(truncated) or next_turn >= self.config.max_steps
+        )
+        if trajectory.terminated or trajectory.truncated:
+            return False
+        env_ids = tokenizer.encode(self._turn_text(observation, next_turn))
+        trajectory.input_ids.extend(env_ids)
+        trajectory.response_mask.extend([0] * len(env_ids))
+        trajectory.behaviour_logprobs.extend([0.0] * len(env_ids))
+        return True
+
+    def _turn_text(self, observation: str, turn_idx: int) -> str:
+        return self.config.turn_template.format(
+            observation=observation,
+            turn_idx=turn_idx,
+            actions_left=self.config.max_steps - turn_idx,
+        )
+
+
+def _check_observation(observation: object) -> None:
+    if not isinstance(observation, str):
+        raise TypeError(f"observation must be str, got {type(observation).__name__}")
+
+
+def _describe(trajectory: Trajectory, where: str, exc: BaseException) -> str:
+    return (
+        f"env {trajectory.env_id} ({trajectory.env_type}, group {trajectory.group_id}, "
+        f"seed {trajectory.seed}) raised in {where}: {type(exc).__name__}: {exc}"
+    )

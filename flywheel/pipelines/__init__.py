@@ -1,0 +1,1 @@
+"""Pipelines: RLVR and agentic loops, and the rollout machinery they share."""

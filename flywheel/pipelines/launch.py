@@ -1,0 +1,78 @@
+"""`platform run`: from a validated config to a finished run, and a clean shutdown.
+
+Order matters: the output directory and resolved config are written first (so a failed
+run still says what it was), built-in models are built in the driver before any worker
+starts (so workers never race to build them), then Ray, roles, tracking, the loop.
+Whatever happens, roles, Ray and the mlflow run are closed on the way out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import yaml
+
+from flywheel.platform.checkpoint import resolve_checkpoint
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.ray_runtime import start_ray, stop_ray
+from flywheel.platform.tracking import Tracker, default_mlflow_uri
+from flywheel.pipelines.prompt_data import load_records
+from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.roles import num_slots, start_roles
+from flywheel.workers.strategies.hf_model import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def output_dir_for(cfg: PipelineConfig) -> tuple[Path, bool]:
+    """(directory, whether it is the default runs/<exp_name>/<timestamp> layout)."""
+    if cfg.output_dir:
+        return Path(cfg.output_dir), False
+    return Path("runs") / cfg.exp_name / time.strftime("%Y%m%d-%H%M%S"), True
+
+
+def run(cfg: PipelineConfig, config_path: str | None = None,
+        address: str | None = None) -> Path:
+    if cfg.pipeline_type != "rlvr":
+        raise NotImplementedError(f"pipeline_type '{cfg.pipeline_type}' is not available yet")
+    output_dir, is_default = output_dir_for(cfg)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config_dict = dataclasses.asdict(cfg)
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+    print(f"run directory: {output_dir}", flush=True)
+
+    model_path = resolve_pretrain(cfg.pretrain)
+    tokenizer = load_tokenizer(model_path)
+    train_records = load_records(cfg.actor_train.data_args, "actor_train")
+    val_records = (load_records(cfg.validation.data_args, "validation")
+                   if cfg.validation and cfg.eval_steps else [])
+
+    start_ray(cfg.ray, num_slots(cfg), address)
+    roles = tracker = None
+    status = "FAILED"
+    try:
+        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps * cfg.ppo_epochs)
+        tracker = Tracker.open(output_dir, cfg.tracking, cfg.exp_name, output_dir.name,
+                               total_steps=cfg.max_steps, logging_steps=cfg.logging_steps,
+                               params=config_dict,
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default))
+        pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
+                                output_dir)
+        if cfg.resume_from_checkpoint:
+            checkpoint = resolve_checkpoint(cfg.resume_from_checkpoint)
+            pipeline.load_checkpoint(checkpoint)
+            print(f"resumed from {checkpoint} at step {pipeline.step}", flush=True)
+        pipeline.run()
+        status = "FINISHED"
+    finally:
+        if tracker is not None:
+            tracker.close(status)
+        if roles is not None:
+            roles.shutdown()
+        stop_ray()
+    print(f"done: metrics in {output_dir / 'metrics.jsonl'}", flush=True)
+    return output_dir

@@ -1,0 +1,89 @@
+"""Starting the roles a pipeline needs, as Ray clusters placed by `device_mapping`.
+
+One placement group covers every role's devices (see platform/resources.py). Rule-based
+reward workers own no device and are scheduled freely. Thread budget: in a synchronous
+run training and generation take turns, so each may use every core; when they overlap
+(async_generation_ratio > 0) each gets half, so neither starves the other.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
+from flywheel.workers.infer_worker import InferWorker
+from flywheel.workers.reward_worker import RewardWorker
+from flywheel.workers.train_worker import TrainWorker
+
+
+def role_devices(role: str, cfg: WorkerConfig) -> RoleDevices:
+    mapping = tuple(cfg.device_mapping) if cfg.device_mapping else (0,)
+    return RoleDevices(role, mapping, cfg.num_gpus_per_worker)
+
+
+def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
+    roles = [role_devices("actor_train", cfg.actor_train),
+             role_devices("actor_infer", cfg.actor_infer)]
+    if cfg.reference is not None:
+        roles.append(role_devices("reference", cfg.reference))
+    return roles
+
+
+def num_slots(cfg: PipelineConfig) -> int:
+    return slots_needed(device_roles(cfg))
+
+
+@dataclass
+class Roles:
+    actor_train: Cluster
+    actor_infer: Cluster
+    reference: Cluster | None
+    rewards: dict[str, Cluster]
+    placement: DevicePlacement
+    all: list[Cluster] = field(default_factory=list)
+
+    def shutdown(self) -> None:
+        for cluster in self.all:
+            cluster.shutdown()
+        self.placement.release()
+
+
+def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles:
+    placement = place_devices(device_roles(cfg))
+    cores = os.cpu_count() or 1
+    threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
+    started: list[Cluster] = []
+
+    def start(role: str, worker_cls: type, wcfg: WorkerConfig, **kwargs) -> Cluster:
+        path = wcfg.model_args.model_name_or_path or model_path
+        cluster = Cluster.create(role, worker_cls, role_devices(role, wcfg), placement,
+                                 init_kwargs=dict(model_path=path, cfg=wcfg, seed=cfg.seed,
+                                                  num_threads=threads, **kwargs))
+        started.append(cluster)
+        return cluster
+
+    try:
+        actor_train = start("actor_train", TrainWorker, cfg.actor_train,
+                            total_steps=total_steps, trainable=True)
+        actor_infer = start("actor_infer", InferWorker, cfg.actor_infer)
+        reference = None
+        if cfg.reference is not None:
+            reference = start("reference", TrainWorker, cfg.reference,
+                              total_steps=total_steps, trainable=False)
+        rewards = {}
+        for name, rcfg in cfg.rewards.items():
+            rewards[name] = Cluster.create(
+                f"rewards.{name}", RewardWorker,
+                RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
+                init_kwargs=dict(reward_type=rcfg.reward_type),
+            )
+            started.append(rewards[name])
+    except BaseException:
+        for cluster in started:
+            cluster.shutdown()
+        placement.release()
+        raise
+    return Roles(actor_train, actor_infer, reference, rewards, placement, all=started)

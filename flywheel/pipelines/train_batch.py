@@ -1,0 +1,65 @@
+"""Scored groups → the token batch actor_train learns from.
+
+Order of operations follows the usual RLVR recipe: sequence scores (optionally clipped)
+→ advantages (grpo / reinforce, per sample, broadcast over response tokens) → optional
+KL-to-reference reward penalty (token level, k1 by default, fixed or adaptive coefficient)
+→ optional whitening and clipping. With a KL penalty the token rewards are summed back
+into a per-token return so the penalty shapes the advantage of the tokens that caused it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flywheel.algorithms import (
+    advantage_clip,
+    apply_kl_penalty,
+    compute_advantages,
+    reward_clip,
+    whiten_advantages,
+)
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.pipelines.rollout import Group
+from flywheel.workers.batch import TokenBatch, pack_sequences
+
+
+def pack_groups(groups: list[Group], pad_id: int) -> TokenBatch:
+    prompts = [g.prompt_ids for g in groups for _ in g.responses]
+    responses = [r.token_ids for g in groups for r in g.responses]
+    infer_lp = [r.log_probs for g in groups for r in g.responses]
+    batch = pack_sequences(prompts, responses, pad_id, {"infer_log_probs": infer_lp})
+    batch.sample["scores"] = torch.tensor([s for g in groups for s in g.scores])
+    batch.sample["version"] = torch.tensor([g.version for g in groups for _ in g.responses])
+    return batch
+
+
+def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
+                   kl_coef: float) -> dict[str, float]:
+    """Fill batch.token['advantages'] [B, L]; returns metrics (incl. kl/mean for the KL ctl)."""
+    mask = batch.response_mask  # [B, L]
+    scores = batch.sample["scores"].float()  # [B]
+    if cfg.reward_clip is not None:
+        scores = reward_clip(scores, cfg.reward_clip)
+    adv = compute_advantages(cfg.adv_estimator, scores, group_size,
+                             norm_mean_type=cfg.norm_mean_type,
+                             norm_std_type=cfg.norm_std_type)  # [B]
+    advantages = adv[:, None] * mask  # [B, L]
+    metrics: dict[str, float] = {}
+    if kl_coef > 0:
+        # Token rewards: −β·KL on every response token; reward-to-go makes it causal.
+        zeros = torch.zeros_like(mask)
+        penalty, kl_metrics = apply_kl_penalty(zeros, batch.token["old_log_probs"],
+                                               batch.token["ref_log_probs"], mask, kl_coef,
+                                               cfg.kl_penalty)
+        to_go = torch.flip(torch.cumsum(torch.flip(penalty * mask, [1]), 1), [1])  # [B, L]
+        advantages = advantages + to_go * mask
+        metrics.update(kl_metrics)
+    if cfg.whiten_advantages:
+        advantages = whiten_advantages(advantages, mask)
+    if cfg.advantage_clip is not None:
+        advantages = advantage_clip(advantages, cfg.advantage_clip)
+    batch.token["advantages"] = advantages * mask
+    valid = mask.bool()
+    metrics["advantages/mean"] = float(batch.token["advantages"][valid].mean())
+    metrics["advantages/abs_mean"] = float(batch.token["advantages"][valid].abs().mean())
+    return metrics

@@ -1,0 +1,1 @@
+"""Infrastructure: config, devices, Ray clusters, tracking, checkpoints. Knows nothing about RL."""

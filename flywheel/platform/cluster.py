@@ -1,0 +1,118 @@
+"""A Cluster: the Ray actors of one role, and fan-out over them.
+
+The cluster owns placement (one actor per worker, on the bundle of its first device) and
+the three ways pipelines talk to a role: call every worker with the same arguments,
+scatter one shard per data-parallel rank, and gather results. Every result comes back
+through `gather`, which turns a dead actor or an exception inside a worker into a
+`WorkerError` that names the role and rank, and which never waits forever: a worker that
+does not answer within `timeout_s` is reported as stalled.
+
+Worker classes are plain Python classes; the cluster wraps them with `ray.remote`, so the
+resources an actor gets come from the config, never from a decorator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from flywheel.platform.resources import DevicePlacement, RoleDevices
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class WorkerError(RuntimeError):
+    """A worker of `role` at `rank` failed, died, or stalled."""
+
+    def __init__(self, role: str, rank: int, message: str):
+        super().__init__(f"{role} rank {rank}: {message}")
+        self.role = role
+        self.rank = rank
+
+
+@dataclass
+class Cluster:
+    role: str
+    devices: RoleDevices
+    actors: list[Any] = field(default_factory=list)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def create(
+        cls,
+        role: str,
+        worker_cls: type,
+        devices: RoleDevices,
+        placement: DevicePlacement | None,
+        init_kwargs: dict,
+        env_vars: dict[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> Cluster:
+        remote_cls = ray.remote(worker_cls)
+        actors = []
+        for rank in range(devices.num_workers):
+            options: dict = {"num_cpus": 0}  # deviceless workers (rule rewards) go anywhere
+            if placement is not None:
+                device = devices.worker_device(rank)
+                options = dict(scheduling_strategy=placement.scheduling(device),
+                               **placement.actor_resources(device))
+            if env_vars:
+                options["runtime_env"] = {"env_vars": dict(env_vars)}
+            actor = remote_cls.options(max_concurrency=1, **options).remote(role=role, rank=rank, world_size=devices.num_workers, **init_kwargs)
+            actors.append(actor)
+        cluster = cls(role=role, devices=devices, actors=actors, timeout_s=timeout_s)
+        try:
+            cluster.call_all("ready")  # surfaces constructor failures now, with role and rank
+        except WorkerError:
+            cluster.shutdown()
+            raise
+        return cluster
+
+    @property
+    def world_size(self) -> int:
+        return len(self.actors)
+
+    def submit_all(self, method: str, *args, **kwargs) -> list[ray.ObjectRef]:
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def submit_scatter(self, method: str, shards: list, **kwargs) -> list[ray.ObjectRef]:
+        if len(shards) != self.world_size:
+            raise ValueError(f"{self.role}: {len(shards)} shards for {self.world_size} workers")
+        return [getattr(a, method).remote(s, **kwargs) for a, s in zip(self.actors, shards)]
+
+    def submit_one(self, rank: int, method: str, *args, **kwargs) -> ray.ObjectRef:
+        return getattr(self.actors[rank], method).remote(*args, **kwargs)
+
+    def call_all(self, method: str, *args, **kwargs) -> list:
+        return self.gather(self.submit_all(method, *args, **kwargs))
+
+    def scatter(self, method: str, shards: list, **kwargs) -> list:
+        return self.gather(self.submit_scatter(method, shards, **kwargs))
+
+    def gather(self, refs: list[ray.ObjectRef], timeout_s: float | None = None) -> list:
+        """Results in rank order; any failure becomes a WorkerError naming role and rank."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        results = []
+        for rank, ref in enumerate(refs):
+            results.append(self.get(ref, rank, timeout))
+        return results
+
+    def get(self, ref: ray.ObjectRef, rank: int, timeout_s: float | None = None) -> Any:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return ray.get(ref, timeout=timeout)
+        except RayTaskError as e:
+            cause = e.cause or e
+            raise WorkerError(self.role, rank, f"{type(cause).__name__}: {cause}") from None
+        except RayActorError as e:
+            raise WorkerError(self.role, rank, f"worker process died ({e.__class__.__name__})") from None
+        except GetTimeoutError:
+            raise WorkerError(self.role, rank, f"no answer within {timeout:.0f}s (stalled?)") from None
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []

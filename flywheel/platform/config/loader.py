@@ -1,0 +1,65 @@
+"""From a YAML file (plus command-line overrides) to a checked `PipelineConfig`.
+
+The stages, in order, each in its own module:
+
+1. `yaml_source`: read the file with `yaml.safe_load`, merge its `defaults:` underneath;
+2. `overrides`: apply `key.path=value` overrides on top;
+3. `interpolation`: resolve `${key.path}` references in the merged data;
+4. `conversion`: check every key and type against the schema, build dataclasses (dacite);
+5. `checks`: cross-field rules.
+
+Every stage raises `ConfigError`; errors from stages that only see values get the name of
+the layer that set the offending key (`layering.origin_of`). Loading reads the YAML files
+and nothing else: no environment variables, no model or data access, no derived fields
+filled in. Machine-dependent problems are warnings from `environment_checks`, run separately.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from flywheel.platform.config.checks import check_config
+from flywheel.platform.config.conversion import to_config
+from flywheel.platform.config.errors import ConfigError, parse_key_path
+from flywheel.platform.config.interpolation import resolve_references
+from flywheel.platform.config.layering import Layered, copy_tree, merge_layer, origin_of
+from flywheel.platform.config.overrides import apply_overrides
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.config.yaml_source import DEFAULTS_KEY, load_layers
+
+
+def load_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> PipelineConfig:
+    """Load, compose, override, interpolate, convert strictly and check one config file."""
+    return _build(load_layers(path), overrides)
+
+
+def load_config_dict(data: dict[str, Any], source: str = "<dict>",
+                     overrides: Iterable[str] = ()) -> PipelineConfig:
+    """`load_config` for data already in memory (tests, programmatic use); no `defaults:`."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", f"expected a mapping of keys, got {type(data).__name__}")
+    if DEFAULTS_KEY in data:
+        raise ConfigError(source, DEFAULTS_KEY, "defaults: needs a file to be relative to; "
+                                                "use load_config on a YAML file")
+    layered = Layered()
+    merge_layer(layered, copy_tree(data, source), source)
+    layered.origins[()] = source
+    return _build(layered, overrides)
+
+
+def _build(layered: Layered, overrides: Iterable[str]) -> PipelineConfig:
+    apply_overrides(layered, overrides)
+    try:
+        cfg = to_config(resolve_references(layered.data))
+        check_config(cfg)
+    except ConfigError as error:
+        raise error.with_file(origin_of(layered.origins, parse_key_path(error.key_path))) from None
+    return cfg
+
+
+def config_to_dict(cfg: PipelineConfig) -> dict[str, Any]:
+    """Plain data for `cfg` (Literal values are plain strings); loads back to an equal config."""
+    return dataclasses.asdict(cfg)

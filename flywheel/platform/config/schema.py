@@ -1,0 +1,291 @@
+"""The typed shape of a flywheel YAML file.
+
+Key names follow ROLL's so that a ROLL config loads as written (see
+`shared/seeds/002_*`): top-level run settings, then one block per role (`actor_train`,
+`actor_infer`, `reference`, `critic`, `rewards`, `validation`). Each field is documented
+once, here, beside its definition; `platform show-config` prints the resolved values.
+
+This module only declares. Loading (YAML, `defaults:`, `${...}`, overrides, strict
+conversion) lives in `loader.py`; cross-field rules live in `checks.py`. Nothing here does
+I/O or fills one field from another: values derived from others (the output directory,
+a role's model path) are resolved at run time by the code that needs them, so the file
+you wrote and the config you see stay the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+PgVariant = Literal["vanilla", "ppo", "tis", "topr", "cispo", "kimi15"]
+LossAggMode = Literal[
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+]
+KlEstimator = Literal["k1", "k2", "k3", "abs"]
+NormType = Literal["batch", "group", "none"]
+
+
+@dataclass
+class StrategyArgs:
+    # Backend by name: hf_train, deepspeed_train, megatron_train (training roles);
+    # hf_infer, vllm, sglang (generation roles). See `checks.ROLE_STRATEGIES`.
+    strategy_name: str = "hf_train"
+    # Passed to the backend as is (e.g. ZeRO stage, tensor_parallel_size,
+    # gpu_memory_utilization); each backend checks its own keys when it starts.
+    strategy_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelArgs:
+    # Model to load; unset means the top-level `pretrain` (or `reward_pretrain`).
+    model_name_or_path: str | None = None
+    # Parameter/compute dtype. fp32 is exact on CPU; bf16/fp16 are for GPUs.
+    dtype: Dtype = "fp32"
+    # transformers attention implementation ("eager", "sdpa", "fa2" = flash_attention_2).
+    attn_implementation: str | None = None
+    # ROLL semantics: true turns gradient checkpointing off (trading memory for speed).
+    disable_gradient_checkpointing: bool = True
+
+
+@dataclass
+class TrainingArgs:
+    learning_rate: float = 1.0e-6
+    weight_decay: float = 0.0
+    # Samples per micro-batch on one data-parallel rank.
+    per_device_train_batch_size: int = 8
+    # Micro-batches summed before one optimizer step. One optimizer step consumes
+    # per_device_train_batch_size * gradient_accumulation_steps * dp_size samples.
+    gradient_accumulation_steps: int = 1
+    warmup_steps: int = 0
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    # Global gradient-norm clip; 0 disables.
+    max_grad_norm: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1.0e-8
+
+
+@dataclass
+class GeneratingArgs:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    # Nucleus sampling; 1.0 disables.
+    top_p: float = 1.0
+    # Top-k sampling; 0 or -1 disables.
+    top_k: int = -1
+    # Only 1 is supported for RL sampling; kept so ROLL configs load.
+    num_beams: int = 1
+    # Samples per prompt. RLVR sets it from `num_return_sequences_in_group`.
+    num_return_sequences: int = 1
+    # false means greedy decoding (validation usually wants this).
+    do_sample: bool = True
+    repetition_penalty: float = 1.0
+    stop_strings: list[str] | None = None
+
+
+@dataclass
+class DataArgs:
+    # Prompt template by name: "native" sends the prompt text as is; "chat" applies the
+    # tokenizer's chat template; ROLL names such as "qwen2_5" mean "chat".
+    template: str = "native"
+    # JSONL files; `builtin://arithmetic` names the built-in synthetic math set.
+    file_name: list[str] = field(default_factory=list)
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    # Records tagged with a domain route to the reward whose tag_included holds it.
+    tag_key: str = "tag"
+    # Keep only the first N records (0 = all): quick runs and CI.
+    max_samples: int = 0
+
+
+@dataclass
+class WorkerConfig:
+    """One role: which model, which backend, which devices, and its knobs."""
+
+    name: str | None = None
+    model_args: ModelArgs = field(default_factory=ModelArgs)
+    training_args: TrainingArgs = field(default_factory=TrainingArgs)
+    generating_args: GeneratingArgs = field(default_factory=GeneratingArgs)
+    data_args: DataArgs = field(default_factory=DataArgs)
+    strategy_args: StrategyArgs = field(default_factory=StrategyArgs)
+    # Devices this role owns: a YAML list of ints or ROLL's string forms
+    # "list(range(0,4))", "list(range(0,2))+list(range(14,16))", "[1]" (parsed by a
+    # grammar, never evaluated). On a machine without GPUs an index is a logical slot.
+    # Unset: the role runs as one worker on slot 0.
+    device_mapping: list[int] | None = None
+    # Devices per worker (tensor/pipeline parallel group size); workers =
+    # len(device_mapping) / num_gpus_per_worker.
+    num_gpus_per_worker: int = 1
+    # Micro-batch size for forward-only work (log-probs, generation chunks).
+    infer_batch_size: int = 16
+
+
+@dataclass
+class ActorTrainConfig(WorkerConfig):
+    """actor_train adds the policy loss: which off-policy variant and its knobs."""
+
+    # Policy-gradient loss (flywheel.algorithms.policy_loss): vanilla REINFORCE, ppo
+    # (clipped ratio), tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi k1.5).
+    # On-policy (ratio 0, one ppo_epoch) they all reduce to REINFORCE's gradient.
+    pg_variant: PgVariant = "ppo"
+    # How token losses become one number: token-mean over the global batch, or per
+    # sequence then mean (seq-mean-*); seq-mean-token-sum-norm is Dr. GRPO's.
+    loss_agg_mode: LossAggMode = "seq-mean-token-mean"
+    # tis: importance ratio truncated to [tis_lower_bound, tis_upper_bound].
+    tis_lower_bound: float = 0.0
+    tis_upper_bound: float = 1.0
+    # topr: weights of the positive-score and non-positive-score terms.
+    topr_positive_weight: float = 1.0
+    topr_negative_weight: float = 1.0
+    # cispo: ratio clip bounds 1-low .. 1+high, and whether to drop tokens already
+    # outside the trust region in the direction of the advantage.
+    cispo_epsilon_low: float = 0.1
+    cispo_epsilon_high: float = 0.1
+    cispo_use_unified_mask: bool = False
+    # kimi15: weight of the squared log-ratio penalty (tau/2)(logp - logp_old)^2.
+    kimi15_tau: float = 0.1
+
+
+@dataclass
+class RewardConfig(WorkerConfig):
+    # Reward by name: "math_rule" compares the final answer (math-verify where it parses).
+    reward_type: str = "math_rule"
+    # Record tags this reward scores; empty means every record.
+    tag_included: list[str] = field(default_factory=list)
+    # Number of reward workers (ROLL key); device_mapping may stay unset for rule rewards.
+    world_size: int = 1
+
+
+@dataclass
+class ValidationConfig:
+    data_args: DataArgs = field(default_factory=DataArgs)
+    # Validation usually decodes greedily: do_sample false.
+    generating_args: GeneratingArgs = field(
+        default_factory=lambda: GeneratingArgs(do_sample=False, temperature=0.0)
+    )
+
+
+@dataclass
+class TrackingConfig:
+    # Log to mlflow; the store defaults to sqlite under output_dir/../mlruns.db.
+    mlflow: bool = True
+    # Any mlflow tracking URI (http://127.0.0.1:5000, sqlite:///path.db, file:/dir).
+    mlflow_uri: str | None = None
+    experiment_name: str | None = None
+
+
+@dataclass
+class RayConfig:
+    # Join an existing cluster ("auto" or host:port); unset starts a local Ray.
+    address: str | None = None
+    # CPUs for a local Ray; unset means all of this machine's.
+    num_cpus: int | None = None
+    # Object-store cap in MiB for a local Ray (Ray's default takes ~30% of RAM).
+    object_store_memory_mb: int = 512
+
+
+@dataclass
+class PipelineConfig:
+    """A whole run. ROLL's top-level keys, plus flywheel's `pipeline_type`."""
+
+    # Which pipeline runs this file: rlvr (prompts scored by verifiers) or agentic.
+    pipeline_type: Literal["rlvr", "agentic"] = "rlvr"
+    exp_name: str = "flywheel"
+    seed: int = 42
+    # Where the run writes config, metrics.jsonl and checkpoints; unset means
+    # runs/<exp_name>/<timestamp> (chosen when the run starts).
+    output_dir: str | None = None
+    # Accepted for ROLL configs; flywheel logs under output_dir.
+    logging_dir: str | None = None
+    # A checkpoint directory (.../checkpoint-<step>) to continue from.
+    resume_from_checkpoint: str | None = None
+
+    # Policy model for every role that does not name its own.
+    pretrain: str = "builtin://tiny-qwen2-arith"
+    reward_pretrain: str | None = None
+
+    # Prompts per training step (before num_return_sequences_in_group expansion).
+    rollout_batch_size: int = 32
+    val_batch_size: int = 0  # 0 = the whole validation set
+    prompt_length: int = 256
+    response_length: int = 128
+    # Accepted for ROLL configs (agentic); prompt_length + response_length bound RLVR.
+    sequence_length: int | None = None
+
+    max_steps: int = 100
+    # Checkpoint every N steps (0 = only at the end).
+    save_steps: int = 0
+    logging_steps: int = 1
+    # Validate every N steps and after the last (0 = never).
+    eval_steps: int = 0
+
+    # How many batches generation may run ahead of training; 0 is synchronous.
+    # A batch trained at step t only holds samples started at policy version
+    # >= t - ceil(ratio); older ones are dropped and counted.
+    async_generation_ratio: float = 0.0
+    # Sync trainer weights to actor_infer every N train steps.
+    model_update_frequency: int = 1
+    # Pause in-flight generations at a weight sync and continue them on new weights.
+    partial_rollout: bool = False
+
+    # Samples per prompt (GRPO group size).
+    num_return_sequences_in_group: int = 1
+    # ROLL key: expand prompts before sending (n requests of 1) instead of n samples.
+    is_num_return_sequences_expand: bool = False
+    ppo_epochs: int = 1
+
+    # Advantages: grpo (group mean/std), reinforce (REINFORCE/REINFORCE++ with the
+    # normalisation below) or gae (needs a critic).
+    adv_estimator: Literal["grpo", "reinforce", "gae"] = "grpo"
+    norm_mean_type: NormType = "group"
+    norm_std_type: NormType = "group"
+    whiten_advantages: bool = False
+    # Clip scores / advantages to [-x, x]; unset disables.
+    reward_clip: float | None = None
+    advantage_clip: float | None = None
+    gamma: float = 1.0
+    lambd: float = 1.0
+
+    # PPO ratio clip; with use_pg_clip_range the asymmetric low/high bounds apply.
+    pg_clip: float = 0.2
+    use_pg_clip_range: bool = False
+    pg_clip_low: float = 0.2
+    pg_clip_high: float = 0.28
+    # Dual clip (Ye et al. 2020): for A < 0 the loss is capped at -dual_clip_c * A.
+    dual_clip_loss: bool = False
+    dual_clip_c: float = 3.0
+    # Critic value clip (gae only); unset disables.
+    value_clip: float | None = None
+
+    # KL to the reference policy, either as a loss term ...
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_loss_type: KlEstimator = "k3"
+    # ... or as a token-level reward penalty (init_kl_coef > 0), fixed or adaptive.
+    init_kl_coef: float = 0.0
+    kl_penalty: KlEstimator = "k1"
+    target_kl: float | None = None
+    kl_horizon: int = 10000
+    entropy_loss_coef: float = 0.0
+
+    # Correct for train/infer log-prob mismatch with an importance weight.
+    infer_is_correction: Literal["none", "token-truncate", "seq-truncate",
+                                 "token-mask", "seq-mask"] = "none"
+    infer_is_lower_bound: float = 0.5
+    infer_is_upper_bound: float = 2.0
+
+    actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)
+    actor_infer: WorkerConfig = field(
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs("hf_infer"))
+    )
+    # Reference policy for KL; unset means no reference role is started.
+    reference: WorkerConfig | None = None
+    critic: WorkerConfig | None = None
+    rewards: dict[str, RewardConfig] = field(
+        default_factory=lambda: {"math_rule": RewardConfig()}
+    )
+    validation: ValidationConfig | None = None
+
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    ray: RayConfig = field(default_factory=RayConfig)

@@ -1,0 +1,155 @@
+"""Built-in models by name: `builtin://NAME` in a config's `pretrain` becomes a local directory.
+
+Why: a fresh machine has no model hub, yet every example and test needs a real HF checkpoint.
+`resolve_pretrain` turns a built-in name into a directory built on first use and cached;
+anything else (a hub id, a local path) passes through unchanged for transformers to handle.
+
+Registry. `BUILTIN_MODELS` maps a name to a `BuiltinModel` recipe: an architecture (with its
+init seed) and, optionally, a supervised warm start on top of another registered model. A new
+built-in model is one new registry entry.
+
+Cache. `<cache>/<name>-<spec hash>/` where `<cache>` is the `cache_dir` argument, else
+`$FLYWHEEL_CACHE/models`, else `~/.cache/flywheel/models`. The spec hash covers everything that
+shapes the weights (architecture, seeds, warm-start settings, tokenizer alphabet, dataset
+partition, `RECIPE_VERSION`), so changing a recipe builds a new directory instead of reusing a
+stale one; bump `RECIPE_VERSION` when code changes the result without changing a setting.
+Builds are atomic: a builder takes an exclusive `fcntl` lock per entry, builds into a temp
+directory in the same parent and renames it into place, so a reader sees a complete directory
+or none, and concurrent builders (Ray workers starting together) build once. A crashed build
+leaves only a `.tmp` directory, never a half-written entry.
+
+Measured (2-core CPU, torch 2.13, seed 0, 102-token vocab): see `warm_start.DEFAULT_STEPS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from flywheel.platform.data import arithmetic
+from flywheel.platform.models.char_tokenizer import ALPHABET, SPECIAL_TOKENS
+from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
+from flywheel.platform.models.warm_start import WarmStartConfig, warm_start
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_PREFIX = "builtin://"
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """How to build one built-in checkpoint."""
+
+    description: str
+    arch: TinyQwen2Spec = TinyQwen2Spec()
+    base: str | None = None  # registry name to warm-start from (must share `arch`)
+    warm_start: WarmStartConfig | None = None  # SFT on the arithmetic task; needs `base`
+
+    def __post_init__(self) -> None:
+        if (self.base is None) != (self.warm_start is None):
+            raise ValueError("a built-in model sets both `base` and `warm_start`, or neither")
+
+
+BUILTIN_MODELS: dict[str, BuiltinModel] = {
+    "tiny-qwen2": BuiltinModel(
+        description="Qwen2 architecture, 4 layers, hidden 128, char tokenizer; random init."
+    ),
+    "tiny-qwen2-arith": BuiltinModel(
+        description="tiny-qwen2 after a short SFT warm start on 2-digit addition "
+        "(~15-35% greedy accuracy: RL has room to improve it).",
+        base="tiny-qwen2",
+        warm_start=WarmStartConfig(),
+    ),
+}
+
+
+def default_cache_dir() -> Path:
+    """`$FLYWHEEL_CACHE/models` if the variable is set, else `~/.cache/flywheel/models`."""
+    root = os.environ.get("FLYWHEEL_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "flywheel") / "models"
+
+
+def spec_hash(model: BuiltinModel) -> str:
+    """Hex digest of everything that determines the built checkpoint's weights."""
+    spec = {
+        "recipe_version": RECIPE_VERSION,
+        "vocab": list(SPECIAL_TOKENS + ALPHABET),
+        "arch": asdict(model.arch),
+        "base": spec_hash(BUILTIN_MODELS[model.base]) if model.base else None,
+        "warm_start": asdict(model.warm_start) if model.warm_start else None,
+        "data": {
+            "partition_seed": arithmetic.PARTITION_SEED,
+            "num_val_pairs": arithmetic.NUM_VAL_PAIRS,
+        }
+        if model.warm_start
+        else None,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resolve_pretrain(name: str, cache_dir: Path | None = None) -> str:
+    """`builtin://NAME` -> local checkpoint directory (built once); anything else unchanged."""
+    if not name.startswith(BUILTIN_PREFIX):
+        return name
+    key = name[len(BUILTIN_PREFIX):]
+    if key not in BUILTIN_MODELS:
+        known = ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS))
+        raise ValueError(f"unknown built-in model {name!r}; known built-in models: {known}")
+    return str(ensure_built(key, Path(cache_dir) if cache_dir else default_cache_dir()))
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_built(key: str, cache_dir: Path) -> Path:
+    """The cached directory of registry entry `key`, building it first if it is missing."""
+    model = BUILTIN_MODELS[key]
+    final = cache_dir / f"{key}-{spec_hash(model)}"
+    if final.is_dir():
+        return final
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(cache_dir / f".{final.name}.lock"):
+        if final.is_dir():  # another process built it while we waited for the lock
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=cache_dir))
+        try:
+            logger.info("building built-in model %s into %s", key, final)
+            _build_into(model, tmp, cache_dir)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not final.is_dir():  # not a lost race: a real failure
+                    raise
+                logger.info("another builder finished %s first; using its copy", final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _build_into(model: BuiltinModel, out_dir: Path, cache_dir: Path) -> None:
+    if model.warm_start is None:
+        build_tiny_qwen2(out_dir, model.arch)
+        return
+    assert model.base is not None  # guaranteed by BuiltinModel.__post_init__
+    if BUILTIN_MODELS[model.base].arch != model.arch:
+        raise ValueError(f"built-in base {model.base!r} has a different architecture")
+    base_dir = ensure_built(model.base, cache_dir)
+    val = arithmetic.make_arithmetic_dataset(split="val")
+    warm_start(base_dir, out_dir, model.warm_start, val_records=val)

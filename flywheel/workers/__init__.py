@@ -1,0 +1,1 @@
+"""Role workers (Ray actors) and the strategies (backends) they drive."""

@@ -1,0 +1,36 @@
+"""actor_infer: generation on an InferStrategy, plus in-place weight updates.
+
+The worker stamps nothing itself; the pipeline owns policy versions. It keeps only the
+version of the weights it holds so every generation can report which policy produced it.
+"""
+
+from __future__ import annotations
+
+import ray
+import torch
+
+from flywheel.platform.config.schema import WorkerConfig
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.role_worker import RoleWorker
+from flywheel.workers.strategies.base import Generation, SamplingParams
+from flywheel.workers.strategies.registry import strategy_class
+
+
+class InferWorker(RoleWorker):
+    def __init__(self, role: str, rank: int, world_size: int, model_path: str,
+                 cfg: WorkerConfig, seed: int, num_threads: int | None = None):
+        super().__init__(role, rank, world_size, num_threads)
+        cls = strategy_class(cfg.strategy_args.strategy_name)
+        self.strategy = cls(model_path, cfg, seed=seed)
+        self.version = 0
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams
+                 ) -> tuple[int, list[Generation]]:
+        return self.version, self.strategy.generate(prompts, sampling)
+
+    def update_weights(self, weights: list[ray.ObjectRef], version: int) -> None:
+        self.strategy.update_weights(ray.get(weights[0]), version)
+        self.version = version
+
+    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return self.strategy.forward_logprobs(batch)
