@@ -1,18 +1,19 @@
 """Outcome-reward advantage estimators and advantage post-processing.
 
 Samples are ordered group-contiguously: the `group_size` responses to prompt g are rows
-g·group_size … (g+1)·group_size − 1. Advantages here are per-sample [N]; `compute_policy_loss`
+g·group_size … (g+1)·group_size - 1. Advantages here are per-sample [N]; `compute_policy_loss`
 broadcasts them over the response tokens. For per-token critics see `gae.py`.
 
-    grpo       A_i = (s_i − mean_g(s)) / (std_g(s) + eps)    (Shao et al. 2024, arXiv 2402.03300)
-    reinforce  A_i = (s_i − μ) / (σ + eps), μ and σ chosen by norm_mean_type / norm_std_type
+    grpo       A_i = (s_i - mean_g(s)) / (std_g(s) + eps)    (Shao et al. 2024, arXiv 2402.03300)
+    reinforce  A_i = (s_i - μ) / (σ + eps), μ and σ chosen by norm_mean_type / norm_std_type
                from {"batch", "group", "none"}; batch/batch is REINFORCE++ (Hu 2025,
-               arXiv 2501.03262); group/none is the group-mean baseline of Dr. GRPO (arXiv 2503.20783).
+               arXiv 2501.03262); group/none is Dr. GRPO's group-mean baseline
+               (arXiv 2503.20783).
 
 std is the population std (divide by n): the std of a group of one is 0, not NaN.
 Zero-std sets: where the std used for normalisation is below `eps` (every score in that
 group / batch is equal) the advantage is 0. Such a set carries no ranking signal, and
-0 / (0 + eps) would otherwise amplify rounding noise in s − mean by 1/eps.
+0 / (0 + eps) would otherwise amplify rounding noise in s - mean by 1/eps.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _stat(s: Tensor, group_size: int, norm_type: str, stat: str) -> Tensor:
     """Mean or std of `s` [N] over its group or the batch, broadcast back to [N]."""
     if norm_type == "none":
         return torch.zeros_like(s)  # only reached for the mean
-    grouped = s.view(-1, group_size) if norm_type == "group" else s.view(1, -1)  # [G, n]
+    grouped = s.reshape(-1, group_size) if norm_type == "group" else s.reshape(1, -1)  # [G, n]
     value = grouped.mean(-1) if stat == "mean" else grouped.std(-1, correction=0)  # [G]
     return value.repeat_interleave(grouped.shape[1])  # [N]
 
@@ -75,7 +76,7 @@ def _stat(s: Tensor, group_size: int, norm_type: str, stat: str) -> Tensor:
 def whiten_advantages(
     advantages: Tensor, mask: Tensor, *, shift_mean: bool = True, eps: float = 1e-8
 ) -> Tensor:
-    """Masked whitening: (A − mean) / sqrt(var + eps) over the valid tokens of `mask`.
+    """Masked whitening: (A - mean) / sqrt(var + eps) over the valid tokens of `mask`.
 
     mean and (population) var are taken over valid tokens only; masked positions are 0 in
     the output. With shift_mean=False the mean is added back (scale only), as in
@@ -92,7 +93,7 @@ def whiten_advantages(
 
 
 def advantage_clip(advantages: Tensor, max_abs: float) -> Tensor:
-    """Clamp advantages to [−max_abs, max_abs] (any shape)."""
+    """Clamp advantages to [-max_abs, max_abs] (any shape)."""
     if max_abs <= 0:
         raise ValueError(f"advantage clip must be > 0, got {max_abs}")
     return advantages.clamp(-max_abs, max_abs)

@@ -3,7 +3,7 @@
 GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
 Advantage Estimation", arXiv 1506.02438):
 
-    δ_t = r_t + γ·V_{t+1} − V_t
+    δ_t = r_t + γ·V_{t+1} - V_t
     Â_t = δ_t + γλ·Â_{t+1}          (Â and V are 0 past the last valid token)
     R_t = Â_t + V_t                  (the value target)
 
@@ -55,8 +55,8 @@ def value_loss(
     """PPO value loss (Schulman et al. 2017, arXiv 1707.06347; clipping as in OpenAI
     baselines ppo2):
 
-        L_t = ½·(V_t − R_t)²                                            (no clip)
-        L_t = ½·max((V_t − R_t)², (clip(V_t, V_old − c, V_old + c) − R_t)²)   (c = value_clip)
+        L_t = ½·(V_t - R_t)²                                            (no clip)
+        L_t = ½·max((V_t - R_t)², (clip(V_t, V_old - c, V_old + c) - R_t)²)   (c = value_clip)
 
     values [B, T] carries the gradient; old_values and returns are constants.
     """

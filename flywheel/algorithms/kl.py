@@ -1,13 +1,13 @@
 """KL to the reference policy: per-token estimators, as a loss term or as a reward penalty,
 and the coefficient controllers.
 
-Estimators of KL(π_θ ‖ π_ref) per sampled token, Δ = ℓ − ℓ_ref (Schulman 2020,
+Estimators of KL(π_θ ‖ π_ref) per sampled token, Δ = ℓ - ℓ_ref (Schulman 2020,
 "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html):
 
     k1   Δ                              unbiased, high variance, can be negative
     abs  |Δ|
     k2   ½·Δ²                           biased, low variance
-    k3   exp(−Δ) − (−Δ) − 1             unbiased, low variance, always ≥ 0
+    k3   exp(-Δ) - (-Δ) - 1             unbiased, low variance, always ≥ 0
 
 Two ways to use it (pick one per pipeline):
   * loss term (GRPO, arXiv 2402.03300): `kl_loss` adds kl_loss_coef · agg(KL) to the loss;
@@ -31,7 +31,7 @@ KL_ESTIMATORS: tuple[str, ...] = get_args(KLEstimator)
 
 def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: str) -> Tensor:
     """Per-token KL estimate [B, T] from ℓ and ℓ_ref [B, T]; see the module docstring."""
-    delta = log_probs - ref_log_probs  # [B, T], Δ = ℓ − ℓ_ref
+    delta = log_probs - ref_log_probs  # [B, T], Δ = ℓ - ℓ_ref
     if estimator == "k1":
         return delta
     if estimator == "abs":
@@ -39,7 +39,7 @@ def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: str) -> Ten
     if estimator == "k2":
         return 0.5 * delta**2
     if estimator == "k3":
-        return torch.exp(-delta) + delta - 1.0  # exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1
+        return torch.exp(-delta) + delta - 1.0  # exp(ℓ_ref - ℓ) - (ℓ_ref - ℓ) - 1
     raise ValueError(f"unknown KL estimator {estimator!r}; known: {KL_ESTIMATORS}")
 
 
@@ -74,7 +74,7 @@ def apply_kl_penalty(
     kl_coef: float,
     estimator: str = "k1",
 ) -> tuple[Tensor, dict[str, float]]:
-    """Token rewards r_t = score_t − kl_coef · KL_t on valid tokens, all [B, T].
+    """Token rewards r_t = score_t - kl_coef · KL_t on valid tokens, all [B, T].
 
     metrics["kl/mean"] is the batch mean of each sequence's mean token KL: the
     `current_kl` to feed to `AdaptiveKLController.update`.
@@ -101,7 +101,7 @@ class FixedKLController:
 class AdaptiveKLController:
     """Adaptive KL coefficient (Ziegler et al. 2019, arXiv 1909.08593):
 
-        e_t = clip(KL_t / KL_target − 1, −0.2, 0.2)
+        e_t = clip(KL_t / KL_target - 1, -0.2, 0.2)
         β_{t+1} = β_t · (1 + K_β · e_t),   K_β = n_steps / horizon
 
     β rises when the measured KL is above the target and falls when it is below.

@@ -5,8 +5,8 @@ probabilities for the same tokens (kernels, precision, MoE routing), so rollouts
 off-policy even at `async_generation_ratio = 0`. With ℓ_train the trainer's log-probs of
 the rollout under the behaviour weights and ℓ_infer the sampler's, the importance weight is
 
-    token level:     w_t = exp(ℓ_train,t − ℓ_infer,t)
-    sequence level:  w_i = exp(Σ_t m_t·(ℓ_train,t − ℓ_infer,t)), shared by the tokens of row i
+    token level:     w_t = exp(ℓ_train,t - ℓ_infer,t)
+    sequence level:  w_i = exp(Σ_t m_t·(ℓ_train,t - ℓ_infer,t)), shared by the tokens of row i
 
 and one of two corrections turns it into a constant per-token weight for the policy loss
 (pass it as `compute_policy_loss(..., token_weights=weights)`):

@@ -40,8 +40,8 @@ TURN_PLACEHOLDERS = frozenset({"observation", "turn_idx", "actions_left"})
 
 class Tokenizer(Protocol):
     """The part of a HF tokenizer the env manager uses. `encode` must not add special
-    tokens (BOS): env text is appended mid-sequence. Wrap a HF tokenizer as
-    `encode=lambda t: tok.encode(t, add_special_tokens=False)`."""
+    tokens (BOS): env text is appended mid-sequence, so the worker passes an adapter whose
+    `encode(text)` calls `hf_tokenizer.encode(text, add_special_tokens=False)`."""
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -115,10 +115,12 @@ class EnvManager:
         ]
 
     def rollout(self, generate_fn: GenerateFn, tokenizer: Tokenizer, seed: int) -> list[Trajectory]:
-        """Play one episode in every env; return them ordered by env id."""
+        """Play one episode in every env; return them ordered by env id. `seed` identifies
+        this rollout (the pipeline passes e.g. its base seed plus the step); group g plays
+        `group_seed(seed, g)`, so the same seed replays the same initial states."""
         cfg = self.config
         episodes = []
-        for env_id, env in enumerate(self.envs):
+        for env_id in range(len(self.envs)):
             group_id = env_id // cfg.group_size
             episodes.append(
                 Trajectory(
@@ -155,7 +157,7 @@ class EnvManager:
     def _start(self, trajectory: Trajectory, tokenizer: Tokenizer) -> bool:
         """Reset the env and write the first prompt. False if the env failed."""
         try:
-            observation, _ = self.envs[trajectory.env_id].reset(trajectory.seed)
+            observation, _ = self.envs[trajectory.env_id].reset(seed=trajectory.seed)
             _check_observation(observation)
         except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
             trajectory.error = _describe(trajectory, "reset", exc)

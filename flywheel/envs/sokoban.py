@@ -110,7 +110,7 @@ def generate_level(seed: int, size: int, num_boxes: int, reverse_steps: int) -> 
         # A walk that got stuck (the player boxed itself into a dead end) makes a trivial
         # level; redraw it, like one that left a box on its target.
         if len(moves) == reverse_steps and boxes.isdisjoint(targets):
-            solution = tuple(reversed(moves))
+            solution = tuple(OPPOSITE[m] for m in reversed(moves))
             return SokobanLevel(size, walls, targets, frozenset(boxes), player, solution)
     raise RuntimeError(
         f"Sokoban: no level with {num_boxes} box(es) off target after "

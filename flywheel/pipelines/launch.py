@@ -51,7 +51,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     val_records = (load_records(cfg.validation.data_args, "validation")
                    if cfg.validation and cfg.eval_steps else [])
 
-    start_ray(cfg.ray, num_slots(cfg), address)
+    owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
     roles = tracker = None
     status = "FAILED"
     try:
@@ -73,6 +73,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
             tracker.close(status)
         if roles is not None:
             roles.shutdown()
-        stop_ray()
+        if owns_ray:
+            stop_ray()
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}", flush=True)
     return output_dir

@@ -108,6 +108,9 @@ class Cluster:
             cause = e.cause or e
             raise WorkerError(self.role, rank, f"{type(cause).__name__}: {cause}") from None
         except RayActorError as e:
+            if e.actor_init_failed:  # the message ends with the constructor's exception
+                last = [line for line in e.error_msg.splitlines() if line.strip()][-1]
+                raise WorkerError(self.role, rank, f"failed to start: {last.strip()}") from None
             raise WorkerError(self.role, rank, f"worker process died ({e.__class__.__name__})") from None
         except GetTimeoutError:
             raise WorkerError(self.role, rank, f"no answer within {timeout:.0f}s (stalled?)") from None

@@ -22,19 +22,24 @@ WORKER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "RAY_DEDUP_LOGS": "0",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # per-worker "Loading weights" bars drown the log
 }
 
 
-def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> None:
-    """Join `address` (argument, then config) or start a local Ray with `num_slots` slots."""
+def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> bool:
+    """Join `address` (argument, then config) or start a local Ray with `num_slots` slots.
+
+    Returns False when Ray was already initialised in this process (a notebook, a test
+    session): the caller then leaves it running when done.
+    """
     if ray.is_initialized():
-        return
+        return False
     address = address or cfg.address
     runtime_env = {"env_vars": {**WORKER_ENV, **_passthrough_env()}}
     if address:
         log.info("joining Ray cluster at %s", address)
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
-        return
+        return True
     ray.init(
         num_cpus=cfg.num_cpus or os.cpu_count(),
         resources={SLOT_RESOURCE: float(num_slots)},
@@ -44,6 +49,7 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> Non
         logging_level=logging.WARNING,
         log_to_driver=True,
     )
+    return True
 
 
 def _passthrough_env() -> dict[str, str]:

@@ -8,7 +8,7 @@ padding row filled with garbage that must not leak into the loss or the gradient
     r    r0:  1.5      0.7       1.0        r1:  0.95   1.3    2.0(pad)
     A    r0:  1.0     -1.0       2.0        r1: -2.0    0.5   -1.0(pad)
 
-ℓ_old = ℓ − log r, so exp(ℓ − ℓ_old) = r. Valid tokens: 5.
+ℓ_old = ℓ - log r, so exp(ℓ - ℓ_old) = r. Valid tokens: 5.
 """
 
 import math
@@ -34,7 +34,10 @@ ADVANTAGES = [[1.0, -1.0, 2.0], [-2.0, 0.5, -1.0]]
 
 @pytest.fixture
 def hand() -> HandBatch:
-    old = [[lp - math.log(r) for lp, r in zip(lps, rs)] for lps, rs in zip(LOG_PROBS, RATIOS)]
+    old = [
+        [lp - math.log(r) for lp, r in zip(lps, rs, strict=True)]
+        for lps, rs in zip(LOG_PROBS, RATIOS, strict=True)
+    ]
     f64 = torch.float64
     log_probs = torch.tensor(LOG_PROBS + [[50.0, 50.0, 50.0]], dtype=f64, requires_grad=True)
     old_log_probs = torch.tensor(old + [[-1e4, -1e4, -1e4]], dtype=f64)

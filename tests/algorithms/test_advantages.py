@@ -117,16 +117,16 @@ def test_gae_three_steps_by_hand():
     values = torch.tensor([[0.5, 0.6, 0.7], [0.5, 0.6, 9.9], [0.5, 9.9, 0.7]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 1]])
     adv, ret = compute_gae(rewards, values, mask, gamma, lam)
-    # row 0: δ2 = 1 − 0.7 = 0.3;            Â2 = 0.3
-    #        δ1 = 0.9·0.7 − 0.6 = 0.03;     Â1 = 0.03 + 0.72·0.3 = 0.246
-    #        δ0 = 0.9·0.6 − 0.5 = 0.04;     Â0 = 0.04 + 0.72·0.246 = 0.21712
+    # row 0: δ2 = 1 - 0.7 = 0.3;            Â2 = 0.3
+    #        δ1 = 0.9·0.7 - 0.6 = 0.03;     Â1 = 0.03 + 0.72·0.3 = 0.246
+    #        δ0 = 0.9·0.6 - 0.5 = 0.04;     Â0 = 0.04 + 0.72·0.246 = 0.21712
     assert adv[0].tolist() == pytest.approx([0.21712, 0.246, 0.3])
     assert ret[0].tolist() == pytest.approx([0.71712, 0.846, 1.0])
     # row 1 (trailing pad; V after the last valid token is 0):
-    #        δ1 = 1 − 0.6 = 0.4; Â0 = 0.04 + 0.72·0.4 = 0.328
+    #        δ1 = 1 - 0.6 = 0.4; Â0 = 0.04 + 0.72·0.4 = 0.328
     assert adv[1].tolist() == pytest.approx([0.328, 0.4, 0.0])
     assert ret[1].tolist() == pytest.approx([0.828, 1.0, 0.0])
-    # row 2 (interior masked token is skipped): Â2 = 0.3; δ0 = 0.9·0.7 − 0.5 = 0.13,
+    # row 2 (interior masked token is skipped): Â2 = 0.3; δ0 = 0.9·0.7 - 0.5 = 0.13,
     #        Â0 = 0.13 + 0.72·0.3 = 0.346
     assert adv[2].tolist() == pytest.approx([0.346, 0.0, 0.3])
 
@@ -136,8 +136,8 @@ def test_value_loss_clipped_by_hand():
     old_values = torch.tensor([[1.0, 1.5]])
     returns = torch.tensor([[0.1, 0.0]])
     mask = torch.ones(1, 2)
-    # token 0: (0 − 0.1)² = 0.01 vs clipped V = 0.8 → 0.49 → clipped branch, ½·0.49
-    # token 1: (2 − 0)² = 4 vs clipped V = 1.7 → 2.89 → unclipped, ½·4
+    # token 0: (0 - 0.1)² = 0.01 vs clipped V = 0.8 → 0.49 → clipped branch, ½·0.49
+    # token 1: (2 - 0)² = 4 vs clipped V = 1.7 → 2.89 → unclipped, ½·4
     loss, metrics = value_loss(values, old_values, returns, mask, value_clip=0.2)
     assert loss.item() == pytest.approx((0.245 + 2.0) / 2)
     assert metrics["vf/clipfrac"] == pytest.approx(0.5)

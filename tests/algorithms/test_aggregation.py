@@ -31,10 +31,10 @@ def test_sum_norm_uses_norm_length():
 @pytest.mark.parametrize(
     ("mode", "kwargs", "expected"),
     [
-        ("token-mean", dict(global_num_tokens=14), 7 / 14),
-        ("seq-mean-token-mean", dict(global_num_seqs=11), 5.5 / 11),
-        ("seq-mean-token-sum", dict(global_num_seqs=7, global_num_tokens=99), 7 / 7),
-        ("seq-mean-token-sum-norm", dict(global_num_seqs=torch.tensor(2)), (7 / 3) / 2),
+        ("token-mean", {"global_num_tokens": 14}, 7 / 14),
+        ("seq-mean-token-mean", {"global_num_seqs": 11}, 5.5 / 11),
+        ("seq-mean-token-sum", {"global_num_seqs": 7, "global_num_tokens": 99}, 7 / 7),
+        ("seq-mean-token-sum-norm", {"global_num_seqs": torch.tensor(2)}, (7 / 3) / 2),
     ],
 )
 def test_global_counts_replace_local_denominator(mode, kwargs, expected):

@@ -16,7 +16,7 @@ from flywheel.algorithms import (
 )
 
 LP = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
-REF = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)  # Δ = ℓ − ℓ_ref = [0.5, −1.0]
+REF = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)  # Δ = ℓ - ℓ_ref = [0.5, -1.0]
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ REF = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)  # Δ = ℓ − ℓ_ref 
         ("k1", [0.5, -1.0]),
         ("abs", [0.5, 1.0]),
         ("k2", [0.5 * 0.25, 0.5 * 1.0]),
-        # exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1
+        # exp(ℓ_ref - ℓ) - (ℓ_ref - ℓ) - 1
         ("k3", [math.exp(-0.5) + 0.5 - 1, math.exp(1.0) - 1.0 - 1]),
     ],
 )
@@ -48,7 +48,7 @@ def test_kl_loss_value_and_gradient():
     assert metrics["kl/mean"] == pytest.approx(sum(k3) / 2)
     loss.backward()
     assert ref.grad is None
-    # d k3 / dℓ = 1 − exp(−Δ)
+    # d k3 / dℓ = 1 - exp(-Δ)
     assert lp.grad[0].tolist() == pytest.approx(
         [0.1 * (1 - math.exp(-0.5)) / 2, 0.1 * (1 - math.exp(1.0)) / 2, 0.0])
 
@@ -56,7 +56,7 @@ def test_kl_loss_value_and_gradient():
 def test_apply_kl_penalty():
     scores = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
     lp = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, 5.0]])
-    ref = torch.tensor([[-1.5, -0.5, -1.0], [-2.0, -1.0, -9.0]])  # k1 Δ: [.5, −.5, 0], [1, 0, pad]
+    ref = torch.tensor([[-1.5, -0.5, -1.0], [-2.0, -1.0, -9.0]])  # k1 Δ: [.5, -.5, 0], [1, 0, pad]
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     rewards, metrics = apply_kl_penalty(scores, lp, ref, mask, kl_coef=0.5, estimator="k1")
     assert rewards[0].tolist() == pytest.approx([-0.25, 0.25, 1.0])
@@ -73,12 +73,12 @@ def test_fixed_controller():
 
 
 def test_adaptive_controller_moves_towards_target():
-    # β ← β·(1 + clip(KL/target − 1, ±0.2)·n_steps/horizon)
+    # β ← β·(1 + clip(KL/target - 1, ±0.2)·n_steps/horizon)
     high = AdaptiveKLController(init_kl_coef=0.1, target_kl=6.0, horizon=10000)
     high.update(current_kl=12.0, n_steps=256)  # error 1 → clipped to 0.2
     assert high.value == pytest.approx(0.1 * (1 + 0.2 * 256 / 10000))
     low = AdaptiveKLController(init_kl_coef=0.1, target_kl=6.0, horizon=10000)
-    low.update(current_kl=5.4, n_steps=100)  # error −0.1
+    low.update(current_kl=5.4, n_steps=100)  # error -0.1
     assert low.value == pytest.approx(0.1 * (1 - 0.1 * 100 / 10000))
     on_target = AdaptiveKLController(init_kl_coef=0.1, target_kl=6.0, horizon=10000)
     on_target.update(current_kl=6.0, n_steps=100)

@@ -24,7 +24,7 @@ def weights_of(**kwargs):
 
 
 def assert_rows(weights, rows):
-    for actual, expected in zip(weights.tolist(), rows):
+    for actual, expected in zip(weights.tolist(), rows, strict=True):
         assert actual == pytest.approx(expected)
 
 
@@ -89,5 +89,5 @@ def test_weights_feed_the_policy_loss():
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
     loss, _ = compute_policy_loss("vanilla", train, train.detach(), adv, MASK,
                                   loss_agg_mode="token-mean", token_weights=weights)
-    # −w·A·ℓ: row 0 (A=1): 1·1 + 2·2 + 0.4·0.5; row 1 (A=−1): −(1.5·0.3 + 0.25·1.1)
+    # -w·A·ℓ: row 0 (A=1): 1·1 + 2·2 + 0.4·0.5; row 1 (A=-1): -(1.5·0.3 + 0.25·1.1)
     assert loss.item() == pytest.approx((1.0 + 4.0 + 0.2 - 0.45 - 0.275) / 5)

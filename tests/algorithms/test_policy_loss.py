@@ -21,32 +21,32 @@ def loss_of(variant, hand, mode="token-mean", **hparams):
 
 
 def test_vanilla_is_minus_a_times_logprob(hand):
-    # −A·ℓ per valid token: (−1·−1) + (1·−0.5) + (−2·−2) + (2·−0.3) + (−0.5·−1.2)
+    # -A·ℓ per valid token: (-1·-1) + (1·-0.5) + (-2·-2) + (2·-0.3) + (-0.5·-1.2)
     loss, metrics = loss_of("vanilla", hand)
     assert loss == pytest.approx((1.0 - 0.5 + 4.0 - 0.6 + 0.6) / N)
     assert metrics["pg/clipfrac"] == 0.0
 
 
 def test_ppo_symmetric_clip(hand):
-    # max(−r·A, −clip(r, 0.8, 1.2)·A):
-    #   r=1.5,A=1 → max(−1.5, −1.2) = −1.2 (clipped)   r=0.7,A=−1 → max(0.7, 0.8) = 0.8 (clipped)
-    #   r=1,A=2 → −2                                    r=0.95,A=−2 → 1.9
-    #   r=1.3,A=0.5 → max(−0.65, −0.6) = −0.6 (clipped)
+    # max(-r·A, -clip(r, 0.8, 1.2)·A):
+    #   r=1.5,A=1 → max(-1.5, -1.2) = -1.2 (clipped)   r=0.7,A=-1 → max(0.7, 0.8) = 0.8 (clipped)
+    #   r=1,A=2 → -2                                    r=0.95,A=-2 → 1.9
+    #   r=1.3,A=0.5 → max(-0.65, -0.6) = -0.6 (clipped)
     loss, metrics = loss_of("ppo", hand, pg_clip=0.2)
     assert loss == pytest.approx((-1.2 + 0.8 - 2.0 + 1.9 - 0.6) / N)
     assert metrics["pg/clipfrac"] == pytest.approx(3 / N)
 
 
 def test_ppo_clip_range_uses_low_and_high(hand):
-    # range [0.8, 1.28]: r=1.5 → −1.28, r=1.3 → max(−0.65, −0.64) = −0.64; others as above.
+    # range [0.8, 1.28]: r=1.5 → -1.28, r=1.3 → max(-0.65, -0.64) = -0.64; others as above.
     loss, _ = loss_of("ppo", hand, use_pg_clip_range=True, pg_clip_low=0.2, pg_clip_high=0.28,
                       pg_clip=0.5)
     assert loss == pytest.approx((-1.28 + 0.8 - 2.0 + 1.9 - 0.64) / N)
 
 
 def test_ppo_dual_clip_caps_negative_advantage_loss():
-    # r = [5, 2, 5], A = [−1, −1, 1]. PPO: max(5, 1.2)=5, max(2, 1.2)=2, max(−5, −1.2)=−1.2.
-    # Dual clip c=3 caps A<0 tokens at −c·A = 3: 5 → 3, 2 stays, the A>0 token is untouched.
+    # r = [5, 2, 5], A = [-1, -1, 1]. PPO: max(5, 1.2)=5, max(2, 1.2)=2, max(-5, -1.2)=-1.2.
+    # Dual clip c=3 caps A<0 tokens at -c·A = 3: 5 → 3, 2 stays, the A>0 token is untouched.
     log_probs = torch.tensor([[-1.0, -1.0, -1.0]], dtype=torch.float64, requires_grad=True)
     old = log_probs.detach() - torch.log(torch.tensor([[5.0, 2.0, 5.0]], dtype=torch.float64))
     adv = torch.tensor([[-1.0, -1.0, 1.0]], dtype=torch.float64)
@@ -59,12 +59,12 @@ def test_ppo_dual_clip_caps_negative_advantage_loss():
     assert dual.item() == pytest.approx((3.0 + 2.0 - 1.2) / 3)
     assert metrics["pg/dual_clipfrac"] == pytest.approx(1 / 3)
     dual.backward()
-    # capped token: constant → 0; token 1: d(−r·A)/dℓ = −A·r = 2, /3; token 2 clipped → 0
+    # capped token: constant → 0; token 1: d(-r·A)/dℓ = -A·r = 2, /3; token 2 clipped → 0
     assert log_probs.grad[0].tolist() == pytest.approx([0.0, 2.0 / 3, 0.0])
 
 
 def test_tis_default_bounds(hand):
-    # w = clip(r, 0, 1) = [1, 0.7, 1 | 0.95, 1];  −w·A·ℓ
+    # w = clip(r, 0, 1) = [1, 0.7, 1 | 0.95, 1];  -w·A·ℓ
     loss, metrics = loss_of("tis", hand)
     assert loss == pytest.approx((1.0 - 0.35 + 4.0 - 0.57 + 0.6) / N)
     assert metrics["pg/clipfrac"] == pytest.approx(2 / N)  # r=1.5 and r=1.3 truncated
@@ -78,7 +78,7 @@ def test_tis_custom_bounds(hand):
 
 
 def test_topr_splits_by_score(hand):
-    # row 0 (score 1 > 0): −A·ℓ = 1, −0.5, 4. row 1 (score 0): −clip(r,0,1)·A·ℓ = −0.57, 0.6
+    # row 0 (score 1 > 0): -A·ℓ = 1, -0.5, 4. row 1 (score 0): -clip(r,0,1)·A·ℓ = -0.57, 0.6
     loss, metrics = loss_of("topr", hand)
     assert loss == pytest.approx((1.0 - 0.5 + 4.0 - 0.57 + 0.6) / N)
     assert metrics["pg/clipfrac"] == pytest.approx(1 / N)  # row 1's r=1.3 truncated to 1
@@ -97,14 +97,14 @@ def test_topr_needs_scores(hand):
 
 
 def test_cispo(hand):
-    # w = clip(r, 0.9, 1.1) = [1.1, 0.9, 1 | 0.95, 1.1]; −w·A·ℓ
+    # w = clip(r, 0.9, 1.1) = [1.1, 0.9, 1 | 0.95, 1.1]; -w·A·ℓ
     loss, metrics = loss_of("cispo", hand)
     assert loss == pytest.approx((1.1 - 0.45 + 4.0 - 0.57 + 0.66) / N)
     assert metrics["pg/clipfrac"] == pytest.approx(3 / N)
 
 
 def test_cispo_unified_mask(hand):
-    # dropped: A>0 & r>1.1 (r=1.5, r=1.3), A<0 & r<0.9 (r=0.7). Kept: 4 and −0.57.
+    # dropped: A>0 & r>1.1 (r=1.5, r=1.3), A<0 & r<0.9 (r=0.7). Kept: 4 and -0.57.
     # Dropped tokens still count in the token-mean denominator.
     loss, metrics = loss_of("cispo", hand, cispo_use_unified_mask=True)
     assert loss == pytest.approx((4.0 - 0.57) / N)
@@ -112,7 +112,7 @@ def test_cispo_unified_mask(hand):
 
 
 def test_kimi15(hand):
-    # −A·ℓ + (τ/2)·(log r)², τ = 0.1
+    # -A·ℓ + (τ/2)·(log r)², τ = 0.1
     sq = sum(math.log(r) ** 2 for r in (1.5, 0.7, 1.0, 0.95, 1.3))
     loss, _ = loss_of("kimi15", hand, kimi15_tau=0.1)
     assert loss == pytest.approx((1.0 - 0.5 + 4.0 - 0.6 + 0.6 + 0.05 * sq) / N)
@@ -121,7 +121,7 @@ def test_kimi15(hand):
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [
-        # PPO per-token losses: row 0 = [−1.2, 0.8, −2], row 1 = [1.9, −0.6], row 2 empty.
+        # PPO per-token losses: row 0 = [-1.2, 0.8, -2], row 1 = [1.9, -0.6], row 2 empty.
         ("token-mean", (-1.2 + 0.8 - 2.0 + 1.9 - 0.6) / 5),
         ("seq-mean-token-mean", ((-1.2 + 0.8 - 2.0) / 3 + (1.9 - 0.6) / 2) / 2),
         ("seq-mean-token-sum", ((-1.2 + 0.8 - 2.0) + (1.9 - 0.6)) / 2),
@@ -148,7 +148,7 @@ def test_sequence_advantages_broadcast(hand):
     adv_b = torch.tensor([0.5, -2.0, 0.0], dtype=torch.float64)
     loss_b, _ = compute_policy_loss("vanilla", hand.log_probs, hand.old_log_probs, adv_b,
                                     hand.mask, loss_agg_mode="token-mean")
-    # −A·ℓ with A broadcast per row: row 0 → 0.5·(1 + 0.5 + 2), row 1 → −2·(0.3 + 1.2)
+    # -A·ℓ with A broadcast per row: row 0 → 0.5·(1 + 0.5 + 2), row 1 → -2·(0.3 + 1.2)
     assert loss_b.item() == pytest.approx((0.5 * 3.5 - 2.0 * 1.5) / 5)
 
 
@@ -171,7 +171,7 @@ def test_all_masked_batch_is_zero_not_nan(hand):
 
 
 def test_unknown_variant_lists_known_ones(hand):
-    with pytest.raises(ValueError, match="unknown pg_variant 'grpo'.*cispo"):
+    with pytest.raises(ValueError, match=r"unknown pg_variant 'grpo'.*cispo"):
         compute_policy_loss("grpo", hand.log_probs, hand.old_log_probs, hand.advantages,
                             hand.mask)
 
@@ -193,18 +193,18 @@ def test_bad_shapes_raise(hand):
 
 def test_params_defaults_and_overrides(hand):
     p = PolicyLossParams()
-    expected = dict(
-        pg_clip=0.2, use_pg_clip_range=False, pg_clip_low=0.2, pg_clip_high=0.28,
-        dual_clip_loss=False, dual_clip_c=3.0, tis_lower_bound=0.0, tis_upper_bound=1.0,
-        topr_positive_weight=1.0, topr_negative_weight=1.0, cispo_epsilon_low=0.1,
-        cispo_epsilon_high=0.1, cispo_use_unified_mask=False, kimi15_tau=0.1,
-    )
+    expected = {
+        "pg_clip": 0.2, "use_pg_clip_range": False, "pg_clip_low": 0.2, "pg_clip_high": 0.28,
+        "dual_clip_loss": False, "dual_clip_c": 3.0, "tis_lower_bound": 0.0, "tis_upper_bound": 1.0,
+        "topr_positive_weight": 1.0, "topr_negative_weight": 1.0, "cispo_epsilon_low": 0.1,
+        "cispo_epsilon_high": 0.1, "cispo_use_unified_mask": False, "kimi15_tau": 0.1,
+    }
     assert dataclasses.asdict(p) == expected
     # params object, then a keyword override on top of it
     params = PolicyLossParams(pg_clip=0.5)
     loose, _ = compute_policy_loss("ppo", hand.log_probs, hand.old_log_probs, hand.advantages,
                                    hand.mask, loss_agg_mode="token-mean", params=params)
-    # clip(r, 0.5, 1.5): r=1.5 → −1.5, r=0.7 → 0.7, r=1.3 → −0.65
+    # clip(r, 0.5, 1.5): r=1.5 → -1.5, r=0.7 → 0.7, r=1.3 → -0.65
     assert loose.item() == pytest.approx((-1.5 + 0.7 - 2.0 + 1.9 - 0.65) / 5)
     tight, _ = compute_policy_loss("ppo", hand.log_probs, hand.old_log_probs, hand.advantages,
                                    hand.mask, loss_agg_mode="token-mean", params=params,
@@ -213,8 +213,8 @@ def test_params_defaults_and_overrides(hand):
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(pg_clip=-0.1), dict(dual_clip_c=1.0), dict(tis_lower_bound=2.0),
-            dict(kimi15_tau=-1.0)],
+    "bad", [{"pg_clip": -0.1}, {"dual_clip_c": 1.0}, {"tis_lower_bound": 2.0},
+            {"kimi15_tau": -1.0}],
 )
 def test_params_validation(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):

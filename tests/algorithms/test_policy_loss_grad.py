@@ -35,7 +35,7 @@ def assert_grad(actual, expected_rows):
 def test_tis_grad_only_through_logprob(hand):
     d_lp, d_old, d_adv = grads("tis", hand)
     assert d_old is None and d_adv is None
-    # −sg(clip(r,0,1))·A/N with w = [1, 0.7, 1 | 0.95, 1]
+    # -sg(clip(r,0,1))·A/N with w = [1, 0.7, 1 | 0.95, 1]
     assert_grad(d_lp, [[-1.0 / N, 0.7 / N, -2.0 / N], [0.95 * 2.0 / N, -0.5 / N, 0.0]])
 
 
@@ -55,14 +55,14 @@ def test_topr_grad_only_through_logprob(hand):
     d_lp, d_old, d_adv = grads("topr", hand, topr_positive_weight=0.5,
                                topr_negative_weight=2.0)
     assert d_old is None and d_adv is None
-    # row 0 positive: −0.5·A/N; row 1: −2·clip(r,0,1)·A/N with clip = [0.95, 1]
+    # row 0 positive: -0.5·A/N; row 1: -2·clip(r,0,1)·A/N with clip = [0.95, 1]
     assert_grad(d_lp, [[-0.5 / N, 0.5 / N, -1.0 / N], [2 * 0.95 * 2.0 / N, -2 * 0.5 / N, 0.0]])
 
 
 def test_ppo_grad_zero_where_clipped(hand):
     d_lp, d_old, _ = grads("ppo", hand)
     assert d_old is None
-    # unclipped: d(−r·A)/dℓ = −r·A; clipped tokens (r=1.5, 0.7, 1.3) → 0
+    # unclipped: d(-r·A)/dℓ = -r·A; clipped tokens (r=1.5, 0.7, 1.3) → 0
     assert_grad(d_lp, [[0.0, 0.0, -2.0 / N], [0.95 * 2.0 / N, 0.0, 0.0]])
 
 
@@ -71,17 +71,19 @@ def test_kimi15_and_vanilla_grad(hand):
     assert_grad(d_lp, [[-1.0 / N, 1.0 / N, -2.0 / N], [2.0 / N, -0.5 / N, 0.0]])
     hand.log_probs.grad = None
     d_lp, _, _ = grads("kimi15", hand, kimi15_tau=0.1)
-    # −A + τ·log r
-    g = [[-a + 0.1 * math.log(r) for a, r in zip(ar, rr)]
-         for ar, rr in zip([[1.0, -1.0, 2.0], [-2.0, 0.5]], [[1.5, 0.7, 1.0], [0.95, 1.3]])]
-    assert_grad(d_lp, [[x / N for x in g[0]], [g[1][0] / N, g[1][1] / N, 0.0]])
+    # -A + τ·log r
+    log = math.log
+    assert_grad(d_lp, [
+        [(-1.0 + 0.1 * log(1.5)) / N, (1.0 + 0.1 * log(0.7)) / N, -2.0 / N],
+        [(2.0 + 0.1 * log(0.95)) / N, (-0.5 + 0.1 * log(1.3)) / N, 0.0],
+    ])
 
 
 # Micro-batch invariance ------------------------------------------------------------------
 
 B, T = 8, 6
-HPARAMS = dict(dual_clip_loss=True, cispo_use_unified_mask=True, tis_upper_bound=1.2,
-               topr_negative_weight=0.7, kimi15_tau=0.3)
+HPARAMS = {"dual_clip_loss": True, "cispo_use_unified_mask": True, "tis_upper_bound": 1.2,
+               "topr_negative_weight": 0.7, "kimi15_tau": 0.3}
 
 
 def random_batch(seed=0):
@@ -98,7 +100,7 @@ def random_batch(seed=0):
 def accumulated_grad(variant, mode, n_micro, use_global=True):
     log_probs, old, adv, mask, scores = random_batch()
     log_probs.requires_grad_(True)
-    counts = dict(global_num_tokens=count_tokens(mask), global_num_seqs=count_seqs(mask))
+    counts = {"global_num_tokens": count_tokens(mask), "global_num_seqs": count_seqs(mask)}
     total = 0.0
     for idx in torch.arange(B).chunk(n_micro):
         loss, _ = compute_policy_loss(

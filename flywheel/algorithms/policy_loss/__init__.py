@@ -5,12 +5,12 @@ Each variant is one file holding one function with the `PolicyLossFn` signature:
 and returns the per-token loss [B, T] plus per-token flags to report. Masking, stop-grads
 on the inputs, aggregation and metrics live in `compute_policy_loss`, not in the variants.
 
-    vanilla  −A·ℓ                                            (REINFORCE)
-    ppo      −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A), dual clip optional
-    tis      −sg(clip(r, lower, upper))·A·ℓ
-    topr     −w₊·A·ℓ if score > 0 else −w₋·sg(clip(r, 0, 1))·A·ℓ
-    cispo    −sg(clip(r, 1−ε_low, 1+ε_high))·A·ℓ, unified mask optional
-    kimi15   −A·ℓ + (τ/2)·(ℓ − ℓ_old)²
+    vanilla  -A·ℓ                                            (REINFORCE)
+    ppo      -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A), dual clip optional
+    tis      -sg(clip(r, lower, upper))·A·ℓ
+    topr     -w₊·A·ℓ if score > 0 else -w₋·sg(clip(r, 0, 1))·A·ℓ
+    cispo    -sg(clip(r, 1-ε_low, 1+ε_high))·A·ℓ, unified mask optional
+    kimi15   -A·ℓ + (τ/2)·(ℓ - ℓ_old)²
 
 To add a variant `foo`:
   1. write `policy_loss/foo.py` with `def foo_loss(log_probs, old_log_probs, advantages,

@@ -1,11 +1,11 @@
 """`cispo`: Clipped IS-weight Policy Optimisation (MiniMax-M1, arXiv 2506.13585).
 
-    r_t = exp(ℓ_t − ℓ_old,t)
-    L_t = −sg(clip(r_t, 1 − ε_low, 1 + ε_high)) · A_t · ℓ_t
+    r_t = exp(ℓ_t - ℓ_old,t)
+    L_t = -sg(clip(r_t, 1 - ε_low, 1 + ε_high)) · A_t · ℓ_t
 
 Unlike PPO, clipped tokens keep a (bounded) gradient. With the unified mask a token
 is dropped (M_t = 0) when its ratio is already outside the trust region in the direction
-A_t pushes it: A_t > 0 and r_t > 1 + ε_high, or A_t < 0 and r_t < 1 − ε_low. Dropped tokens
+A_t pushes it: A_t > 0 and r_t > 1 + ε_high, or A_t < 0 and r_t < 1 - ε_low. Dropped tokens
 still count in the aggregation denominator, as in the paper's 1/Σ|o_i| normaliser.
 """
 

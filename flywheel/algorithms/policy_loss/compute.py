@@ -6,8 +6,8 @@ train/infer mismatch correction), aggregates, and reports metrics under `pg/`:
 
     pg/loss         this micro-batch's aggregated loss (summing micro-batches gives the
                     mini-batch loss when global counts are passed)
-    pg/ratio_mean   mean of r = exp(ℓ − ℓ_old) over valid tokens; also pg/ratio_max, _min
-    pg/approx_kl    k3 estimate of KL(π_old ‖ π_θ): mean of (r − 1) − log r (Schulman 2020)
+    pg/ratio_mean   mean of r = exp(ℓ - ℓ_old) over valid tokens; also pg/ratio_max, _min
+    pg/approx_kl    k3 estimate of KL(π_old ‖ π_θ): mean of (r - 1) - log r (Schulman 2020)
     pg/clipfrac     fraction of valid tokens whose ratio/weight was clipped or truncated
     pg/...          variant-specific fractions (pg/dual_clipfrac, pg/cispo_masked_frac, ...)
 
@@ -62,7 +62,8 @@ def compute_policy_loss(
     p = PolicyLossParams.from_kwargs(**{**base, **hparams})  # unknown names raise TypeError
     loss_fn = get_policy_loss(pg_variant)
     advantages = _token_level(advantages, log_probs)
-    if old_log_probs.shape != log_probs.shape or response_mask.shape != log_probs.shape:
+    if (log_probs.dim() != 2 or old_log_probs.shape != log_probs.shape
+            or response_mask.shape != log_probs.shape):
         raise ValueError(
             f"log_probs {tuple(log_probs.shape)}, old_log_probs {tuple(old_log_probs.shape)} "
             f"and response_mask {tuple(response_mask.shape)} must all be [B, T]"
@@ -72,8 +73,8 @@ def compute_policy_loss(
                          f"{tuple(scores.shape)}")
 
     valid = response_mask.bool()  # [B, T]
-    # Constants, and neutral values at masked positions (r = 1, A = 0) so padding garbage
-    # (e.g. -inf log-probs) cannot turn into inf/NaN in the loss or its gradient.
+    # Constants, and neutral values at masked positions (r = 1, A = 0) so garbage in the
+    # padding of old_log_probs / advantages cannot become inf/NaN in the loss or gradient.
     old_log_probs = torch.where(valid, old_log_probs, log_probs).detach()  # [B, T]
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages)).detach()  # [B, T]
     scores = None if scores is None else scores.detach()  # [B]

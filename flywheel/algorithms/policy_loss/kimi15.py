@@ -3,10 +3,10 @@
 The paper's squared-error surrogate, with the mean reward standing in for τ·log Z, has the
 per-token gradient of
 
-    L_t = −A_t · ℓ_t + (τ / 2) · (ℓ_t − ℓ_old,t)²
+    L_t = -A_t · ℓ_t + (τ / 2) · (ℓ_t - ℓ_old,t)²
 
 i.e. REINFORCE plus an L2 penalty on the log-ratio to the behaviour policy
-(τ = kimi15_tau); ∂L_t/∂ℓ_t = −A_t + τ·(ℓ_t − ℓ_old,t).
+(τ = kimi15_tau); ∂L_t/∂ℓ_t = -A_t + τ·(ℓ_t - ℓ_old,t).
 """
 
 from __future__ import annotations

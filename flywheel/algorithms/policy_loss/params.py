@@ -16,14 +16,14 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class PolicyLossParams:
-    # ppo: ratio clip ε, symmetric: clip(r, 1 − pg_clip, 1 + pg_clip).
+    # ppo: ratio clip ε, symmetric: clip(r, 1 - pg_clip, 1 + pg_clip).
     pg_clip: float = 0.2
-    # ppo: use the asymmetric range [1 − pg_clip_low, 1 + pg_clip_high] instead of pg_clip
+    # ppo: use the asymmetric range [1 - pg_clip_low, 1 + pg_clip_high] instead of pg_clip
     # ("clip-higher", DAPO arXiv 2503.14476).
     use_pg_clip_range: bool = False
     pg_clip_low: float = 0.2
     pg_clip_high: float = 0.28
-    # ppo: dual clip (Ye et al. 2020): for A < 0 the loss is capped at −c·A; needs c > 1.
+    # ppo: dual clip (Ye et al. 2020): for A < 0 the loss is capped at -c·A; needs c > 1.
     dual_clip_loss: bool = False
     dual_clip_c: float = 3.0
     # tis: truncated importance weight sg(clip(r, lower, upper)).
@@ -32,12 +32,12 @@ class PolicyLossParams:
     # topr: weights of the positive-score (plain REINFORCE) and other (truncated IS) terms.
     topr_positive_weight: float = 1.0
     topr_negative_weight: float = 1.0
-    # cispo: IS weight clipped to [1 − ε_low, 1 + ε_high]; unified mask drops tokens already
+    # cispo: IS weight clipped to [1 - ε_low, 1 + ε_high]; unified mask drops tokens already
     # outside that range in the direction of A.
     cispo_epsilon_low: float = 0.1
     cispo_epsilon_high: float = 0.1
     cispo_use_unified_mask: bool = False
-    # kimi15: weight τ of the (τ/2)·(ℓ − ℓ_old)² regulariser.
+    # kimi15: weight τ of the (τ/2)·(ℓ - ℓ_old)² regulariser.
     kimi15_tau: float = 0.1
 
     def __post_init__(self) -> None:

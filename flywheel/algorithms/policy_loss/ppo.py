@@ -1,15 +1,15 @@
 """`ppo`: clipped surrogate objective (Schulman et al. 2017, arXiv 1707.06347, eq. 7).
 
-    r_t = exp(ℓ_t − ℓ_old,t)
-    L_t = −min(r_t·A_t, clip(r_t, 1 − ε_low, 1 + ε_high)·A_t)
-        = max(−r_t·A_t, −clip(r_t, …)·A_t)
+    r_t = exp(ℓ_t - ℓ_old,t)
+    L_t = -min(r_t·A_t, clip(r_t, 1 - ε_low, 1 + ε_high)·A_t)
+        = max(-r_t·A_t, -clip(r_t, …)·A_t)
 
 ε_low = ε_high = pg_clip, or (pg_clip_low, pg_clip_high) when use_pg_clip_range
 ("clip-higher", DAPO arXiv 2503.14476).
 
 Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL",
 arXiv 1912.09729): for A_t < 0 the loss above is unbounded as r_t → ∞, so it is
-capped: L_t = min(L_t, −c·A_t) with c > 1 (dual_clip_c).
+capped: L_t = min(L_t, -c·A_t) with c > 1 (dual_clip_c).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """`tis`: truncated importance-sampling policy gradient.
 
-    r_t = exp(ℓ_t − ℓ_old,t)
-    L_t = −sg(clip(r_t, lower, upper)) · A_t · ℓ_t
+    r_t = exp(ℓ_t - ℓ_old,t)
+    L_t = -sg(clip(r_t, lower, upper)) · A_t · ℓ_t
 
-The weight is a constant (stop-gradient), so ∇L_t = −clip(r_t, lower, upper)·A_t·∇ℓ_t:
+The weight is a constant (stop-gradient), so ∇L_t = -clip(r_t, lower, upper)·A_t·∇ℓ_t:
 REINFORCE with a bounded off-policy correction (truncated IS, Ionides 2008; the
 clip(·, 0, 1) default is the TOPR / V-trace style truncation, Espeholt et al. 2018).
 """

@@ -2,9 +2,9 @@
 
 Samples are split by their score: positive (score > 0) and the rest.
 
-    r_t = exp(ℓ_t − ℓ_old,t)
-    L_t = −w₊ · A_t · ℓ_t                      for positive samples (plain SFT-like REINFORCE)
-    L_t = −w₋ · sg(clip(r_t, 0, 1)) · A_t · ℓ_t  for the others (truncated IS)
+    r_t = exp(ℓ_t - ℓ_old,t)
+    L_t = -w₊ · A_t · ℓ_t                      for positive samples (plain SFT-like REINFORCE)
+    L_t = -w₋ · sg(clip(r_t, 0, 1)) · A_t · ℓ_t  for the others (truncated IS)
 
 w₊ = topr_positive_weight, w₋ = topr_negative_weight. The gradient flows only through ℓ.
 """

@@ -1,6 +1,6 @@
 """`vanilla`: plain REINFORCE / policy gradient (Williams 1992).
 
-    L_t = −A_t · ℓ_t,      ∇L_t = −A_t · ∇log π_θ(a_t | s_t)
+    L_t = -A_t · ℓ_t,      ∇L_t = -A_t · ∇log π_θ(a_t | s_t)
 
 No importance ratio: exact only on-policy (ℓ_old is not used).
 """

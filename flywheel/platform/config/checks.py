@@ -18,7 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flywheel.platform.config.errors import ConfigError, did_you_mean
-from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
+from flywheel.platform.config.schema import (
+    PipelineConfig,
+    RewardConfig,
+    StrategyArgs,
+    WorkerConfig,
+)
 
 TRAIN_STRATEGIES = ("hf_train", "deepspeed_train", "megatron_train")
 INFER_STRATEGIES = ("hf_infer", "vllm", "sglang")
@@ -140,8 +145,10 @@ def check_strategies(cfg: PipelineConfig) -> None:
                                             f"{role.kind} accepts {', '.join(allowed)}")
         if name not in allowed:
             kind = "training" if name in TRAIN_STRATEGIES else "generation"
-            raise ConfigError("", key_path, f"'{name}' is a {kind} backend and cannot run "
-                                            f"{role.kind}; it accepts {', '.join(allowed)}")
+            unset = " (the default when strategy_name is not written)" if (
+                name == StrategyArgs().strategy_name) else ""
+            raise ConfigError("", key_path, f"'{name}'{unset} is a {kind} backend and cannot "
+                                            f"run {role.kind}; it accepts {', '.join(allowed)}")
         if isinstance(role.worker, RewardConfig) and role.worker.reward_type not in REWARD_TYPES:
             reward_type = role.worker.reward_type
             raise ConfigError("", f"{role.key_path}.reward_type",

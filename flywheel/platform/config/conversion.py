@@ -95,6 +95,22 @@ def _field_or_error(cls: type, key: Any, parent: KeyPath) -> Any:
     raise ConfigError("", where, f"unknown key '{key}'{hint}")
 
 
+def check_keys(value: Any, type_: Any = PipelineConfig, path: KeyPath = ()) -> None:
+    """Raise for the first unknown key in `value`, before any value is interpreted.
+
+    Run before `${...}` resolution, so a misspelt key is reported as such rather than as a
+    reference that does not resolve."""
+    inner = _strip_optional(type_)
+    if not isinstance(value, dict):
+        return
+    if dataclasses.is_dataclass(inner):
+        for key, item in value.items():
+            check_keys(item, _field_or_error(inner, key, path), path + (key,))
+    elif typing.get_origin(inner) is dict:
+        for key, item in value.items():
+            check_keys(item, typing.get_args(inner)[1], path + (key,))
+
+
 def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
     """`value` checked against `type_` (and converted where the docstring says)."""
     inner = _strip_optional(type_)
@@ -153,9 +169,8 @@ def _normalize_scalar(value: Any, inner: Any, type_: Any, path: KeyPath) -> Any:
     elif inner is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif inner is float:
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip()):
+        number = isinstance(value, int) and not isinstance(value, bool)
+        if number or (isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip())):
             value = float(value)
         ok = isinstance(value, float)
     elif inner is str:

@@ -92,9 +92,10 @@ class _Parser:
             if not self.text[pos:].strip():
                 break
             match = _TOKEN.match(self.text, pos)
-            if match is None:
+            if match is None:  # reported when the parser reaches it, so `map(` says `map`
                 at = len(self.text) - len(self.text[pos:].lstrip())
-                raise self._fail(f"unexpected character {self.text[at]!r}", at)
+                tokens.append(("bad", self.text[at], at))
+                break
             kind = match.lastgroup
             tokens.append((kind, match.group(kind), match.start(kind)))
             pos = match.end()
@@ -113,6 +114,8 @@ class _Parser:
         token = self._peek()
         if token is None:
             return self._fail(f"{expected}, got end of text")
+        if token[0] == "bad":
+            return self._fail(f"unexpected character {token[1]!r}", token[2])
         return self._fail(f"{expected}, got {token[1]!r}", token[2])
 
     def _int(self) -> int:
@@ -138,15 +141,21 @@ class _Parser:
         if token is not None and token[1] == "list":
             self.pos += 1
             self._take("(")
+            self._check_name("range")
             devices = self._range()
             self._take(")")
             return devices
+        self._check_name("range")
         if token is not None and token[1] == "range":
             return self._range()
-        if token is not None and token[0] == "name":
+        raise self._unexpected("expected '[', 'list(' or 'range('")
+
+    def _check_name(self, expected: str) -> None:
+        """A name other than `expected` is reported as the name it is (`map`, `__import__`)."""
+        token = self._peek()
+        if token is not None and token[0] == "name" and token[1] != expected:
             raise self._fail(f"unknown name {token[1]!r} (only list and range are allowed)",
                              token[2])
-        raise self._unexpected("expected '[', 'list(' or 'range('")
 
     def _bracket_list(self) -> list[int]:
         self._take("[")

@@ -55,8 +55,9 @@ def model_path_warnings(cfg: PipelineConfig) -> list[str]:
             continue
         if _HUB_ID.fullmatch(path) and not os.path.isabs(path):
             continue
-        warnings.append(f"{', '.join(key_paths)}: model '{path}' is not a local directory, a "
-                        f"hub id (org/name) or a {BUILTIN_PREFIX} model on this machine")
+        warnings.append(f"{', '.join(key_paths)}: model '{path}' not found: it is not a "
+                        f"directory on this machine, a hub id (org/name) or a "
+                        f"{BUILTIN_PREFIX} name")
     return warnings
 
 
@@ -96,7 +97,7 @@ def cuda_device_count() -> int:
     """GPUs torch sees here; 0 without torch or CUDA."""
     if not is_importable("torch"):
         return 0
-    import torch  # noqa: PLC0415 (only when installed; importing it takes a second)
+    import torch  # only when installed; importing it takes a second
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 

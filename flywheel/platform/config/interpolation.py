@@ -97,19 +97,17 @@ class _Resolver:
                               f"${{{reference}}} is part of a reference cycle: {names}")
         value = self._raw(target)
         if value is _MISSING:
-            value = self._default(target, reference, where)
-            return value
+            return self._default(target, reference, where)
         return self.resolve(value, target)
 
     def _raw(self, path: KeyPath) -> Any:
         node: Any = self.data
         for key in path:
-            if isinstance(node, dict) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and isinstance(key, int) and key < len(node):
-                node = node[key]
-            else:
+            in_dict = isinstance(node, dict) and key in node
+            in_list = isinstance(node, list) and isinstance(key, int) and key < len(node)
+            if not (in_dict or in_list):
                 return _MISSING
+            node = node[key]
         return node
 
     def _default(self, target: KeyPath, reference: str, where: str) -> Any:
@@ -117,32 +115,31 @@ class _Resolver:
         depth = 0
         while self._raw(target[: depth + 1]) is not _MISSING:
             depth += 1
-        parent = self._raw(target[:depth])
-        value: Any = _MISSING
+        node = self._raw(target[:depth])
         try:
-            parent_type = field_type_at(target[:depth]) if isinstance(parent, dict) else None
+            parent_type = field_type_at(target[:depth]) if isinstance(node, dict) else None
         except ConfigError:
             parent_type = None
+        candidates = list(node) if isinstance(node, dict) else []
         if isinstance(parent_type, type) and dataclasses.is_dataclass(parent_type):
-            value = dataclasses.asdict(parent_type())
-            for key in target[depth:]:
-                value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
-        if value is _MISSING:
-            candidates = list(parent) if isinstance(parent, dict) else []
-            if isinstance(parent_type, type) and dataclasses.is_dataclass(parent_type):
-                candidates += [f.name for f in dataclasses.fields(parent_type)]
-            missing = format_key_path(target[: depth + 1])
-            hint = did_you_mean(str(target[depth]), candidates) if depth < len(target) else ""
-            raise ConfigError("", where, f"${{{reference}}} refers to '{missing}', which is "
-                                         f"not set{hint}")
-        return value
+            node, data_depth = dataclasses.asdict(parent_type()), depth  # what dacite fills in
+            while depth < len(target) and isinstance(node, dict) and target[depth] in node:
+                node, depth = node[target[depth]], depth + 1
+            if depth == len(target):
+                return node
+            defaults = list(node) if isinstance(node, dict) else []
+            candidates = candidates + defaults if depth == data_depth else defaults
+        missing = format_key_path(target[: depth + 1])
+        hint = did_you_mean(str(target[depth]), candidates)
+        raise ConfigError("", where, f"${{{reference}}} refers to '{missing}', which is "
+                                     f"not set{hint}")
 
 
 def _as_text(value: Any, match: re.Match, path: KeyPath) -> str:
     if isinstance(value, (dict, list)):
+        kind = "mapping" if isinstance(value, dict) else "list"
         raise ConfigError("", format_key_path(path),
-                          f"{match.group(0)} is a {'mapping' if isinstance(value, dict) else 'list'}"
-                          f" and cannot be part of a longer string")
+                          f"{match.group(0)} is a {kind} and cannot be part of a longer string")
     if value is None:
         return "null"
     if isinstance(value, bool):

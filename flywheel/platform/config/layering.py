@@ -22,6 +22,8 @@ from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_pat
 
 # Deeper than any real config; stops recursive aliases (`&a [*a]`) from recursing forever.
 MAX_DEPTH = 64
+# More values than any real config; stops nested aliases from expanding exponentially.
+MAX_VALUES = 1_000_000
 
 
 @dataclass
@@ -33,21 +35,34 @@ class Layered:
 
 
 def copy_tree(value: Any, source: str, path: KeyPath = ()) -> Any:
-    """A copy of a YAML value with fresh dicts and lists (aliases become independent)."""
+    """A copy of a YAML value with fresh dicts and lists (aliases become independent).
+
+    Copying expands aliases, so nested aliases (a "billion laughs" file) could grow without
+    bound; the copy stops at MAX_VALUES values, far beyond any real config."""
+    budget = [MAX_VALUES]
+    return _copy(value, source, path, budget)
+
+
+def _copy(value: Any, source: str, path: KeyPath, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConfigError(source, "", f"more than {MAX_VALUES} values once YAML aliases are "
+                                      f"expanded; a config is far smaller than that")
     if len(path) > MAX_DEPTH:
         raise ConfigError(source, format_key_path(path[:MAX_DEPTH]),
                           f"nested more than {MAX_DEPTH} levels deep (a recursive YAML alias?)")
     if isinstance(value, dict):
-        return {k: copy_tree(v, source, path + (k,)) for k, v in value.items()}
+        return {k: _copy(v, source, path + (k,), budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [copy_tree(v, source, path + (i,)) for i, v in enumerate(value)]
+        return [_copy(v, source, path + (i,), budget) for i, v in enumerate(value)]
     return value
 
 
 def set_origin(origins: dict[KeyPath, str], path: KeyPath, value: Any, source: str) -> None:
     """Record that `source` set `path` to `value`, forgetting older origins below `path`."""
-    for old in [p for p in origins if p[: len(path)] == path and len(p) > len(path)]:
-        del origins[old]
+    if path in origins:  # something was set here before: forget what it had below
+        for old in [p for p in origins if len(p) > len(path) and p[: len(path)] == path]:
+            del origins[old]
     origins[path] = source
     if isinstance(value, dict):
         for key, child in value.items():

@@ -4,9 +4,11 @@ The stages, in order, each in its own module:
 
 1. `yaml_source`: read the file with `yaml.safe_load`, merge its `defaults:` underneath;
 2. `overrides`: apply `key.path=value` overrides on top;
-3. `interpolation`: resolve `${key.path}` references in the merged data;
-4. `conversion`: check every key and type against the schema, build dataclasses (dacite);
-5. `checks`: cross-field rules.
+3. `conversion.check_keys`: every key must be a schema field (so a misspelt key is reported
+   as such, not as a reference that fails to resolve);
+4. `interpolation`: resolve `${key.path}` references in the merged data;
+5. `conversion.to_config`: check every type against the schema, build dataclasses (dacite);
+6. `checks`: cross-field rules.
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
 the layer that set the offending key (`layering.origin_of`). Loading reads the YAML files
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from flywheel.platform.config.checks import check_config
-from flywheel.platform.config.conversion import to_config
+from flywheel.platform.config.conversion import check_keys, to_config
 from flywheel.platform.config.errors import ConfigError, parse_key_path
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.layering import Layered, copy_tree, merge_layer, origin_of
@@ -53,6 +55,7 @@ def load_config_dict(data: dict[str, Any], source: str = "<dict>",
 def _build(layered: Layered, overrides: Iterable[str]) -> PipelineConfig:
     apply_overrides(layered, overrides)
     try:
+        check_keys(layered.data)
         cfg = to_config(resolve_references(layered.data))
         check_config(cfg)
     except ConfigError as error:

@@ -148,6 +148,15 @@ class ActorTrainConfig(WorkerConfig):
 
 
 @dataclass
+class ActorInferConfig(WorkerConfig):
+    """actor_infer generates; its backend defaults to hf_infer even when the block is
+    written without strategy_args (a default_factory on the PipelineConfig field would only
+    apply when the whole block is left out)."""
+
+    strategy_args: StrategyArgs = field(default_factory=lambda: StrategyArgs("hf_infer"))
+
+
+@dataclass
 class RewardConfig(WorkerConfig):
     # Reward by name: "math_rule" compares the final answer (math-verify where it parses).
     reward_type: str = "math_rule"
@@ -158,12 +167,15 @@ class RewardConfig(WorkerConfig):
 
 
 @dataclass
+class ValidationGeneratingArgs(GeneratingArgs):
+    # Validation decodes greedily unless told otherwise, so accuracy is not sampling noise.
+    do_sample: bool = False
+
+
+@dataclass
 class ValidationConfig:
     data_args: DataArgs = field(default_factory=DataArgs)
-    # Validation usually decodes greedily: do_sample false.
-    generating_args: GeneratingArgs = field(
-        default_factory=lambda: GeneratingArgs(do_sample=False, temperature=0.0)
-    )
+    generating_args: ValidationGeneratingArgs = field(default_factory=ValidationGeneratingArgs)
 
 
 @dataclass
@@ -276,9 +288,7 @@ class PipelineConfig:
     infer_is_upper_bound: float = 2.0
 
     actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)
-    actor_infer: WorkerConfig = field(
-        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs("hf_infer"))
-    )
+    actor_infer: ActorInferConfig = field(default_factory=ActorInferConfig)
     # Reference policy for KL; unset means no reference role is started.
     reference: WorkerConfig | None = None
     critic: WorkerConfig | None = None

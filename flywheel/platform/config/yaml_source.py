@@ -55,9 +55,12 @@ def read_yaml_mapping(path: str) -> dict[str, Any]:
 def _describe_yaml_error(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error)
-    if mark is None:
-        return f"invalid YAML: {problem}"
-    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    text = f"invalid YAML: {problem}" if mark is None else (
+        f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}")
+    context, context_mark = getattr(error, "context", None), getattr(error, "context_mark", None)
+    if context and context_mark is not None:
+        text += f" ({context} at line {context_mark.line + 1}, column {context_mark.column + 1})"
+    return text
 
 
 def load_layers(path: str) -> Layered:

@@ -32,11 +32,11 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from flywheel.platform.data import arithmetic
-from flywheel.platform.models.char_tokenizer import ALPHABET, SPECIAL_TOKENS
+from flywheel.platform.models.char_tokenizer import char_vocab_and_merges
 from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
 from flywheel.platform.models.warm_start import WarmStartConfig, warm_start
 
@@ -51,7 +51,7 @@ class BuiltinModel:
     """How to build one built-in checkpoint."""
 
     description: str
-    arch: TinyQwen2Spec = TinyQwen2Spec()
+    arch: TinyQwen2Spec = field(default_factory=TinyQwen2Spec)
     base: str | None = None  # registry name to warm-start from (must share `arch`)
     warm_start: WarmStartConfig | None = None  # SFT on the arithmetic task; needs `base`
 
@@ -83,7 +83,7 @@ def spec_hash(model: BuiltinModel) -> str:
     """Hex digest of everything that determines the built checkpoint's weights."""
     spec = {
         "recipe_version": RECIPE_VERSION,
-        "vocab": list(SPECIAL_TOKENS + ALPHABET),
+        "tokenizer": char_vocab_and_merges(),
         "arch": asdict(model.arch),
         "base": spec_hash(BUILTIN_MODELS[model.base]) if model.base else None,
         "warm_start": asdict(model.warm_start) if model.warm_start else None,
@@ -101,7 +101,7 @@ def resolve_pretrain(name: str, cache_dir: Path | None = None) -> str:
     """`builtin://NAME` -> local checkpoint directory (built once); anything else unchanged."""
     if not name.startswith(BUILTIN_PREFIX):
         return name
-    key = name[len(BUILTIN_PREFIX):]
+    key = name[len(BUILTIN_PREFIX) :]
     if key not in BUILTIN_MODELS:
         known = ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS))
         raise ValueError(f"unknown built-in model {name!r}; known built-in models: {known}")

@@ -1,30 +1,39 @@
-"""Character-level tokenizer for the built-in tiny model.
+"""Character-level tokenizer for the built-in tiny model, in Qwen2's byte-level BPE format.
 
 Why characters: no hub is reachable, so the built-in model cannot borrow a trained BPE
 vocabulary, and a tiny model learns arithmetic and grid-world text far more easily when
 every character is one token (a digit is always the same id at a fixed position).
 
-Why `tokenizers` + `PreTrainedTokenizerFast` rather than a hand-written class: the saved
-`tokenizer.json` is the format every backend reads (transformers' `AutoTokenizer`, vLLM,
-SGLang), so the built-in model travels through the same code paths as a hub model.
+Why byte-level BPE rather than a plain char vocabulary: transformers 5.x's `AutoTokenizer`
+ignores a checkpoint's tokenizer pipeline for `model_type: qwen2` and rebuilds it as
+`Qwen2Tokenizer` (Qwen's split regex + ByteLevel + NFC, BPE with no unk token), keeping only
+the vocab and merges from `tokenizer.json`. vLLM loads tokenizers through `AutoTokenizer`
+too. A WordLevel char vocab saved next to a Qwen2 config therefore loads as a different
+tokenizer that silently drops spaces and newlines. So the vocab is written in byte-level
+form (space is `Ġ`, newline `Ċ`), multi-byte characters of the alphabet get merges, and we
+build the tokenizer *as* `Qwen2Tokenizer`: in memory and after loading it is the same object.
 
-Choices that the rest of the platform relies on:
-- ids 0..3 are `<pad> <bos> <eos> <unk>`; then printable ASCII (space..`~`), newline, and the
-  few symbols text environments draw with (`EXTRA_CHARS`). Appending a character changes the
-  vocab size and so the model's spec hash: cached models rebuild, nothing silently mismatches.
-- No normaliser and no whitespace handling: decode(encode(s)) == s for any string over the
-  alphabet. Characters outside it become `<unk>` (one per character).
-- `split_special_tokens=True`: the *text* "<eos>" is five characters, never the eos id, so a
-  model that writes "<eos>" cannot forge a special token. Special ids are added by code.
-- No bos/eos added by `encode`: the pipeline decides where bos goes (see data/arithmetic.py).
+The vocabulary (ids are stable; tests pin them):
+- 0..3: `<pad> <bos> <eos> <unk>`;
+- 4..101: one token per character of `ALPHABET`: printable ASCII (space..`~`), newline, and
+  the symbols text environments draw with (`EXTRA_CHARS`);
+- then the remaining single bytes and the merge intermediates (byte fallback).
+Any string round-trips: decode(encode(s)) == s (NFC-normalised, which changes nothing in the
+alphabet). A character outside the alphabet becomes its UTF-8 bytes, one token each, instead
+of `<unk>`: Qwen2Tokenizer has no unk token, and losing text silently would be worse.
+`<unk>` keeps id 3 but is never produced.
+
+`split_special_tokens=True`: the *text* "<eos>" is five characters, never the eos id, so a
+model that writes "<eos>" cannot forge a special token. No bos/eos is added by `encode`: the
+pipeline decides where bos goes (see data/arithmetic.py). Appending a character to the
+alphabet changes the vocab and so the model's spec hash: cached models rebuild.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
@@ -33,24 +42,59 @@ ALPHABET = tuple(chr(c) for c in range(ord(" "), ord("~") + 1)) + EXTRA_CHARS
 MODEL_MAX_LENGTH = 512
 
 
-def char_vocab() -> dict[str, int]:
-    """Token -> id: the special tokens first (ids 0..3), then one entry per character."""
-    return {tok: i for i, tok in enumerate(SPECIAL_TOKENS + ALPHABET)}
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map, which ByteLevel BPE vocabs use."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    others = [b for b in range(256) if b not in printable]
+    mapping = {b: chr(b) for b in printable}
+    mapping.update({b: chr(256 + i) for i, b in enumerate(others)})
+    return mapping
+
+
+BYTE_TO_SYMBOL = _bytes_to_unicode()
+
+
+def byte_symbols(text: str) -> str:
+    """`text` as ByteLevel symbols: `" √"` -> `"ĠâĪļ"`."""
+    return "".join(BYTE_TO_SYMBOL[b] for b in text.encode("utf-8"))
+
+
+def char_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Token -> id (specials, alphabet, leftover bytes, merge intermediates) and BPE merges.
+
+    A multi-byte character `c1 c2 c3` gets merges `(c1, c2)` and `(c1c2, c3)`, so it encodes
+    to exactly one token; single-byte characters need no merge.
+    """
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in ALPHABET:
+        vocab[byte_symbols(ch)] = len(vocab)
+    for b in range(256):
+        vocab.setdefault(BYTE_TO_SYMBOL[b], len(vocab))
+    merges = []
+    for ch in ALPHABET:
+        symbols = byte_symbols(ch)
+        merged = symbols[0]
+        for symbol in symbols[1:]:
+            merges.append((merged, symbol))
+            merged += symbol
+            vocab.setdefault(merged, len(vocab))
+    return vocab, merges
 
 
 def make_char_tokenizer() -> PreTrainedTokenizerFast:
     """Build the tokenizer in memory (deterministic; no files touched)."""
-    tok = Tokenizer(models.WordLevel(vocab=char_vocab(), unk_token=UNK))
-    # Every character (newline included: `.` would skip it) is its own pre-token.
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()  # concatenate, no spaces between tokens
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token=PAD,
+    vocab, merges = char_vocab_and_merges()
+    return Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=UNK,
         bos_token=BOS,
         eos_token=EOS,
-        unk_token=UNK,
+        pad_token=PAD,
         model_max_length=MODEL_MAX_LENGTH,
         clean_up_tokenization_spaces=False,
         split_special_tokens=True,

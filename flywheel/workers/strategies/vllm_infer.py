@@ -1,0 +1,153 @@
+"""vllm: generation with vLLM's offline `LLM` engine, in the worker's own process.
+
+Why in-process: with one device per worker (tensor_parallel_size 1) vLLM's engine-core
+subprocesses buy nothing here and cost 15 s and 1 GiB per start on CPU, so
+`VLLM_ENABLE_V1_MULTIPROCESSING` defaults to 0 (the environment may still override it);
+tensor parallelism needs the multiprocess engine and keeps vLLM's default.
+
+Log-probs: `logprobs_mode="raw_logprobs"` makes vLLM return log-softmax of the raw logits
+(before temperature / top-k / top-p), the quantity hf_infer and the trainers compute, so
+the train/infer mismatch metrics compare backends and not sampling knobs. `log_probs[i]`
+is that of the sampled `token_ids[i]`; a stop token is included, as in hf_infer.
+
+Seeds: every prompt gets its own request seed derived from (`sampling.seed`, prompt
+index), so two prompts never share a random stream and the same call is reproducible.
+Samples are not the same as hf_infer's for the same seed (different RNG use).
+
+Weight updates: the new weights are written as one safetensors file under /dev/shm and
+vLLM reloads them in place (`collective_rpc("reload_weights")`, no restart). This works in
+and out of process (raw tensors in `collective_rpc` do not cross processes). Tied
+embeddings: `lm_head.weight` is always sent, or vLLM's head would stay stale. The prefix
+cache is reset afterwards, because cached KV blocks were computed by the old weights.
+
+`forward_logprobs` uses vLLM's prompt log-probs (one engine pass, max_tokens=1), so the
+reference numbers come from the same kernels that generated.
+
+Not here (yet): partial rollout. The offline `LLM` runs one blocking `generate`, so there
+is nothing in flight to pause or abort between calls; pause/resume/abort need `AsyncLLM`
+and arrive with the asynchronous pipeline.
+
+strategy_config: any `vllm.EngineArgs` field (gpu_memory_utilization, tensor_parallel_size,
+enforce_eager, block_size, max_model_len, kv_cache_memory_bytes, ...); unknown keys are an
+error. CPU defaults: enforce_eager, and a 256 MiB KV cache (`kv_cache_memory_bytes`)
+unless gpu_memory_utilization is given: on CPU that fraction is of host RAM and is
+checked against the process's resident size, which makes it fragile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import torch
+import vllm
+from safetensors.torch import save_file
+from vllm.inputs import TokensPrompt
+
+from flywheel.platform.config.schema import WorkerConfig
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
+from flywheel.workers.strategies.hf_model import load_tokenizer
+from flywheel.workers.strategies.strategy_config import checked_config
+
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+OWNED_KEYS = {"model": "the role's model_args.model_name_or_path (or pretrain)",
+              "dtype": "model_args.dtype", "seed": "the top-level seed",
+              "logprobs_mode": "flywheel (raw_logprobs, the trainer's quantity)"}
+CPU_KV_CACHE_BYTES = 256 << 20
+SHM_DIR = "/dev/shm"
+
+
+def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool
+                  ) -> dict[str, Any]:
+    """LLM(...) arguments: checked strategy_config over flywheel's defaults."""
+    fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)}
+    given = cfg.strategy_args.strategy_config
+    defaults: dict[str, Any] = {**fields, "enforce_eager": not on_gpu}
+    if not on_gpu and "gpu_memory_utilization" not in given:
+        defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS)
+    kwargs = {k: v for k, v in merged.items() if v is not None}
+    kwargs.update(model=model_path, dtype=VLLM_DTYPES[cfg.model_args.dtype], seed=seed,
+                  logprobs_mode="raw_logprobs")
+    return kwargs
+
+
+def request_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for prompt `index` of a call seeded `seed` (no two prompts share one)."""
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class VLLMInferStrategy(InferStrategy):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+        self.cfg = cfg
+        kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=torch.cuda.is_available())
+        if kwargs.get("tensor_parallel_size", 1) == 1:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.llm = vllm.LLM(**kwargs)
+        self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
+                            "fp16": torch.float16}[cfg.model_args.dtype]
+        self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
+        self.eos_id = load_tokenizer(model_path).eos_token_id
+        self.version = 0
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        params = [self._params(sampling, request_seed(sampling.seed, i))
+                  for i in range(len(prompts))]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                    params, use_tqdm=False)
+        gens = []
+        for index, out in enumerate(outputs):  # vLLM returns requests in submission order
+            for sample in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(sample.token_ids)
+                gens.append(Generation(
+                    prompt_index=index, token_ids=ids,
+                    log_probs=[step[tok].logprob for step, tok in zip(sample.logprobs, ids)],
+                    finish_reason=sample.finish_reason or "abort",
+                ))
+        return gens
+
+    def _params(self, sampling: SamplingParams, seed: int) -> vllm.SamplingParams:
+        stop = list(sampling.stop_token_ids)
+        if self.eos_id is not None:
+            stop.append(self.eos_id)
+        sample = sampling.do_sample
+        return vllm.SamplingParams(
+            n=sampling.n, max_tokens=sampling.max_new_tokens, seed=seed,
+            temperature=sampling.temperature if sample else 0.0,
+            top_p=sampling.top_p if sample else 1.0,
+            top_k=sampling.top_k if sample and sampling.top_k > 0 else 0,
+            stop_token_ids=stop, logprobs=0, detokenize=False,
+        )
+
+    def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
+        tensors = {k: v.detach().to("cpu", self.torch_dtype, copy=True).contiguous()
+                   for k, v in named_tensors.items()}
+        if self.tied and "lm_head.weight" not in tensors:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        folder = tempfile.mkdtemp(prefix="flywheel-vllm-",
+                                  dir=SHM_DIR if os.path.isdir(SHM_DIR) else None)
+        try:
+            save_file(tensors, os.path.join(folder, "model.safetensors"))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        rows = [batch.input_ids[b, :n].tolist() for b, n in enumerate(lengths)]
+        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in rows], params,
+                                    use_tqdm=False)
+        log_probs = torch.zeros(batch.input_ids.shape, dtype=torch.float32)  # [B, L]
+        for b, (row, out) in enumerate(zip(rows, outputs)):
+            values = [step[tok].logprob for step, tok in zip(out.prompt_logprobs[1:], row[1:])]
+            log_probs[b, 1:len(row)] = torch.tensor(values, dtype=torch.float32)
+        return log_probs

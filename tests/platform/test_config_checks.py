@@ -1,0 +1,174 @@
+"""Cross-field rules in checks.py: each one fails, and its boundary passes."""
+
+import pytest
+
+from flywheel.platform.config import ConfigError, load_config, load_config_dict
+from flywheel.platform.config.checks import (
+    ROLE_STRATEGIES,
+    check_config,
+    data_parallel_size,
+)
+from flywheel.platform.config.schema import PipelineConfig, StrategyArgs, WorkerConfig
+
+
+def error_for(data):
+    with pytest.raises(ConfigError) as info:
+        load_config_dict(data, source="f.yaml")
+    return info.value
+
+
+def batch(rollout, group, per_device, accumulation, devices="[0]", **actor_train):
+    return {"rollout_batch_size": rollout, "num_return_sequences_in_group": group,
+            "actor_train": {"training_args": {"per_device_train_batch_size": per_device,
+                                              "gradient_accumulation_steps": accumulation},
+                            "device_mapping": devices, **actor_train}}
+
+
+def test_checks_are_pure_functions_on_the_dataclass():
+    cfg = PipelineConfig(async_generation_ratio=-1.0)
+    with pytest.raises(ConfigError) as info:
+        check_config(cfg)
+    assert info.value.file == ""  # the loader adds the file
+    assert info.value.key_path == "async_generation_ratio"
+
+
+def test_batch_sizes_that_divide_pass():
+    # 8 prompts x 4 samples = 32 = 2 per device x 4 accumulation x 4 data-parallel ranks
+    load_config_dict(batch(8, 4, 2, 4, "list(range(0,4))"))
+
+
+def test_batch_sizes_that_do_not_divide():
+    error = error_for(batch(8, 4, 2, 4, "list(range(0,3))"))  # global batch 24
+    assert error.key_path == "rollout_batch_size"
+    assert "8 x 4 = 32 samples per step is not a multiple of actor_train's global batch" in (
+        error.message)
+    assert "2 x 4 x 3 = 24" in error.message
+
+
+def test_num_gpus_per_worker_reduces_data_parallelism():
+    # 4 devices, 2 per worker -> dp 2 -> global batch 2 x 4 x 2 = 16 divides 32
+    load_config_dict(batch(8, 4, 2, 4, "list(range(0,4))", num_gpus_per_worker=2))
+
+
+def test_devices_must_split_into_workers():
+    error = error_for(batch(8, 4, 1, 1, "list(range(0,3))", num_gpus_per_worker=2))
+    assert error.key_path == "actor_train.device_mapping"
+    assert "3 devices do not split into workers of num_gpus_per_worker=2" in error.message
+
+
+def test_megatron_model_parallelism_reduces_data_parallelism():
+    megatron = {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {
+        "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}}}
+    cfg = load_config_dict(batch(4, 1, 1, 2, "list(range(0,8))", **megatron))  # dp = 8/4 = 2
+    assert data_parallel_size(cfg.actor_train) == 2
+
+
+def test_megatron_parallel_sizes_must_be_positive_ints():
+    error = error_for(batch(4, 1, 1, 1, "[0]", strategy_args={
+        "strategy_name": "megatron_train", "strategy_config": {"tensor_model_parallel_size": "2"}}))
+    assert error.key_path == "actor_train.strategy_args.strategy_config.tensor_model_parallel_size"
+
+
+def test_critic_batch_is_checked_too():
+    error = error_for({**batch(4, 1, 4, 1), "adv_estimator": "gae",
+                       "critic": {"training_args": {"per_device_train_batch_size": 3}}})
+    assert "critic's global batch" in error.message
+
+
+@pytest.mark.parametrize("role", ["actor_train", "critic"])
+@pytest.mark.parametrize("name", ["hf_infer", "vllm", "sglang"])
+def test_training_roles_refuse_generation_backends(role, name):
+    error = error_for({role: {"strategy_args": {"strategy_name": name}}})
+    assert error.key_path == f"{role}.strategy_args.strategy_name"
+    assert f"'{name}' is a generation backend and cannot run {role}" in error.message
+
+
+@pytest.mark.parametrize("name", ["hf_train", "deepspeed_train", "megatron_train"])
+def test_actor_infer_refuses_training_backends(name):
+    error = error_for({"actor_infer": {"strategy_args": {"strategy_name": name}}})
+    assert "accepts hf_infer, vllm, sglang" in error.message
+
+
+def test_reference_accepts_training_backends_and_hf_infer():
+    for name in ROLE_STRATEGIES["reference"]:
+        load_config_dict({"reference": {"strategy_args": {"strategy_name": name}}})
+    assert "vllm" not in ROLE_STRATEGIES["reference"]
+    error_for({"reference": {"strategy_args": {"strategy_name": "vllm"}}})
+
+
+def test_unknown_strategy_suggests():
+    error = error_for({"actor_train": {"strategy_args": {"strategy_name": "deepspeed"}}})
+    assert "unknown strategy 'deepspeed' (did you mean 'deepspeed_train'?)" in error.message
+
+
+def test_unknown_reward_type_suggests():
+    error = error_for({"rewards": {"m": {"reward_type": "math"}}})
+    assert error.key_path == "rewards.m.reward_type"
+    assert "did you mean 'math_rule'" in error.message
+
+
+def test_async_needs_disjoint_train_and_infer_devices():
+    error = error_for({"async_generation_ratio": 2, "actor_train": {"device_mapping": "[0, 1]"},
+                       "actor_infer": {"device_mapping": "[1, 2]"}})
+    assert error.key_path == "actor_infer.device_mapping"
+    assert "generation and training at the same time" in error.message
+    assert "cannot share devices, but both use [1]" in error.message
+
+
+def test_async_with_unset_mappings_shares_slot_zero():
+    assert "an unset device_mapping means [0]" in error_for({"async_generation_ratio": 1}).message
+
+
+def test_async_with_disjoint_devices_and_sync_with_shared_devices_pass():
+    load_config_dict({"async_generation_ratio": 1, "actor_infer": {"device_mapping": [1]}})
+    load_config_dict({"async_generation_ratio": 0, "actor_infer": {"device_mapping": [0]}})
+
+
+def test_negative_async_ratio():
+    assert "must be >= 0" in error_for({"async_generation_ratio": -0.5}).message
+
+
+def test_num_return_sequences_must_agree_with_the_group_size():
+    data = {**batch(8, 4, 8, 1), "actor_infer": {"generating_args": {"num_return_sequences": 2}}}
+    error = error_for(data)
+    assert error.key_path == "actor_infer.generating_args.num_return_sequences"
+    assert "is 2 but num_return_sequences_in_group is 4" in error.message
+    data["actor_infer"]["generating_args"]["num_return_sequences"] = 4
+    load_config_dict(data)
+
+
+def test_gae_needs_a_critic():
+    assert "add a critic" in error_for({"adv_estimator": "gae"}).message
+    load_config_dict({"adv_estimator": "gae", "critic": {}})
+
+
+def test_kl_needs_a_reference():
+    assert error_for({"use_kl_loss": True}).key_path == "use_kl_loss"
+    assert error_for({"init_kl_coef": 0.1}).key_path == "init_kl_coef"
+    load_config_dict({"use_kl_loss": True, "init_kl_coef": 0.1, "reference": {}})
+
+
+@pytest.mark.parametrize("data, key_path", [
+    ({"rollout_batch_size": 0}, "rollout_batch_size"),
+    ({"ppo_epochs": 0}, "ppo_epochs"),
+    ({"max_steps": -1}, "max_steps"),
+    ({"actor_train": {"num_gpus_per_worker": 0}}, "actor_train.num_gpus_per_worker"),
+    ({"actor_infer": {"infer_batch_size": 0}}, "actor_infer.infer_batch_size"),
+    ({"rewards": {"m": {"world_size": 0}}}, "rewards.m.world_size"),
+])
+def test_counts_must_be_positive(data, key_path):
+    assert error_for(data).key_path == key_path
+
+
+def test_check_error_names_the_file_that_set_the_key(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("adv_estimator: gae\n")
+    top = tmp_path / "top.yaml"
+    top.write_text("defaults: [base.yaml]\nseed: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(top)
+    assert info.value.file == str(base)
+
+
+def test_data_parallel_size_of_an_unset_mapping_is_one():
+    assert data_parallel_size(WorkerConfig(strategy_args=StrategyArgs("hf_train"))) == 1

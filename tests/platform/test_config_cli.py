@@ -1,0 +1,158 @@
+"""`platform` / `python -m flywheel`: one-line errors, exit codes, show-config round trip."""
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flywheel import cli
+from flywheel.platform.config import load_config
+
+REPO = Path(__file__).parents[2]
+CONFIGS = REPO / "tests" / "data" / "configs"
+TINY = CONFIGS / "valid" / "tiny_cpu.yaml"
+ROLL_RLVR = CONFIGS / "roll" / "rlvr_config_async.yaml"
+MALFORMED = sorted((CONFIGS / "malformed").glob("*.yaml"))
+
+
+def platform(*args, **env):
+    environment = {k: v for k, v in os.environ.items() if k != "FLYWHEEL_DEBUG"} | env
+    return subprocess.run([sys.executable, "-m", "flywheel", *map(str, args)], check=False,
+                          cwd=REPO, env=environment, capture_output=True, text=True, timeout=120)
+
+
+def expected_message(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: '"
+    return first.removeprefix("# expect: ")
+
+
+def test_there_are_many_malformed_examples():
+    assert len(MALFORMED) >= 15
+
+
+@pytest.mark.parametrize("path", MALFORMED, ids=[p.stem for p in MALFORMED])
+def test_malformed_config_gives_one_line_and_exit_2(path):
+    result = platform("validate", "--config", path.relative_to(REPO))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert expected_message(path) in lines[0]
+
+
+def test_validate_ok():
+    result = platform("validate", "--config", TINY.relative_to(REPO))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok: tests/data/configs/valid/tiny_cpu.yaml (rlvr, 3 roles)\n"
+    assert result.stderr == ""
+
+
+def test_validate_roll_seed_prints_warnings_then_ok():
+    result = platform("validate", "--config", ROLL_RLVR)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok: ") and "(rlvr, 3 roles)" in result.stdout
+    warnings = result.stderr.splitlines()
+    assert warnings and all(w.startswith("warning: ") for w in warnings)
+    assert any("Qwen2.5-7B" in w for w in warnings)
+
+
+def test_override_errors_name_the_command_line():
+    result = platform("validate", "--config", TINY, "max_steps=abc")
+    assert result.returncode == 2
+    assert result.stderr == "error: command line: max_steps: expected int, got str 'abc'\n"
+
+
+def test_override_with_unknown_key_suggests():
+    result = platform("validate", "--config", TINY, "actor_train.training_args.learnig_rate=1e-5")
+    assert result.returncode == 2
+    assert "did you mean 'learning_rate'" in result.stderr
+
+
+def test_missing_file():
+    result = platform("validate", "--config", "no/such.yaml")
+    assert (result.returncode, result.stderr) == (2, "error: no/such.yaml: file not found\n")
+
+
+def test_debug_shows_the_traceback():
+    result = platform("validate", "--config", "no/such.yaml", FLYWHEEL_DEBUG="1")
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+    assert result.stderr.rstrip().endswith("error: no/such.yaml: file not found")
+
+
+@pytest.mark.parametrize("config, overrides", [
+    (TINY, ["max_steps=7", "actor_train.training_args.learning_rate=3e-5"]),
+    (ROLL_RLVR, []),
+])
+def test_show_config_round_trips(tmp_path, config, overrides):
+    result = platform("show-config", "--config", config, *overrides)
+    assert result.returncode == 0, result.stderr
+    shown = tmp_path / "shown.yaml"
+    shown.write_text(result.stdout)
+    assert yaml.safe_load(result.stdout)["pipeline_type"] == "rlvr"  # Literals as plain text
+    assert load_config(shown) == load_config(config, overrides)
+
+
+def test_run_with_a_malformed_config_stops_before_the_pipeline():
+    result = platform("run", "--config", CONFIGS / "malformed" / "unknown_top_key.yaml")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_config_argument_is_a_usage_error():
+    result = platform("validate")
+    assert result.returncode == 2
+    assert "--config" in result.stderr
+
+
+def test_runs_lists_runs_with_metrics(tmp_path, capsys):
+    for name in ("exp/20250101-000000", "exp/20250102-000000"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "exp/20250101-000000/metrics.jsonl").write_text("{}\n")
+    assert cli.main(["runs", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (f"mlflow ui --backend-store-uri sqlite:///{tmp_path.as_posix()}/mlruns.db "
+            f"--host 127.0.0.1 --port 5000") in out
+    assert "exp/20250101-000000" in out and "exp/20250102-000000" not in out
+
+
+def test_runs_default_dir_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert ("mlflow ui --backend-store-uri sqlite:///runs/mlruns.db --host 127.0.0.1 "
+            "--port 5000") in out
+    assert "no runs with metrics.jsonl under runs/" in out
+
+
+def fake_launcher(monkeypatch, run):
+    module = types.ModuleType("flywheel.pipelines.launch")
+    module.run = run
+    monkeypatch.setitem(sys.modules, "flywheel.pipelines.launch", module)
+
+
+def test_run_calls_the_launcher(monkeypatch):
+    calls = []
+    fake_launcher(monkeypatch, lambda cfg, config_path, address: calls.append(
+        (cfg, config_path, address)))
+    assert cli.main(["run", "--config", str(TINY), "--address", "auto", "max_steps=3"]) == 0
+    (cfg, config_path, address), = calls
+    assert (cfg.max_steps, config_path, address) == (3, str(TINY), "auto")
+
+
+def test_run_time_failure_is_one_line_exit_1(monkeypatch, capsys):
+    def explode(cfg, config_path, address):
+        raise RuntimeError("worker actor_train died\nlong remote traceback")
+
+    monkeypatch.delenv("FLYWHEEL_DEBUG", raising=False)
+    fake_launcher(monkeypatch, explode)
+    assert cli.main(["run", "--config", str(TINY)]) == 1
+    err = capsys.readouterr().err
+    assert err == ("error: RuntimeError: worker actor_train died "
+                   "(FLYWHEEL_DEBUG=1 prints the traceback)\n")
