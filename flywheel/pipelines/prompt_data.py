@@ -1,8 +1,8 @@
 """Prompt records for RLVR: JSONL files in, batches of records out, in a resumable order.
 
-Order: each epoch is a permutation of the records drawn from `seed + epoch`, so the order
-depends only on the seed and the position, and a resumed run that restores the cursor
-(`epoch`, `index`) sees exactly the batches the uninterrupted run would have.
+Order: each epoch is a permutation of the records drawn from `seed + epoch`, so the
+records of batch b depend only on the seed and b: a resumed run, or a batch generated
+ahead of time, sees exactly the prompts the uninterrupted synchronous run would have.
 
 `builtin://arithmetic/train` and `builtin://arithmetic/val` name the built-in synthetic
 math splits (written on first use under the flywheel cache). Templates turn a record's
@@ -86,36 +86,22 @@ def encode_prompt(tokenizer, text: str, template: str) -> list[int]:
 
 
 @dataclass
-class PromptSampler:
-    """Batches of records in a seeded per-epoch order, with a cursor that checkpoints."""
+class PromptOrder:
+    """Which records make up batch b: a pure function of (seed, b), so prefetching, resuming
+    and regenerating a batch always see the same prompts in the same order."""
 
     records: list[PromptRecord]
     seed: int
-    epoch: int = 0
-    index: int = 0
-    _order: list[int] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self._order = self._permutation(self.epoch)
+    _perms: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     def _permutation(self, epoch: int) -> list[int]:
-        order = list(range(len(self.records)))
-        random.Random(self.seed + epoch).shuffle(order)
-        return order
+        if epoch not in self._perms:
+            order = list(range(len(self.records)))
+            random.Random(self.seed + epoch).shuffle(order)
+            self._perms = {epoch: order}  # batches move forward: keep only the current epoch
+        return self._perms[epoch]
 
-    def next_batch(self, size: int) -> list[PromptRecord]:
-        batch = []
-        while len(batch) < size:
-            if self.index >= len(self._order):
-                self.epoch, self.index = self.epoch + 1, 0
-                self._order = self._permutation(self.epoch)
-            batch.append(self.records[self._order[self.index]])
-            self.index += 1
-        return batch
-
-    def state(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def restore(self, state: dict) -> None:
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
-        self._order = self._permutation(self.epoch)
+    def batch(self, index: int, size: int) -> list[PromptRecord]:
+        n = len(self.records)
+        positions = range(index * size, (index + 1) * size)
+        return [self.records[self._permutation(p // n)[p % n]] for p in positions]

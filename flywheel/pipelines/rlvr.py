@@ -1,22 +1,23 @@
 """RLVR: prompts scored by verifiers, trained with a policy-gradient loss.
 
-One step, in order:
-  1. rollout      next `rollout_batch_size` prompts → `num_return_sequences_in_group`
-                  responses each from actor_infer, scored by the reward workers
+One training step, in order:
+  1. batch        take `rollout_batch_size` scored groups from the prefetch generator
+                  (generation and scoring already ran, ahead by async_generation_ratio)
   2. log-probs    old log-probs from actor_train (pre-update policy), reference log-probs
   3. advantages   grpo / reinforce (+ KL penalty, whitening, clipping)
   4. train        actor_train.train_step with the configured pg_variant loss
-  5. sync         new weights → actor_infer (every `model_update_frequency` steps)
-  6. log / validate / checkpoint
+  5. sync         publish the new weights to actor_infer (every model_update_frequency)
+  6. log / validate (generation paused) / checkpoint
 
-This is the synchronous loop (`async_generation_ratio: 0`); the same step runs on batches
-from the prefetch generator when generation runs ahead. A sample's policy version is the
-number of weight syncs actor_infer had received when it generated it.
+Steps are 1-based in logs; a policy version is the number of train steps its weights
+include, so a sample's staleness at (1-based) step s is (s − 1) − version: 0 for the
+synchronous pipeline, at most ceil(r) + model_update_frequency − 1 with ratio r.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,42 +27,40 @@ import torch
 from flywheel.algorithms import (
     AdaptiveKLController,
     FixedKLController,
-    PolicyLossParams,
     train_infer_mismatch_weights,
 )
 from flywheel.platform.checkpoint import writing_checkpoint
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
 from flywheel.platform.tracking import Tracker
-from flywheel.pipelines.prompt_data import PromptRecord, PromptSampler, encode_prompt
+from flywheel.pipelines.actor_loss_config import build_actor_loss
+from flywheel.pipelines.prefetch import PrefetchGenerator
+from flywheel.pipelines.prompt_data import PromptOrder, PromptRecord, encode_prompt
+from flywheel.pipelines.replay_buffer import ReplayBuffer
 from flywheel.pipelines.roles import Roles
-from flywheel.pipelines.rollout import Group, generate_groups, sampling_params, score_groups
+from flywheel.pipelines.rollout import (
+    Chunk,
+    Group,
+    batch_chunks,
+    chunk_size,
+    generate_chunks,
+    group_from_dict,
+    group_to_dict,
+    sampling_params,
+    submit_scoring,
+)
+from flywheel.pipelines.sample_ledger import SampleLedger
+from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.workers.actor_loss import ActorLoss
 
-SEED_STRIDE = 1_000_003  # keeps per-step sampling seeds of different runs apart
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
 MISMATCH_MODES = {"token-truncate": ("token", "truncate"), "seq-truncate": ("sequence", "truncate"),
                   "token-mask": ("token", "mask"), "seq-mask": ("sequence", "mask")}
 
 
-def build_actor_loss(cfg: PipelineConfig) -> ActorLoss:
-    at = cfg.actor_train
-    params = PolicyLossParams(
-        pg_clip=cfg.pg_clip, use_pg_clip_range=cfg.use_pg_clip_range,
-        pg_clip_low=cfg.pg_clip_low, pg_clip_high=cfg.pg_clip_high,
-        dual_clip_loss=cfg.dual_clip_loss, dual_clip_c=cfg.dual_clip_c,
-        tis_lower_bound=at.tis_lower_bound, tis_upper_bound=at.tis_upper_bound,
-        topr_positive_weight=at.topr_positive_weight,
-        topr_negative_weight=at.topr_negative_weight,
-        cispo_epsilon_low=at.cispo_epsilon_low, cispo_epsilon_high=at.cispo_epsilon_high,
-        cispo_use_unified_mask=at.cispo_use_unified_mask, kimi15_tau=at.kimi15_tau,
-    )
-    return ActorLoss(
-        pg_variant=at.pg_variant, params=params, loss_agg_mode=at.loss_agg_mode,
-        kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0,
-        kl_loss_type=cfg.kl_loss_type, entropy_loss_coef=cfg.entropy_loss_coef,
-    )
+def max_staleness(cfg: PipelineConfig) -> int:
+    return math.ceil(cfg.async_generation_ratio) + cfg.model_update_frequency - 1
 
 
 @dataclass
@@ -73,67 +72,95 @@ class RLVRPipeline:
     val_records: list[PromptRecord]
     tracker: Tracker
     output_dir: Path
-    step: int = 0
-    version: int = 0  # weight syncs actor_infer has received
-    sampler: PromptSampler = field(init=False)
+    step: int = 0  # train steps completed
+    version: int = 0  # train steps included in actor_infer's weights
+    order: PromptOrder = field(init=False)
     kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
     loss_fn: ActorLoss = field(init=False)
+    buffer: ReplayBuffer = field(init=False)
+    ledger: SampleLedger = field(init=False)
+    first_batch: int = 0  # batch index the generator starts from (moves on resume)
 
     def __post_init__(self) -> None:
-        self.sampler = PromptSampler(self.train_records, seed=self.cfg.seed)
-        self.loss_fn = build_actor_loss(self.cfg)
-        if self.cfg.target_kl is not None:
-            self.kl_ctl = AdaptiveKLController(self.cfg.init_kl_coef, self.cfg.target_kl,
-                                               self.cfg.kl_horizon)
-        else:
-            self.kl_ctl = FixedKLController(self.cfg.init_kl_coef)
+        cfg = self.cfg
+        self.order = PromptOrder(self.train_records, seed=cfg.seed)
+        self.loss_fn = build_actor_loss(cfg)
+        self.kl_ctl = (AdaptiveKLController(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
+                       if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
+        self.buffer = ReplayBuffer(max_staleness(cfg), cfg.drop_uniform_groups)
+        self.ledger = SampleLedger(self.output_dir / "samples.jsonl")
 
     # ---- the loop -------------------------------------------------------------------
     def run(self) -> None:
         cfg = self.cfg
-        while self.step < cfg.max_steps:
-            timer = StepTimer()
-            with timer.phase("step"):
-                self.step += 1
-                groups = self.rollout(timer)
-                metrics = self.train_on(groups, timer)
-                if cfg.eval_steps and (self.step % cfg.eval_steps == 0
-                                       or self.step == cfg.max_steps):
-                    with timer.phase("validate"):
-                        metrics.update(self.validate())
-            metrics.update(timer.metrics())
-            metrics.update(throughput(groups, timer.seconds["step"]))
-            self.tracker.log(self.step, metrics)
-            if cfg.save_steps and self.step % cfg.save_steps == 0:
-                self.save_checkpoint()
-        if self.step and not (cfg.save_steps and self.step % cfg.save_steps == 0):
-            self.save_checkpoint()  # the end of a run is always resumable
+        generator = PrefetchGenerator(
+            actor_infer=self.roles.actor_infer, make_chunks=self.chunks_for_batch,
+            score=lambda groups: submit_scoring(groups, self.roles.rewards, cfg.rewards,
+                                                self.tokenizer),
+            buffer=self.buffer, batch_size=cfg.rollout_batch_size,
+            ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
+            first_batch=self.first_batch, started_groups=len(self.buffer),
+        )
+        generator.start()
+        try:
+            while self.step < cfg.max_steps:
+                metrics = self.train_step(generator)
+                self.tracker.log(self.step, metrics)
+                if cfg.save_steps and self.step % cfg.save_steps == 0:
+                    self.save_checkpoint(generator)
+            if not (cfg.save_steps and self.step % cfg.save_steps == 0):
+                self.save_checkpoint(generator)  # the end of a run is always resumable
+        finally:
+            generator.stop()
+            self.ledger.close(self.step)
 
-    def rollout(self, timer: StepTimer) -> list[Group]:
+    def train_step(self, generator: PrefetchGenerator) -> dict[str, float]:
         cfg = self.cfg
-        records = self.sampler.next_batch(cfg.rollout_batch_size)
-        sampling = sampling_params(cfg.actor_infer.generating_args,
-                                   cfg.num_return_sequences_in_group,
-                                   seed=cfg.seed * SEED_STRIDE + self.step)
-        with timer.phase("generate"):
-            groups = generate_groups(self.roles.actor_infer, records, self.encode(records),
-                                     sampling)
-        with timer.phase("reward"):
-            score_groups(groups, self.roles.rewards, cfg.rewards, self.tokenizer)
-        return groups
+        timer = StepTimer()
+        started = time.time()
+        with timer.phase("step"):
+            with timer.phase("wait_for_batch"):
+                taken = generator.take(self.step)
+            self.step += 1
+            self.ledger.dropped(taken.stale, "stale", self.step)
+            self.ledger.dropped(taken.filtered, "filtered", self.step)
+            metrics = self.train_on(taken.groups, timer)
+            if self.step % cfg.model_update_frequency == 0:
+                with timer.phase("weight_sync"):
+                    self.version = self.step
+                    generator.publish_weights(self.weights(), self.version)
+            generator.release(len(taken.groups))
+            self.ledger.trained(taken.groups, self.step)
+            if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
+                with timer.phase("validate"), generator.paused():
+                    metrics.update(self.validate())
+        seconds = timer.seconds
+        infer_busy = generator.busy_seconds(started, time.time())
+        metrics.update(timer.metrics())
+        metrics.update(staleness_metrics(taken, self.step, generator.queue_depth()))
+        metrics.update({
+            "time/generate": infer_busy / self.roles.actor_infer.world_size,
+            "idle/actor_infer": 1 - infer_busy / (seconds["step"] *
+                                                  self.roles.actor_infer.world_size),
+            "idle/actor_train": 1 - (seconds["logprobs"] + seconds["train"]) / seconds["step"],
+        })
+        samples = sum(len(g.responses) for g in taken.groups)
+        tokens = sum(len(r.token_ids) for g in taken.groups for r in g.responses)
+        metrics["throughput/samples_per_s"] = samples / seconds["step"]
+        metrics["throughput/tokens_per_s"] = tokens / seconds["step"]
+        return metrics
 
     def train_on(self, groups: list[Group], timer: StepTimer) -> dict[str, float]:
         cfg, roles = self.cfg, self.roles
         batch = pack_groups(groups, self.tokenizer.pad_token_id)
         metrics = rollout_metrics(batch)
         with timer.phase("logprobs"):
-            refs = {"old_log_probs": roles.actor_train.submit_scatter(
-                "forward_logprobs", batch.shard(roles.actor_train.world_size))}
+            refs = {"old_log_probs": (roles.actor_train, roles.actor_train.submit_scatter(
+                "forward_logprobs", batch.shard(roles.actor_train.world_size)))}
             if roles.reference is not None:
-                refs["ref_log_probs"] = roles.reference.submit_scatter(
-                    "forward_logprobs", batch.shard(roles.reference.world_size))
-            for name, parts in refs.items():
-                cluster = roles.reference if name == "ref_log_probs" else roles.actor_train
+                refs["ref_log_probs"] = (roles.reference, roles.reference.submit_scatter(
+                    "forward_logprobs", batch.shard(roles.reference.world_size)))
+            for name, (cluster, parts) in refs.items():
                 batch.token[name] = torch.cat(cluster.gather(parts))
         metrics.update(self.mismatch(batch))
         metrics.update(add_advantages(batch, cfg, cfg.num_return_sequences_in_group,
@@ -142,13 +169,10 @@ class RLVRPipeline:
             shards = batch.shard(roles.actor_train.world_size)
             results = roles.actor_train.scatter("train_step", shards, loss_fn=self.loss_fn,
                                                 ppo_epochs=cfg.ppo_epochs)
-        metrics.update(mean_metrics(results))
+        metrics.update({k: sum(r[k] for r in results) / len(results) for k in results[0]})
         metrics["loss/policy"] = metrics.get("pg/loss", float("nan"))
         if "kl/mean" in metrics:
             self.kl_ctl.update(metrics["kl/mean"], n_steps=len(batch))
-        if self.step % cfg.model_update_frequency == 0:
-            with timer.phase("weight_sync"):
-                self.sync_weights()
         return metrics
 
     def mismatch(self, batch) -> dict[str, float]:
@@ -163,13 +187,19 @@ class RLVRPipeline:
             batch.token["is_weights"] = weights
         return metrics
 
-    def sync_weights(self) -> None:
-        self.version += 1
-        self.push_weights()
+    def weights(self) -> list:
+        return self.roles.actor_train.call_all("weights_ref")[0]
 
-    def push_weights(self) -> None:
-        weights = self.roles.actor_train.call_all("weights_ref")[0]
-        self.roles.actor_infer.call_all("update_weights", weights, self.version)
+    def chunks_for_batch(self, batch_index: int) -> list[Chunk]:
+        """The prompts of batch `batch_index`, cut into generation chunks (generator thread)."""
+        cfg = self.cfg
+        records = self.order.batch(batch_index, cfg.rollout_batch_size)
+        sampling = sampling_params(cfg.actor_infer.generating_args,
+                                   cfg.num_return_sequences_in_group, seed=0)
+        size = chunk_size(cfg.rollout_batch_size, self.roles.actor_infer.world_size,
+                          cfg.actor_infer.infer_batch_size)
+        return batch_chunks(batch_index, records, self.encode(records), sampling, size,
+                            cfg.seed)
 
     def validate(self) -> dict[str, float]:
         cfg = self.cfg
@@ -177,9 +207,10 @@ class RLVRPipeline:
         gen_args = (cfg.validation.generating_args if cfg.validation
                     else cfg.actor_infer.generating_args)
         sampling = sampling_params(gen_args, 1, seed=cfg.seed)
-        groups = generate_groups(self.roles.actor_infer, records, self.encode(records),
-                                 sampling)
-        score_groups(groups, self.roles.rewards, cfg.rewards, self.tokenizer)
+        size = max(1, cfg.actor_infer.infer_batch_size)
+        chunks = batch_chunks(0, records, self.encode(records), sampling, size, cfg.seed)
+        groups = generate_chunks(self.roles.actor_infer, chunks)
+        submit_scoring(groups, self.roles.rewards, cfg.rewards, self.tokenizer).finish()
         scores = [s for g in groups for s in g.scores]
         lengths = [len(r.token_ids) for g in groups for r in g.responses]
         return {"val/accuracy": sum(scores) / len(scores),
@@ -190,39 +221,25 @@ class RLVRPipeline:
         return [encode_prompt(self.tokenizer, r.prompt, template) for r in records]
 
     # ---- checkpoints -------------------------------------------------------------------
-    def save_checkpoint(self) -> None:
-        with writing_checkpoint(self.output_dir, self.step) as tmp:
+    def save_checkpoint(self, generator: PrefetchGenerator) -> None:
+        """Pause generation so the checkpoint holds every finished group: a resumed run
+        continues with exactly the batches the uninterrupted one would have trained."""
+        with generator.paused(), writing_checkpoint(self.output_dir, self.step) as tmp:
             self.roles.actor_train.call_all("save", str(tmp / "actor_train"))
             state = {"step": self.step, "version": self.version,
-                     "sampler": self.sampler.state(), "kl_coef": self.kl_ctl.value,
+                     "next_batch": generator.next_batch, "kl_coef": self.kl_ctl.value,
+                     "buffer": [group_to_dict(g) for g in self.buffer.snapshot()],
                      "saved_at": time.time()}
-            (tmp / "pipeline_state.json").write_text(json.dumps(state, indent=2))
+            (tmp / "pipeline_state.json").write_text(json.dumps(state))
 
     def load_checkpoint(self, path: Path) -> None:
         state = json.loads((path / "pipeline_state.json").read_text())
         self.roles.actor_train.call_all("load", str(path / "actor_train"))
-        self.step, self.version = state["step"], state["version"]
-        self.sampler.restore(state["sampler"])
+        # actor_infer restarts from the checkpoint's weights, whatever it held before.
+        self.step = self.version = state["step"]
+        self.first_batch = state["next_batch"]
         self.kl_ctl.value = state["kl_coef"]
-        self.push_weights()  # actor_infer starts from the checkpoint's weights
-
-
-def rollout_metrics(batch) -> dict[str, float]:
-    scores = batch.sample["scores"].float()
-    lengths = batch.response_mask.sum(-1)
-    return {"reward/mean": float(scores.mean()), "reward/std": float(scores.std()),
-            "reward/max": float(scores.max()), "reward/min": float(scores.min()),
-            "response/length_mean": float(lengths.mean()),
-            "response/length_max": float(lengths.max())}
-
-
-def mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    keys = per_rank[0].keys()
-    return {k: sum(r[k] for r in per_rank) / len(per_rank) for k in keys}
-
-
-def throughput(groups: list[Group], seconds: float) -> dict[str, float]:
-    samples = sum(len(g.responses) for g in groups)
-    tokens = sum(len(r.token_ids) for g in groups for r in g.responses)
-    return {"throughput/samples_per_s": samples / seconds,
-            "throughput/tokens_per_s": tokens / seconds}
+        restored = [group_from_dict(d) for d in state["buffer"]]
+        self.buffer.put(restored)
+        self.ledger.generated(restored)
+        self.roles.actor_infer.call_all("update_weights", self.weights(), self.version)

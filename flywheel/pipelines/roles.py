@@ -4,6 +4,10 @@ One placement group covers every role's devices (see platform/resources.py). Rul
 reward workers own no device and are scheduled freely. Thread budget: in a synchronous
 run training and generation take turns, so each may use every core; when they overlap
 (async_generation_ratio > 0) each gets half, so neither starves the other.
+
+Training backends whose ranks form one torch.distributed group (deepspeed_train,
+megatron_train) finish starting in `join_process_group`: rank 0 names its address and a
+free port, then every rank joins and builds its strategy.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
+from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.train_worker import TrainWorker
 
 
@@ -30,6 +35,14 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
     if cfg.reference is not None:
         roles.append(role_devices("reference", cfg.reference))
     return roles
+
+
+def join_process_group(cluster: Cluster, wcfg: WorkerConfig) -> None:
+    """Second start phase of process-group backends: rendezvous at rank 0, then build."""
+    if not strategy_spec(wcfg.strategy_args.strategy_name).process_group:
+        return
+    master_addr, master_port = cluster.get(cluster.submit_one(0, "master_address"), rank=0)
+    cluster.call_all("init_process_group", master_addr, master_port)
 
 
 def num_slots(cfg: PipelineConfig) -> int:
@@ -68,11 +81,13 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
     try:
         actor_train = start("actor_train", TrainWorker, cfg.actor_train,
                             total_steps=total_steps, trainable=True)
+        join_process_group(actor_train, cfg.actor_train)
         actor_infer = start("actor_infer", InferWorker, cfg.actor_infer)
         reference = None
         if cfg.reference is not None:
             reference = start("reference", TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False)
+            join_process_group(reference, cfg.reference)
         rewards = {}
         for name, rcfg in cfg.rewards.items():
             rewards[name] = Cluster.create(

@@ -1,10 +1,14 @@
 """actor_infer: generation on an InferStrategy, plus in-place weight updates.
 
-The worker stamps nothing itself; the pipeline owns policy versions. It keeps only the
-version of the weights it holds so every generation can report which policy produced it.
+The pipeline owns policy versions; the worker keeps only the version of the weights it
+holds, so every result says which policy produced it, and when it ran (for overlap and
+idle-time metrics).
 """
 
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import ray
 import torch
@@ -16,6 +20,14 @@ from flywheel.workers.strategies.base import Generation, SamplingParams
 from flywheel.workers.strategies.registry import strategy_class
 
 
+@dataclass
+class GenerateResult:
+    version: int  # weights version that produced every token of these generations
+    generations: list[Generation]
+    started: float  # wall clock (time.time) on the worker, for idle/overlap accounting
+    finished: float
+
+
 class InferWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None):
@@ -24,9 +36,10 @@ class InferWorker(RoleWorker):
         self.strategy = cls(model_path, cfg, seed=seed)
         self.version = 0
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams
-                 ) -> tuple[int, list[Generation]]:
-        return self.version, self.strategy.generate(prompts, sampling)
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> GenerateResult:
+        started = time.time()
+        generations = self.strategy.generate(prompts, sampling)
+        return GenerateResult(self.version, generations, started, time.time())
 
     def update_weights(self, weights: list[ray.ObjectRef], version: int) -> None:
         self.strategy.update_weights(ray.get(weights[0]), version)

@@ -3,9 +3,20 @@
 A thin Ray-facing shell over a TrainStrategy: the pipeline decides what to compute, the
 strategy how. Weights for actor_infer are put into Ray's object store once per sync so
 every inference worker reads the same copy.
+
+Backends whose ranks form one torch.distributed group (registry `process_group`:
+deepspeed_train, megatron_train) are built in two phases, because every rank needs rank
+0's address and a free port on rank 0's node before the group can form: the cluster asks
+rank 0 for `master_address()`, then calls `init_process_group(addr, port)` on every rank
+at once, which exports the torch.distributed variables and builds the strategy. Other
+backends are built in the constructor.
 """
 
 from __future__ import annotations
+
+import functools
+import os
+import socket
 
 import ray
 import torch
@@ -13,8 +24,8 @@ import torch
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
-from flywheel.workers.strategies.base import LossFn
-from flywheel.workers.strategies.registry import strategy_class
+from flywheel.workers.strategies.base import LossFn, TrainStrategy
+from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 
 
 class TrainWorker(RoleWorker):
@@ -22,9 +33,36 @@ class TrainWorker(RoleWorker):
                  cfg: WorkerConfig, seed: int, total_steps: int, trainable: bool,
                  num_threads: int | None = None):
         super().__init__(role, rank, world_size, num_threads)
-        cls = strategy_class(cfg.strategy_args.strategy_name)
-        self.strategy = cls(model_path, cfg, seed=seed, total_steps=total_steps,
-                            trainable=trainable)
+        name = cfg.strategy_args.strategy_name
+        self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
+                                       total_steps=total_steps, trainable=trainable)
+        self._strategy: TrainStrategy | None = None
+        if not strategy_spec(name).process_group:
+            self._strategy = self.build()
+
+    @property
+    def strategy(self) -> TrainStrategy:
+        if self._strategy is None:
+            raise RuntimeError(f"{self.role} rank {self.rank}: its backend is built by "
+                               "init_process_group(), which was not called")
+        return self._strategy
+
+    def master_address(self) -> tuple[str, int]:
+        """This node's address and a free port: rank 0's rendezvous for every rank."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init_process_group(self, master_addr: str, master_port: int) -> None:
+        """Join the role's torch.distributed group, then build the strategy (phase two).
+
+        LOCAL_RANK is 0: Ray hands each worker only its own device(s).
+        """
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
+                          RANK=str(self.rank), WORLD_SIZE=str(self.world_size),
+                          LOCAL_RANK="0")
+        self._strategy = self.build()
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch)
@@ -33,8 +71,12 @@ class TrainWorker(RoleWorker):
         return self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
     def weights_ref(self) -> list[ray.ObjectRef]:
-        """The full weights, put once into the object store (wrapped so Ray passes the ref)."""
-        return [ray.put(self.strategy.state_dict_for_sync())]
+        """The full weights, put once into the object store (wrapped so Ray passes the ref).
+
+        Every rank gathers (a collective for sharded backends); only rank 0's copy is put.
+        """
+        weights = self.strategy.state_dict_for_sync()
+        return [ray.put(weights)] if self.rank == 0 else []
 
     def save(self, path: str) -> None:
         self.strategy.save(path)

@@ -25,8 +25,9 @@ from flywheel.platform.config.schema import (
     WorkerConfig,
 )
 
-TRAIN_STRATEGIES = ("hf_train", "deepspeed_train", "megatron_train")
-INFER_STRATEGIES = ("hf_infer", "vllm", "sglang")
+# sim_*: latency-only backends for scheduling benchmarks and tests (latency_sim.py).
+TRAIN_STRATEGIES = ("hf_train", "deepspeed_train", "megatron_train", "sim_train")
+INFER_STRATEGIES = ("hf_infer", "vllm", "sglang", "sim_infer")
 ALL_STRATEGIES = TRAIN_STRATEGIES + INFER_STRATEGIES
 # Which backends can run each role. A reward model may train-style score or generate (judge).
 ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {

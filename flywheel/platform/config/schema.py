@@ -240,6 +240,9 @@ class PipelineConfig:
     model_update_frequency: int = 1
     # Pause in-flight generations at a weight sync and continue them on new weights.
     partial_rollout: bool = False
+    # Drop groups whose responses all scored the same (no GRPO signal; DAPO's dynamic
+    # sampling). Dropped groups are counted in rollout/dropped_filtered and replaced.
+    drop_uniform_groups: bool = False
 
     # Samples per prompt (GRPO group size).
     num_return_sequences_in_group: int = 1

@@ -1,0 +1,236 @@
+"""The prefetch generator: generation that runs ahead of training by a bounded amount.
+
+A background thread in the driver keeps actor_infer busy. It draws prompts batch by
+batch, cuts them into chunks, sends each chunk to an inference worker, sends each
+finished chunk to the reward workers (so scoring overlaps generation), and puts scored
+groups into the replay buffer. The trainer takes batches from the buffer.
+
+How far ahead (`async_generation_ratio` = r): at most floor((1 + r) · B) groups may be
+outstanding — started but not yet released by a finished training step (or dropped).
+r = 0 is the synchronous pipeline: the next batch starts only after the step that
+consumed the previous one has published its weights. r = 1 is one-step-off. Fractional r
+lets part of the next batch run ahead.
+
+Ordering, so no weight update is ever missed or reordered: every call to actor_infer
+goes out from this one thread, and Ray runs the calls of one caller to one actor in
+submission order. A weight update published by the trainer is therefore applied before
+every chunk submitted after it, and each result carries the version that produced it.
+
+Pausing (validation): `paused()` stops new chunks, waits for in-flight chunks, their
+scoring and any weight update to finish (their groups stay in the buffer: nothing is lost
+or generated twice), lets the caller use actor_infer alone, then resumes.
+
+Failures: any error in this thread (a WorkerError naming role and rank, a stalled worker)
+is stored and re-raised in the trainer by the next `take` or `paused`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import ray
+
+from flywheel.platform.cluster import Cluster, WorkerError
+from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
+from flywheel.pipelines.rollout import Chunk, ScoringJob, groups_from_result, submit_scoring
+
+POLL_S = 0.02
+
+
+@dataclass
+class _InFlight:
+    chunk: Chunk
+    rank: int
+    submitted: float
+
+
+@dataclass
+class PrefetchGenerator:
+    actor_infer: Cluster
+    make_chunks: Callable[[int], list[Chunk]]  # batch index -> its chunks
+    score: Callable[[list], ScoringJob]  # groups -> scoring job in flight
+    buffer: ReplayBuffer
+    batch_size: int  # groups per training batch (B)
+    ratio: float  # async_generation_ratio
+    stall_timeout_s: float = 600.0
+    on_generated: Callable[[list], None] = lambda groups: None
+    first_batch: int = 0  # batch index to draw first (a resumed run continues from it)
+    # -- state, guarded by _cond ------------------------------------------------------
+    started_groups: int = 0  # outstanding at start: groups restored into the buffer
+    released_groups: int = 0  # consumed by finished steps, or dropped
+    busy: list[tuple[int, float, float]] = field(default_factory=list)  # rank, t0, t1
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _pending_chunks: list[Chunk] = field(default_factory=list)
+    _next_batch: int = -1
+    _weights: tuple[list, int] | None = None  # (weights ref, version) to publish
+    _updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
+    _inflight: dict[ray.ObjectRef, _InFlight] = field(default_factory=dict)
+    _scoring: dict[ray.ObjectRef, ScoringJob] = field(default_factory=dict)
+    _paused: bool = False
+    _stop: bool = False
+    _error: BaseException | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def capacity(self) -> int:
+        return math.floor((1 + self.ratio) * self.batch_size)
+
+    # ---- trainer side ---------------------------------------------------------------
+    @property
+    def next_batch(self) -> int:
+        """The first batch index with no chunk started yet (chunks are drawn batch-wise)."""
+        with self._cond:
+            return self._next_batch if not self._pending_chunks else (
+                self._pending_chunks[0].batch_index)
+
+    def start(self) -> None:
+        self._next_batch = self.first_batch
+        self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
+        self._thread.start()
+
+    def take(self, step: int) -> Taken:
+        """Block until a batch for 0-based `step` is ready; re-raise generator errors."""
+        with self._cond:
+            while True:
+                self._raise_if_failed()
+                taken = self.buffer.take(self.batch_size, step)
+                if taken is not None:
+                    self.released_groups += len(taken.stale) + len(taken.filtered)
+                    self._cond.notify_all()
+                    return taken
+                self._cond.wait(timeout=0.1)
+
+    def release(self, groups: int) -> None:
+        """A training step is done with `groups` groups (after publishing its weights)."""
+        with self._cond:
+            self.released_groups += groups
+            self._cond.notify_all()
+
+    def publish_weights(self, weights: list, version: int) -> None:
+        with self._cond:
+            self._weights = (weights, version)
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """actor_infer exclusively for the caller; in-flight work finishes first."""
+        with self._cond:
+            self._paused = True
+            self._cond.notify_all()
+            while self._inflight or self._scoring or self._updates or self._weights:
+                self._raise_if_failed()
+                self._cond.wait(timeout=0.1)
+            self._raise_if_failed()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._paused = False
+                self._cond.notify_all()
+
+    def busy_seconds(self, since: float, until: float) -> float:
+        """Worker-seconds actor_infer spent generating inside [since, until] (wall clock);
+        intervals that ended before `since` are forgotten."""
+        with self._cond:
+            self.busy = [b for b in self.busy if b[2] > since]
+            return sum(max(0.0, min(t1, until) - max(t0, since)) for _, t0, t1 in self.busy)
+
+    def queue_depth(self) -> int:
+        with self._cond:
+            return len(self.buffer)
+
+    def stop(self) -> list[Chunk]:
+        """Stop the thread; returns chunks still in flight (their groups are abandoned)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for ref in list(self._inflight) + list(self._scoring):
+            ray.cancel(ref)
+        return [f.chunk for f in self._inflight.values()]
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    # ---- generator thread -----------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._stop:
+                        return
+                    self._publish_pending_weights()
+                    self._submit_allowed_chunks()
+                    waiting = [*self._inflight, *self._scoring, *self._updates]
+                    if not waiting:
+                        self._cond.wait(timeout=POLL_S)
+                        continue
+                done, _ = ray.wait(waiting, num_returns=1, timeout=POLL_S)
+                with self._cond:
+                    for ref in done:
+                        self._complete(ref)
+                    self._check_stalls()
+                    self._cond.notify_all()
+        except BaseException as e:  # handed to the trainer thread, which raises it
+            with self._cond:
+                self._error = e
+                self._cond.notify_all()
+
+    def _publish_pending_weights(self) -> None:
+        if self._weights is None:
+            return
+        weights, version = self._weights
+        self._weights = None
+        refs = self.actor_infer.submit_all("update_weights", weights, version)
+        self._updates.update({ref: rank for rank, ref in enumerate(refs)})
+
+    def _submit_allowed_chunks(self) -> None:
+        per_worker = {rank: 0 for rank in range(self.actor_infer.world_size)}
+        for f in self._inflight.values():
+            per_worker[f.rank] += 1
+        while not self._paused:
+            if not self._pending_chunks:
+                self._pending_chunks = self.make_chunks(self._next_batch)
+                self._next_batch += 1
+            chunk = self._pending_chunks[0]
+            outstanding = self.started_groups - self.released_groups
+            rank = min(per_worker, key=per_worker.get)
+            if outstanding + len(chunk.records) > self.capacity or per_worker[rank] >= 2:
+                return
+            self._pending_chunks.pop(0)
+            ref = self.actor_infer.submit_one(rank, "generate", chunk.prompt_ids,
+                                              chunk.sampling)
+            self._inflight[ref] = _InFlight(chunk, rank, time.monotonic())
+            per_worker[rank] += 1
+            self.started_groups += len(chunk.records)
+
+    def _complete(self, ref: ray.ObjectRef) -> None:
+        if ref in self._inflight:
+            job = self._inflight.pop(ref)
+            result = self.actor_infer.get(ref, job.rank)
+            self.busy.append((job.rank, result.started, result.finished))
+            groups = groups_from_result(job.chunk, result)
+            self.on_generated(groups)
+            scoring = self.score(groups)
+            for part_ref in scoring.refs:
+                self._scoring[part_ref] = scoring
+        elif ref in self._scoring:
+            scoring = self._scoring.pop(ref)
+            if not any(r in self._scoring for r in scoring.refs):
+                self.buffer.put(scoring.finish())
+        else:
+            self.actor_infer.get(ref, self._updates.pop(ref))  # raises if the update failed
+
+    def _check_stalls(self) -> None:
+        now = time.monotonic()
+        for job in self._inflight.values():
+            if now - job.submitted > self.stall_timeout_s:
+                raise WorkerError(self.actor_infer.role, job.rank,
+                                  f"generation made no progress for {self.stall_timeout_s:.0f}s")

@@ -1,0 +1,51 @@
+"""Where every generated group went: trained at a step, or dropped with a reason.
+
+One JSON line per group in `samples.jsonl`, written as its fate is decided, so an
+off-policy run can be audited afterwards: which policy version generated each prompt's
+responses, at which step they were trained, how stale they were, and which were dropped
+(stale, filtered) or abandoned when the run stopped (aborted). Every group generated in a
+run appears exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from flywheel.pipelines.rollout import Group
+
+
+class SampleLedger:
+    def __init__(self, path: Path):
+        self._file = open(path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._open: dict[int, Group] = {}  # generated, fate not yet written
+
+    def generated(self, groups: list[Group]) -> None:
+        with self._lock:
+            for g in groups:
+                self._open[g.seq] = g
+
+    def trained(self, groups: list[Group], step: int) -> None:
+        self._close(groups, "trained", step)
+
+    def dropped(self, groups: list[Group], reason: str, step: int) -> None:
+        self._close(groups, reason, step)
+
+    def close(self, step: int) -> None:
+        """Whatever is still open was generated but never used: aborted."""
+        with self._lock:
+            leftover = list(self._open.values())
+        self._close(leftover, "aborted", step)
+        self._file.close()
+
+    def _close(self, groups: list[Group], fate: str, step: int) -> None:
+        with self._lock:
+            for g in groups:
+                self._open.pop(g.seq, None)
+                record = {"seq": g.seq, "id": g.record.id, "version": g.version,
+                          "fate": fate, "step": step, "staleness": step - 1 - g.version,
+                          "samples": len(g.responses)}
+                self._file.write(json.dumps(record) + "\n")
+            self._file.flush()

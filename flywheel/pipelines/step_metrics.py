@@ -1,0 +1,30 @@
+"""Per-step metrics derived from a batch: rewards, lengths, staleness, drops.
+
+Names are stable and documented in the README's metrics table: `reward/*`, `response/*`,
+`staleness/*` (train step minus the policy version that generated each sample, over the
+batch's samples), `rollout/*` (drops this step, groups waiting in the buffer).
+"""
+
+from __future__ import annotations
+
+from flywheel.pipelines.replay_buffer import Taken
+from flywheel.workers.batch import TokenBatch
+
+
+def rollout_metrics(batch: TokenBatch) -> dict[str, float]:
+    scores = batch.sample["scores"].float()
+    lengths = batch.response_mask.sum(-1)
+    return {"reward/mean": float(scores.mean()), "reward/std": float(scores.std()),
+            "reward/max": float(scores.max()), "reward/min": float(scores.min()),
+            "response/length_mean": float(lengths.mean()),
+            "response/length_max": float(lengths.max())}
+
+
+def staleness_metrics(taken: Taken, step: int, queue_depth: int) -> dict[str, float]:
+    """`step` is the 1-based step that trained `taken.groups`."""
+    lags = [step - 1 - g.version for g in taken.groups for _ in g.responses]
+    return {"staleness/min": float(min(lags)), "staleness/max": float(max(lags)),
+            "staleness/mean": sum(lags) / len(lags),
+            "rollout/dropped_stale": float(sum(len(g.responses) for g in taken.stale)),
+            "rollout/dropped_filtered": float(sum(len(g.responses) for g in taken.filtered)),
+            "rollout/queue_depth": float(queue_depth)}

@@ -1,0 +1,125 @@
+"""sim_train / sim_infer: backends whose only behaviour is how long they take.
+
+Why they exist: the scheduling questions of asynchronous RL (how much does generation
+overlap training, is the staleness bound kept, does validation pause prefetch, does a
+failure surface) depend on latencies, not on what the model computes. These backends let
+a benchmark set generation to G seconds per batch and training to T seconds per step
+exactly, and let tests randomise latencies or inject a failure, while every other part of
+the pipeline (Ray actors, prefetch, rewards, ledger, metrics) is the real one.
+
+They learn nothing: responses are uniformly random tokens with log-prob −log(V).
+
+strategy_config keys (all optional):
+  seconds_per_prompt   generation latency per prompt (G = this × prompts per batch)
+  seconds_per_step     training latency per train_step (T)
+  jitter               latencies are scaled by uniform(1 − jitter, 1 + jitter), seeded
+  fail_at_call         raise on the N-th generate / train_step call (0 = never)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+
+import torch
+
+from flywheel.platform.config.schema import WorkerConfig
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.base import (
+    Generation,
+    InferStrategy,
+    LossFn,
+    SamplingParams,
+    TrainStrategy,
+)
+from flywheel.workers.strategies.hf_model import load_tokenizer
+
+KNOBS = {"seconds_per_prompt": 0.0, "seconds_per_step": 0.0, "jitter": 0.0, "fail_at_call": 0}
+
+
+class SimulatedFailure(RuntimeError):
+    pass
+
+
+class _Latency:
+    def __init__(self, cfg: WorkerConfig, seed: int):
+        unknown = set(cfg.strategy_args.strategy_config) - set(KNOBS)
+        if unknown:
+            raise ValueError(f"strategy_config: unknown key(s) {sorted(unknown)} for "
+                             f"'{cfg.strategy_args.strategy_name}'; known: {sorted(KNOBS)}")
+        self.knobs = {**KNOBS, **cfg.strategy_args.strategy_config}
+        self.rng = random.Random(seed)
+        self.calls = 0
+
+    def spend(self, seconds: float, what: str) -> None:
+        self.calls += 1
+        if self.calls == self.knobs["fail_at_call"]:
+            raise SimulatedFailure(f"injected failure in {what} (call {self.calls})")
+        jitter = self.knobs["jitter"]
+        time.sleep(seconds * self.rng.uniform(1 - jitter, 1 + jitter))
+
+
+class SimInferStrategy(InferStrategy):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+        tokenizer = load_tokenizer(model_path)
+        self.vocab = len(tokenizer)
+        self.eos_id = tokenizer.eos_token_id
+        self.latency = _Latency(cfg, seed)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        self.latency.spend(self.latency.knobs["seconds_per_prompt"] * len(prompts), "generate")
+        rng = random.Random(sampling.seed)
+        lp = -math.log(self.vocab)
+        out = []
+        for i in range(len(prompts)):
+            for _ in range(sampling.n):
+                ids = [rng.randrange(4, self.vocab)
+                       for _ in range(rng.randint(1, sampling.max_new_tokens))]
+                reason = "length" if len(ids) == sampling.max_new_tokens else "stop"
+                if reason == "stop":
+                    ids[-1] = self.eos_id
+                out.append(Generation(i, ids, [lp] * len(ids), reason))
+        return out
+
+    def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
+        pass  # nothing to load: the simulated model has no weights
+
+    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return _uniform_logprobs(batch, self.vocab)
+
+
+class SimTrainStrategy(TrainStrategy):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
+                 trainable: bool = True):
+        self.vocab = len(load_tokenizer(model_path))
+        self.latency = _Latency(cfg, seed)
+        self.steps = 0
+
+    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return _uniform_logprobs(batch, self.vocab)
+
+    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int = 1) -> dict:
+        self.latency.spend(self.latency.knobs["seconds_per_step"], "train_step")
+        self.steps += 1
+        return {"pg/loss": 0.0, "actor/optimizer_steps": 1.0}
+
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def save(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "sim_state.json"), "w") as f:
+            json.dump({"steps": self.steps}, f)
+
+    def load(self, path: str) -> None:
+        with open(os.path.join(path, "sim_state.json")) as f:
+            self.steps = json.load(f)["steps"]
+
+
+def _uniform_logprobs(batch: TokenBatch, vocab: int) -> torch.Tensor:
+    lp = torch.full(batch.input_ids.shape, -math.log(vocab))
+    lp[:, 0] = 0.0
+    return lp * batch.attention_mask

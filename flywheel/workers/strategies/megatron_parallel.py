@@ -1,0 +1,123 @@
+"""The collective pieces of megatron_train: data across model-parallel ranks, gradients
+across data-parallel ranks, and log-probs across a vocabulary split over TP ranks.
+
+Each function is written for any TP/PP/DP sizes and reduces to the single-process
+computation when they are all 1 (every collective is then over a group of one).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from megatron.core import parallel_state as ps
+from megatron.core.tensor_parallel import (
+    param_is_not_tensor_parallel_duplicate,
+    reduce_from_tensor_model_parallel_region,
+)
+from safetensors.torch import load_file
+
+from flywheel.workers.batch import TokenBatch
+
+
+def load_hf_tensors(path: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a HF checkpoint directory (one or several safetensors files)."""
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {path}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(file))
+    return tensors
+
+
+def gather_model_parallel(batch: TokenBatch) -> tuple[TokenBatch, slice]:
+    """All shards of this rank's model replica (TP x PP group), concatenated in group-rank
+    order, and the rows of the result that are this rank's own shard."""
+    group = ps.get_model_parallel_group()
+    size = dist.get_world_size(group)
+    if size == 1:
+        return batch, slice(0, len(batch))
+    shards: list[TokenBatch | None] = [None] * size
+    dist.all_gather_object(shards, batch, group=group)
+    index = dist.get_rank(group)
+    return concat_batches(shards), slice(index * len(batch), (index + 1) * len(batch))
+
+
+def concat_batches(batches: list[TokenBatch]) -> TokenBatch:
+    width = max(b.input_ids.shape[1] for b in batches)
+
+    def cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in tensors])
+
+    return TokenBatch(
+        input_ids=cat([b.input_ids for b in batches]),
+        attention_mask=cat([b.attention_mask for b in batches]),
+        response_mask=cat([b.response_mask for b in batches]),
+        token={k: cat([b.token[k] for b in batches]) for k in batches[0].token},
+        sample={k: torch.cat([b.sample[k] for b in batches]) for k in batches[0].sample},
+    )
+
+
+def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
+                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(x_t | x_<t) [B, L] (column 0 is 0) from logits [B, L, V/tp] split over TP.
+
+    log p = z_target - log sum_v exp(z_v); the max, the sum of exponentials and the target
+    logit are reduced over the TP group (differentiably: the reduce's backward is the
+    identity, as the loss is replicated on TP ranks). Entropy = log Z - sum_v p_v z_v.
+    """
+    group = ps.get_tensor_model_parallel_group()
+    logits = logits[:, :-1].float()  # [B, L-1, V/tp] predicts tokens 1..L-1
+    targets = input_ids[:, 1:]  # [B, L-1]
+    local_vocab = logits.shape[-1]
+    start = ps.get_tensor_model_parallel_rank() * local_vocab
+    top = logits.detach().max(dim=-1, keepdim=True).values  # [B, L-1, 1]
+    dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+    shifted = logits - top
+    log_norm = reduce_from_tensor_model_parallel_region(shifted.exp().sum(-1)).log()
+    local = targets - start
+    here = (local >= 0) & (local < local_vocab)
+    picked = shifted.gather(-1, local.clamp(0, local_vocab - 1)[..., None]).squeeze(-1)
+    picked = reduce_from_tensor_model_parallel_region(picked * here)  # [B, L-1]
+    log_probs = F.pad(picked - log_norm, (1, 0))  # [B, L]
+    entropy = None
+    if with_entropy:
+        probs = torch.exp(shifted - log_norm[..., None])
+        expected = reduce_from_tensor_model_parallel_region((probs * shifted).sum(-1))
+        entropy = F.pad(log_norm - expected, (1, 0))  # [B, L]
+    return log_probs, entropy
+
+
+def summed_grads_and_norm(model: torch.nn.Module, max_norm: float, tied: bool) -> float:
+    """Sum gradients over DP (and tied embeddings over the embedding group), clip by the
+    global norm (TP-replicated parameters and the tied copy counted once); the norm."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    dp_group = ps.get_data_parallel_group()
+    if dist.get_world_size(dp_group) > 1:
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat, group=dp_group)
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p.grad))
+    pipelined = ps.get_pipeline_model_parallel_world_size() > 1
+    if tied and pipelined and ps.is_rank_in_embedding_group():
+        shared = model.shared_embedding_or_output_weight()
+        dist.all_reduce(shared.grad, group=ps.get_embedding_group())
+    counted = [p for p in params if param_is_not_tensor_parallel_duplicate(p)
+               and not (pipelined and getattr(p, "shared", False))]
+    squares = sum((p.grad.float().pow(2).sum() for p in counted),
+                  torch.zeros((), device=params[0].device))
+    dist.all_reduce(squares, group=ps.get_model_parallel_group())
+    norm = float(squares.sqrt())
+    if max_norm > 0 and norm > 0:
+        coef = max_norm / (norm + 1e-6)
+        if coef < 1.0:
+            for p in params:
+                p.grad.mul_(coef)
+    return norm

@@ -1,0 +1,315 @@
+"""megatron_train: a megatron-core GPTModel built from a HF Qwen2/Llama checkpoint.
+
+Ranks and data. The role's workers form one torch.distributed group (see registry
+`process_group`), split by megatron into tensor- (TP) and pipeline-parallel (PP) groups;
+data parallelism (DP) is what remains. The pipeline hands every rank its own equal
+shard, so the ranks of one model replica (its TP x PP "model-parallel group") first
+all-gather their shards and work on the union; each rank returns the log-probs of its own
+shard. One optimizer step consumes per_device_train_batch_size *
+gradient_accumulation_steps rows per replica, as `checks.data_parallel_size` assumes.
+
+Loss and gradients. Micro-batches run through megatron's schedule
+(`get_forward_backward_func`, which also drives PP) with `calculate_per_token_loss`, so the
+loss function's value is back-propagated as is. `counts` are all-reduced over DP, making
+each replica's loss its share of the global mini-batch loss; gradients are then *summed*
+over DP, and tied-embedding gradients summed between the first and last PP stage. The
+global grad norm counts TP-replicated parameters once. Log-probs are a vocab-parallel
+log-softmax (max, sum-exp and the target logit reduced over TP), equal to HF's.
+
+Deliberately plain: AdamW from torch over local parameters (fp32; bf16/fp16 in
+`model_args.dtype` run the forward under autocast), and grad all-reduce with
+torch.distributed, instead of megatron's DDP / DistributedOptimizer, whose buffers
+hard-code CUDA. So `use_distributed_optimizer`, `sequence_parallel`, context and expert
+parallelism are refused with an error rather than silently ignored.
+
+On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p);
+the tests patch those in a fixture. Its home is the GPU.
+Checkpoints: each (TP, PP) coordinate's model/optimizer/scheduler from DP rank 0, every
+rank's RNG, and the full model in HF format from rank 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from functools import partial
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from megatron.core import parallel_state as ps
+from megatron.core import tensor_parallel
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.pipeline_parallel import get_forward_backward_func
+from megatron.core.transformer import TransformerConfig
+from safetensors.torch import save_file
+from transformers import AutoConfig, get_scheduler
+
+from flywheel.algorithms import count_seqs, count_tokens
+from flywheel.platform.config.schema import WorkerConfig
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.base import LossFn, TrainStrategy
+from flywheel.workers.strategies.hf_model import TORCH_DTYPES, pick_device
+from flywheel.workers.strategies.megatron_parallel import (
+    gather_model_parallel,
+    load_hf_tensors,
+    summed_grads_and_norm,
+    vocab_parallel_logprobs,
+)
+from flywheel.workers.strategies.megatron_weights import (
+    DecoderSpec,
+    hf_to_megatron,
+    megatron_to_hf,
+    stage_layers,
+    to_global_layers,
+    to_local_layers,
+    tp_shard,
+    tp_unshard,
+)
+from flywheel.workers.strategies.strategy_config import checked_config, require
+
+DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+            "context_parallel_size": 1, "expert_model_parallel_size": 1,
+            "sequence_parallel": False, "use_distributed_optimizer": False,
+            "recompute_granularity": None}
+
+
+def strategy_options(cfg: WorkerConfig) -> dict:
+    options = checked_config("megatron_train", cfg.strategy_args.strategy_config, DEFAULTS)
+    for key in ("context_parallel_size", "expert_model_parallel_size"):
+        require(options[key] == 1, key, "only 1 is supported by flywheel's megatron_train")
+    for key in ("sequence_parallel", "use_distributed_optimizer"):
+        require(not options[key], key, "not supported yet by flywheel's megatron_train "
+                                       "(plain all-reduce + replicated AdamW); set false")
+    require(options["recompute_granularity"] in (None, "full", "selective"),
+            "recompute_granularity", "expected full, selective or null")
+    return options
+
+
+def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool) -> TransformerConfig:
+    recompute = options["recompute_granularity"]
+    return TransformerConfig(
+        num_layers=spec.num_layers, hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_heads, num_query_groups=spec.num_kv_heads,
+        kv_channels=spec.head_dim, ffn_hidden_size=spec.ffn_hidden_size,
+        normalization="RMSNorm", layernorm_epsilon=spec.norm_eps, gated_linear_unit=True,
+        activation_func=F.silu, add_bias_linear=False, add_qkv_bias=spec.qkv_bias,
+        hidden_dropout=0.0, attention_dropout=0.0, params_dtype=torch.float32,
+        pipeline_dtype=torch.float32, use_cpu_initialization=on_cpu,
+        perform_initialization=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        masked_softmax_fusion=False, gradient_accumulation_fusion=False,
+        persist_layer_norm=False, calculate_per_token_loss=True,
+        tensor_model_parallel_size=options["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=options["pipeline_model_parallel_size"],
+        recompute_granularity=recompute,
+        recompute_method="uniform" if recompute == "full" else None,
+        recompute_num_layers=1 if recompute == "full" else None,
+    )
+
+
+class MegatronTrainStrategy(TrainStrategy):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
+                 trainable: bool = True):
+        options = strategy_options(cfg)
+        self.cfg, self.trainable, self.device = cfg, trainable, pick_device()
+        self.model_path = model_path
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        tp, pp = options["tensor_model_parallel_size"], options["pipeline_model_parallel_size"]
+        ps.initialize_model_parallel(tp, pp)
+        torch.manual_seed(seed)
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        self.spec = DecoderSpec.from_hf(AutoConfig.from_pretrained(model_path))
+        require(self.spec.num_layers % pp == 0, "pipeline_model_parallel_size",
+                f"{self.spec.num_layers} layers do not split into {pp} equal stages")
+        require(self.spec.vocab_size % tp == 0 and self.spec.num_kv_heads % tp == 0,
+                "tensor_model_parallel_size", f"vocab {self.spec.vocab_size} and "
+                f"{self.spec.num_kv_heads} KV heads must both divide by {tp}")
+        self.tp_rank, self.tp_size = ps.get_tensor_model_parallel_rank(), tp
+        self.first, self.last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
+        self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
+        self.model = GPTModel(
+            transformer_config(self.spec, options, self.device.type == "cpu"),
+            get_gpt_layer_local_spec(normalization="RMSNorm"),
+            vocab_size=self.spec.vocab_size, max_sequence_length=self.spec.max_positions,
+            pre_process=self.first, post_process=self.last,
+            share_embeddings_and_output_weights=self.spec.tied,
+            position_embedding_type="rope", rotary_base=int(self.spec.rope_theta),
+        ).to(self.device)
+        self._load_megatron_state(hf_to_megatron(load_hf_tensors(model_path), self.spec))
+        self.autocast_dtype = TORCH_DTYPES[cfg.model_args.dtype]
+        self.optimizer = self.scheduler = None
+        if trainable:
+            args = cfg.training_args
+            self.optimizer = torch.optim.AdamW(
+                self.model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
+                betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+            self.scheduler = get_scheduler(args.lr_scheduler_type, self.optimizer,
+                                           num_warmup_steps=args.warmup_steps,
+                                           num_training_steps=max(1, total_steps))
+        else:
+            self.model.requires_grad_(False)
+        self.model.eval()
+
+    # ---- weights -----------------------------------------------------------------------
+    def _load_megatron_state(self, full: dict[str, torch.Tensor]) -> None:
+        local = to_local_layers(full, self.layers, self.first, self.last, self.spec.tied)
+        shards = {k: tp_shard(k, v, self.tp_rank, self.tp_size) for k, v in local.items()}
+        missing, unexpected = self.model.load_state_dict(shards, strict=False)
+        missing = [k for k in missing if not k.endswith("_extra_state")]
+        if missing or unexpected:
+            raise ValueError(f"megatron weights mismatch: missing={missing} "
+                             f"unexpected={unexpected}")
+
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        local = {k: v.detach() for k, v in self.model.state_dict().items()
+                 if not k.endswith("_extra_state")}
+        tp_group = ps.get_tensor_model_parallel_group()
+        full = {}
+        for name, tensor in local.items():
+            parts = [torch.empty_like(tensor) for _ in range(self.tp_size)]
+            dist.all_gather(parts, tensor.contiguous(), group=tp_group)
+            full[name] = tp_unshard(name, [p.cpu() for p in parts])
+        stages: list[dict] = [{}] * ps.get_pipeline_model_parallel_world_size()
+        dist.all_gather_object(stages, to_global_layers(full, self.layers.start),
+                               group=ps.get_pipeline_model_parallel_group())
+        merged = {k: v for stage in stages for k, v in stage.items()}
+        return megatron_to_hf(merged, self.spec)
+
+    # ---- compute -----------------------------------------------------------------------
+    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        union, mine = gather_model_parallel(batch)
+        rows = micro_rows(len(union), self.cfg.infer_batch_size)
+        union = union.trimmed()
+        results = self._run(union.chunks(rows), None, {}, forward_only=True)
+        width = union.input_ids.shape[1]
+        log_probs = torch.zeros((len(union), width), dtype=torch.float32, device=self.device)
+        if self.last:
+            log_probs = torch.cat([r["log_probs"] for r in results]).to(self.device)
+        dist.broadcast(log_probs, ps.get_pipeline_model_parallel_last_rank(),
+                       group=ps.get_pipeline_model_parallel_group())
+        out = log_probs.cpu()[mine]
+        return F.pad(out, (0, batch.input_ids.shape[1] - width))
+
+    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int = 1) -> dict:
+        assert self.optimizer is not None, "train_step on a forward-only strategy"
+        args = self.cfg.training_args
+        union, _ = gather_model_parallel(batch)
+        self.model.train()
+        sums: dict[str, float] = {}
+        steps = micro_steps = 0
+        for _ in range(ppo_epochs):
+            for mini in union.chunks(args.per_device_train_batch_size
+                                     * args.gradient_accumulation_steps):
+                counts = self._global_counts(mini)
+                self.optimizer.zero_grad(set_to_none=True)
+                results = self._run(mini.trimmed().chunks(args.per_device_train_batch_size),
+                                    loss_fn, counts, forward_only=False)
+                grad_norm = summed_grads_and_norm(self.model, args.max_grad_norm,
+                                                  self.spec.tied)
+                self.optimizer.step()
+                self.scheduler.step()
+                for metrics in results:
+                    for k, v in metrics.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                micro_steps += len(results)
+                sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + grad_norm
+                steps += 1
+        self.model.eval()
+        sums, micro_steps = self._from_last_stage(sums, micro_steps)
+        metrics = {k: v / (steps if k == "actor/grad_norm" else micro_steps)
+                   for k, v in sums.items()}
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        metrics["actor/optimizer_steps"] = float(steps)
+        return metrics
+
+    def _run(self, micros: list[TokenBatch], loss_fn: LossFn | None, counts: dict,
+             forward_only: bool) -> list[dict]:
+        """Megatron's schedule over `micros` (equal shapes); per-micro results (last stage)."""
+        width = micros[0].input_ids.shape[1]
+        causal = torch.triu(torch.ones(width, width, dtype=torch.bool, device=self.device),
+                            diagonal=1)[None, None]  # [1, 1, L, L], True = masked
+        positions = torch.arange(width, device=self.device)[None]
+
+        def step(data, model):
+            micro = next(data).to(self.device)
+            with self._autocast():
+                logits = model(input_ids=micro.input_ids, attention_mask=causal,
+                               position_ids=positions.expand(len(micro), -1))
+            return logits, partial(self._loss, micro, loss_fn, counts)
+
+        context = torch.no_grad() if forward_only else contextlib.nullcontext()
+        with context:
+            return get_forward_backward_func()(
+                forward_step_func=step, data_iterator=iter(micros), model=[self.model],
+                num_microbatches=len(micros), seq_length=width,
+                micro_batch_size=len(micros[0]), forward_only=forward_only)
+
+    def _loss(self, micro: TokenBatch, loss_fn: LossFn | None, counts: dict,
+              logits: torch.Tensor):
+        with_entropy = loss_fn is not None and loss_fn.needs_entropy
+        log_probs, entropy = vocab_parallel_logprobs(logits, micro.input_ids, with_entropy)
+        if loss_fn is None:  # forward only: hand the log-probs back
+            return torch.zeros((), device=logits.device), torch.ones((), dtype=torch.int), {
+                "log_probs": log_probs.detach().cpu()}
+        loss, metrics = loss_fn(log_probs, entropy, micro, counts)
+        return loss, torch.ones((), dtype=torch.int), metrics
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def _global_counts(self, mini: TokenBatch) -> dict[str, float]:
+        total = torch.stack([count_tokens(mini.response_mask), count_seqs(mini.response_mask)])
+        total = total.to(self.device, torch.float64)
+        dist.all_reduce(total, group=ps.get_data_parallel_group())
+        return {"num_tokens": float(total[0]), "num_seqs": float(total[1])}
+
+    def _from_last_stage(self, sums: dict[str, float], micro_steps: int
+                         ) -> tuple[dict[str, float], int]:
+        """Loss metrics exist on the last PP stage only; every rank reports the same."""
+        box = [(sums, micro_steps)]
+        dist.broadcast_object_list(box, ps.get_pipeline_model_parallel_last_rank(),
+                                   group=ps.get_pipeline_model_parallel_group())
+        (last_sums, last_micro), = box
+        return {**last_sums, "actor/grad_norm": sums["actor/grad_norm"]}, last_micro
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def _shard_file(self, path: str) -> str:
+        coords = f"tp{self.tp_rank}_pp{ps.get_pipeline_model_parallel_rank()}"
+        return os.path.join(path, "megatron", f"{coords}.pt")
+
+    def save(self, path: str) -> None:
+        os.makedirs(os.path.join(path, "megatron"), exist_ok=True)
+        if ps.get_data_parallel_rank() == 0:
+            torch.save({"model": {k: v for k, v in self.model.state_dict().items()
+                                  if not k.endswith("_extra_state")},
+                        "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+                        "scheduler": self.scheduler.state_dict() if self.scheduler else None},
+                       self._shard_file(path))
+        rank = dist.get_rank()
+        torch.save({"rng": torch.get_rng_state()}, os.path.join(path, f"rng_{rank}.pt"))
+        weights = self.state_dict_for_sync()  # collective: every rank takes part
+        if rank == 0:
+            os.makedirs(os.path.join(path, "model"), exist_ok=True)
+            AutoConfig.from_pretrained(self.model_path).save_pretrained(
+                os.path.join(path, "model"))
+            save_file({k: v.contiguous() for k, v in weights.items()},
+                      os.path.join(path, "model", "model.safetensors"))
+        dist.barrier()
+
+    def load(self, path: str) -> None:
+        state = torch.load(self._shard_file(path), weights_only=True)
+        self.model.load_state_dict(state["model"], strict=False)
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        rng = torch.load(os.path.join(path, f"rng_{dist.get_rank()}.pt"), weights_only=True)
+        torch.set_rng_state(rng["rng"])
+
+
+def micro_rows(n: int, cap: int) -> int:
+    """The largest divisor of `n` that is <= cap (pipeline stages need equal micro-batches)."""
+    return max(d for d in range(1, min(n, max(1, cap)) + 1) if n % d == 0)
