@@ -8,7 +8,6 @@ Whatever happens, roles, Ray and the mlflow run are closed on the way out.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from flywheel.platform.checkpoint import resolve_checkpoint
+from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.ray_runtime import start_ray, stop_ray
@@ -41,7 +41,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         raise NotImplementedError(f"pipeline_type '{cfg.pipeline_type}' is not available yet")
     output_dir, is_default = output_dir_for(cfg)
     output_dir.mkdir(parents=True, exist_ok=True)
-    config_dict = dataclasses.asdict(cfg)
+    config_dict = config_to_dict(cfg)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
     print(f"run directory: {output_dir}", flush=True)
 

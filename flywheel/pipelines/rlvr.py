@@ -91,9 +91,9 @@ class RLVRPipeline:
         self.ledger = SampleLedger(self.output_dir / "samples.jsonl")
 
     # ---- the loop -------------------------------------------------------------------
-    def run(self) -> None:
+    def make_generator(self) -> PrefetchGenerator:
         cfg = self.cfg
-        generator = PrefetchGenerator(
+        return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, make_chunks=self.chunks_for_batch,
             score=lambda groups: submit_scoring(groups, self.roles.rewards, cfg.rewards,
                                                 self.tokenizer),
@@ -101,6 +101,12 @@ class RLVRPipeline:
             ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
             first_batch=self.first_batch, started_groups=len(self.buffer),
         )
+
+    def run(self) -> None:
+        cfg = self.cfg
+        if cfg.eval_steps and self.step == 0:  # the baseline every later evaluation is read against
+            self.tracker.log(0, self.validate())
+        generator = self.make_generator()
         generator.start()
         try:
             while self.step < cfg.max_steps:

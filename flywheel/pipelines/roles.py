@@ -67,14 +67,17 @@ class Roles:
 def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles:
     placement = place_devices(device_roles(cfg))
     cores = os.cpu_count() or 1
-    threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
+    default_threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
     started: list[Cluster] = []
 
     def start(role: str, worker_cls: type, wcfg: WorkerConfig, **kwargs) -> Cluster:
         path = wcfg.model_args.model_name_or_path or model_path
+        threads = wcfg.num_threads or (len(wcfg.cpu_affinity) if wcfg.cpu_affinity
+                                       else default_threads)
         cluster = Cluster.create(role, worker_cls, role_devices(role, wcfg), placement,
                                  init_kwargs=dict(model_path=path, cfg=wcfg, seed=cfg.seed,
-                                                  num_threads=threads, **kwargs))
+                                                  num_threads=threads,
+                                                  cpu_affinity=wcfg.cpu_affinity, **kwargs))
         started.append(cluster)
         return cluster
 

@@ -71,6 +71,9 @@ class Tracker:
             print(self.progress_line(step, metrics), flush=True, file=sys.stdout)
 
     def progress_line(self, step: int, metrics: dict[str, float]) -> str:
+        if step == 0:  # the evaluation before training
+            return " | ".join(["baseline"] + [f"{k} {metrics[k]:.3f}" for k in PROGRESS_KEYS
+                                              if k in metrics])
         if self._first_step is None:
             self._first_step, self._start = step - 1, time.monotonic() - metrics.get(
                 "time/step", 0.0)

@@ -30,8 +30,9 @@ class GenerateResult:
 
 class InferWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
-                 cfg: WorkerConfig, seed: int, num_threads: int | None = None):
-        super().__init__(role, rank, world_size, num_threads)
+                 cfg: WorkerConfig, seed: int, num_threads: int | None = None,
+                 cpu_affinity: list[int] | None = None):
+        super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         self.strategy = cls(model_path, cfg, seed=seed)
         self.version = 0

@@ -2,7 +2,8 @@
 
 Ray starts actors with OMP_NUM_THREADS=1 unless told otherwise; a worker sets torch's
 intra-op threads explicitly from its config so that a synchronous run can use every core
-while an asynchronous one pins generation and training to their own.
+while an asynchronous one splits them, and can pin itself to given cores (fair
+benchmarks: generation on one core, training on another, in every mode).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import torch
 
 
 class RoleWorker:
-    def __init__(self, role: str, rank: int, world_size: int, num_threads: int | None = None):
+    def __init__(self, role: str, rank: int, world_size: int, num_threads: int | None = None,
+                 cpu_affinity: list[int] | None = None):
         self.role = role
         self.rank = rank
         self.world_size = world_size
-        threads = num_threads or os.cpu_count() or 1
+        if cpu_affinity:
+            os.sched_setaffinity(0, cpu_affinity)
+        threads = num_threads or len(os.sched_getaffinity(0))
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
 

@@ -31,8 +31,9 @@ from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 class TrainWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, total_steps: int, trainable: bool,
-                 num_threads: int | None = None):
-        super().__init__(role, rank, world_size, num_threads)
+                 num_threads: int | None = None,
+                 cpu_affinity: list[int] | None = None):
+        super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         name = cfg.strategy_args.strategy_name
         self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
                                        total_steps=total_steps, trainable=trainable)

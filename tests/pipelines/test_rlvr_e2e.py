@@ -49,11 +49,11 @@ def first_run(tmp_path_factory, ray_session, arith_model_path):
 
 def test_run_logs_every_step_and_validates(first_run):
     records = read_metrics(first_run)
-    assert [r["step"] for r in records] == [1, 2, 3, 4]
-    for r in records:
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # 0: validation before training
+    for r in records[1:]:
         for key in ("reward/mean", "time/step", "time/generate", "time/train", "loss/policy"):
             assert key in r, key
-    assert [r["step"] for r in records if "val/accuracy" in r] == [2, 4]
+    assert [r["step"] for r in records if "val/accuracy" in r] == [0, 2, 4]
     assert (first_run / "config.yaml").exists()
 
 
@@ -79,6 +79,8 @@ def test_metrics_reach_mlflow(first_run):
     runs = client.search_runs([client.get_experiment_by_name("rlvr_sync").experiment_id])
     history = client.get_metric_history(runs[0].info.run_id, "reward/mean")
     assert sorted(m.step for m in history) == [1, 2, 3, 4]
+    accuracy = client.get_metric_history(runs[0].info.run_id, "val/accuracy")
+    assert sorted(m.step for m in accuracy) == [0, 2, 4]
 
 
 def test_resume_continues_at_the_right_step_with_the_same_data(first_run):

@@ -22,17 +22,25 @@ from flywheel.platform.models.char_tokenizer import (
     make_char_tokenizer,
     save_char_tokenizer,
 )
+from flywheel.platform.models.greedy_eval import greedy_complete
 from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
 from flywheel.platform.models.warm_start import (
     WarmStartConfig,
+    capped_threads,
     greedy_accuracy,
-    greedy_complete,
     warm_start,
 )
 
 TOKENIZER = make_char_tokenizer()
 # Tests never run the full warm start: a fixed short run, no accuracy-based stop.
 SHORT = WarmStartConfig(steps=30, stop_at_accuracy=None, log_every=10)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two OpenMP threads on a busy 2-core machine spin-wait and run ~10x slower than one.
+    with capped_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

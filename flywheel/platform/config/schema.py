@@ -119,6 +119,11 @@ class WorkerConfig:
     num_gpus_per_worker: int = 1
     # Micro-batch size for forward-only work (log-probs, generation chunks).
     infer_batch_size: int = 16
+    # torch intra-op threads per worker; unset: every core when generation and training
+    # take turns (async_generation_ratio 0), half of them each when they overlap.
+    num_threads: int | None = None
+    # Pin this role's worker processes to these CPU cores (Linux); unset: no pinning.
+    cpu_affinity: list[int] | None = None
 
 
 @dataclass

@@ -18,7 +18,10 @@ directory in the same parent and renames it into place, so a reader sees a compl
 or none, and concurrent builders (Ray workers starting together) build once. A crashed build
 leaves only a `.tmp` directory, never a half-written entry.
 
-Measured (2-core CPU, torch 2.13, seed 0, 102-token vocab): see `warm_start.DEFAULT_STEPS`.
+Measured on the 2-core CPU (torch 2.13, shared with other jobs): `tiny-qwen2` builds in <1 s;
+`tiny-qwen2-arith` stopped after 990 SFT steps at 27.6% dev / 24.9% val greedy exact match,
+in ~120 s wall (66 s of CPU). It is paid once per cache; `warm_start.json` in the directory
+records the settings and these figures.
 """
 
 from __future__ import annotations
@@ -132,6 +135,7 @@ def ensure_built(key: str, cache_dir: Path) -> Path:
         try:
             logger.info("building built-in model %s into %s", key, final)
             _build_into(model, tmp, cache_dir)
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
             try:
                 os.rename(tmp, final)
             except OSError:

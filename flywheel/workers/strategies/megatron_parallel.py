@@ -62,6 +62,21 @@ def concat_batches(batches: list[TokenBatch]) -> TokenBatch:
     )
 
 
+def freeze_padding_row(embedding: torch.nn.Module, pad_id: int) -> None:
+    """HF's `nn.Embedding(padding_idx=pad)`: the pad token's *input* embedding gets no
+    gradient (its output-layer row, when tied, still does). Megatron's embedding has no
+    padding_idx, so the same is done by detaching the pad positions' embeddings."""
+
+    def hook(module, inputs, output):  # output [B, L, H] (or [L, B, H]), per input id
+        ids = inputs[0]
+        pad = (ids == pad_id).reshape(*ids.shape, 1)
+        if output.shape[:2] != ids.shape:
+            pad = pad.transpose(0, 1)
+        return torch.where(pad, output.detach(), output)
+
+    embedding.register_forward_hook(hook)
+
+
 def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
                             with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) [B, L] (column 0 is 0) from logits [B, L, V/tp] split over TP.

@@ -52,6 +52,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import LossFn, TrainStrategy
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES, pick_device
 from flywheel.workers.strategies.megatron_parallel import (
+    freeze_padding_row,
     gather_model_parallel,
     load_hf_tensors,
     summed_grads_and_norm,
@@ -138,6 +139,8 @@ class MegatronTrainStrategy(TrainStrategy):
             position_embedding_type="rope", rotary_base=int(self.spec.rope_theta),
         ).to(self.device)
         self._load_megatron_state(hf_to_megatron(load_hf_tensors(model_path), self.spec))
+        if self.first and self.spec.pad_token_id is not None:
+            freeze_padding_row(self.model.embedding.word_embeddings, self.spec.pad_token_id)
         self.autocast_dtype = TORCH_DTYPES[cfg.model_args.dtype]
         self.optimizer = self.scheduler = None
         if trainable:

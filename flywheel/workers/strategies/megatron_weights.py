@@ -46,6 +46,7 @@ class DecoderSpec:
     qkv_bias: bool
     tied: bool
     max_positions: int
+    pad_token_id: int | None  # HF's nn.Embedding padding_idx: its input row gets no gradient
 
     @classmethod
     def from_hf(cls, config) -> DecoderSpec:
@@ -67,6 +68,7 @@ class DecoderSpec:
             qkv_bias=config.model_type == "qwen2" or bool(getattr(config, "attention_bias", 0)),
             tied=bool(config.tie_word_embeddings),
             max_positions=config.max_position_embeddings,
+            pad_token_id=getattr(config, "pad_token_id", None),
         )
 
 

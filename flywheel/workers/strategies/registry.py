@@ -48,6 +48,11 @@ STRATEGIES: dict[str, BackendSpec] = {
     "sglang": BackendSpec(
         "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
         "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)"),
+    # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py).
+    "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
+                             "SimTrainStrategy", None),
+    "sim_infer": BackendSpec("infer", "flywheel.workers.strategies.latency_sim",
+                             "SimInferStrategy", None),
 }
 
 

@@ -1,0 +1,253 @@
+"""Benchmark: what the async prefetch generator (`async_generation_ratio`) buys.
+
+The same RLVR pipeline runs at ratio 0 (synchronous), 1 and 2; for each run it reports the
+steady-state step time, samples/s and the ratio to ratio 0. Two parts:
+
+sim   Latency-only backends (sim_infer, sim_train; bench/configs/async_sim.yaml): generating
+      one batch takes G seconds, a train step T seconds, exactly. Perfect overlap turns a
+      sync step of G + T into max(G, T), so the bound on the speedup is
+      (G + T) / max(G, T); we report achieved / bound for G:T = 1:1, 2:1 and 1:2.
+      Pass criterion: at 1:1, ratio 1 reaches >= 95% of the bound.
+real  The built-in tiny model on the 2-core CPU (examples/rlvr_sync.yaml with overrides):
+      actor_infer pinned to core 0, actor_train to core 1, in every mode, so sync and async
+      get the same cores. Two shapes: "shipped" (the example's batch sizes) and "balanced"
+      (smaller generation chunks, one train micro-batch; this brings G closer to T, which
+      raises the bound). The bound comes from the sync run: G = time/wait_for_batch,
+      T = the rest of the step. Also val/accuracy after the same max_steps, sync vs async.
+
+How steady state is measured: the first `warmup` steps (the first is unoverlappable: the
+trainer waits for a whole batch; the next fill the prefetch queue) are dropped, and the
+step time is the mean of time/step - time/validate over the remaining steps. samples/s is
+samples per step over that. Ray is started once and shared; roles restart for every run,
+so start-up is paid once per run but is outside the measurement. Every run uses the same
+disjoint device_mapping ([0] train, [1] infer). The 1-minute load average before and after
+each run is recorded: other jobs on the machine distort the figures.
+
+    .venv/bin/python bench/bench_async.py [--quick] [--only sim|real]
+
+Prints markdown tables and writes bench/results/bench_async-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+
+from flywheel.platform.config import load_config
+from flywheel.platform.config.schema import RayConfig
+from flywheel.platform.ray_runtime import start_ray
+from flywheel.pipelines.launch import run
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM_CONFIG = ROOT / "bench" / "configs" / "async_sim.yaml"
+REAL_CONFIG = ROOT / "examples" / "rlvr_sync.yaml"
+RESULTS = ROOT / "bench" / "results"
+RATIOS = (0, 1, 2)
+COMMON = ["tracking.mlflow=false", "save_steps=0",
+          "actor_train.device_mapping=[0]", "actor_infer.device_mapping=[1]"]
+
+SIM_BATCH = 8  # prompts per step: seconds_per_prompt = G / SIM_BATCH
+SIM_SHAPES = {"1:1": (1.0, 1.0), "2:1": (1.0, 0.5), "1:2": (0.5, 1.0)}  # G:T -> (G, T) s
+
+REAL_PINNING = ["actor_infer.cpu_affinity=[0]", "actor_train.cpu_affinity=[1]"]
+REAL_SHAPES = {
+    "shipped": [],
+    "balanced": [
+        "actor_infer.infer_batch_size=2",  # 16 chunks of 2 prompts x 8 samples
+        "actor_train.training_args.per_device_train_batch_size=256",  # same optimizer
+        "actor_train.training_args.gradient_accumulation_steps=1",    # step, 1 micro-batch
+        "actor_train.infer_batch_size=256",  # old log-probs in one forward
+    ],
+}
+# (warm-up steps dropped, max_steps) per part and mode
+STEPS = {("sim", False): (3, 15), ("sim", True): (2, 6),
+         ("real", False): (5, 100), ("real", True): (3, 15)}
+
+
+@dataclasses.dataclass
+class Result:
+    part: str
+    shape: str
+    ratio: float
+    warmup: int
+    max_steps: int
+    step_s: float  # steady-state seconds per step (validation excluded)
+    samples_per_s: float
+    wait_s: float  # time/wait_for_batch: trainer blocked on generation
+    generate_s: float  # time/generate: actor_infer busy within the step
+    train_s: float  # time/logprobs + time/train
+    idle_infer: float
+    idle_train: float
+    staleness: float
+    val_accuracy: float | None
+    wall_s: float  # whole run, start-up included
+    load_before: float
+    load_after: float
+    step_times: list[float]
+
+
+def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[dict],
+              wall_s: float, loads: tuple[float, float]) -> Result:
+    steady = records[warmup:]
+
+    def mean(key: str) -> float:
+        return statistics.fmean(r.get(key, 0.0) for r in steady)
+
+    step_times = [r["time/step"] - r.get("time/validate", 0.0) for r in records]
+    step_s = statistics.fmean(step_times[warmup:])
+    samples = records[-1]["throughput/samples_per_s"] * records[-1]["time/step"]
+    return Result(part, shape, ratio, warmup, len(records), step_s, samples / step_s,
+                  mean("time/wait_for_batch"), mean("time/generate"),
+                  mean("time/logprobs") + mean("time/train"), mean("idle/actor_infer"),
+                  mean("idle/actor_train"), mean("staleness/mean"),
+                  records[-1].get("val/accuracy"), wall_s, *loads,
+                  [round(t, 4) for t in step_times])
+
+
+def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[str],
+            warmup: int, work: Path) -> Result:
+    out = work / f"{part}-{shape.replace(':', '_')}-r{ratio}"
+    overrides = [*COMMON, *overrides, f"async_generation_ratio={ratio}", f"output_dir={out}"]
+    load_before, started = os.getloadavg()[0], time.time()
+    with open(work / "runs.log", "a") as log, contextlib.redirect_stdout(log):
+        run_dir = run(load_config(config, overrides))
+    records = [json.loads(line) for line in
+               (run_dir / "metrics.jsonl").read_text().splitlines()]
+    res = summarise(part, shape, ratio, warmup, records, time.time() - started,
+                    (load_before, os.getloadavg()[0]))
+    acc = "" if res.val_accuracy is None else f", val/accuracy {res.val_accuracy:.3f}"
+    print(f"[{part} {shape} ratio {ratio:g}] step {res.step_s:.3f} s, "
+          f"{res.samples_per_s:.1f} samples/s, wait {res.wait_s:.3f} s, gen {res.generate_s:.3f}"
+          f" s, train {res.train_s:.3f} s, idle infer/train {res.idle_infer:.2f}/"
+          f"{res.idle_train:.2f}, staleness {res.staleness:.2f}{acc} "
+          f"(run {res.wall_s:.0f} s, load {load_before:.1f}->{res.load_after:.1f})", flush=True)
+    return res
+
+
+def bench_sim(quick: bool, work: Path) -> list[Result]:
+    warmup, steps = STEPS[("sim", quick)]
+    results = []
+    for shape, (g, t) in SIM_SHAPES.items():
+        overrides = [f"max_steps={steps}", f"rollout_batch_size={SIM_BATCH}",
+                     f"actor_infer.strategy_args.strategy_config.seconds_per_prompt={g / SIM_BATCH}",
+                     f"actor_train.strategy_args.strategy_config.seconds_per_step={t}"]
+        results += [run_one("sim", shape, r, SIM_CONFIG, overrides, warmup, work)
+                    for r in RATIOS]
+    return results
+
+
+def bench_real(quick: bool, work: Path) -> list[Result]:
+    warmup, steps = STEPS[("real", quick)]
+    results = []
+    for shape, extra in REAL_SHAPES.items():
+        overrides = [*REAL_PINNING, *extra, f"max_steps={steps}", f"eval_steps={steps}",
+                     f"logging_steps={steps}"]
+        results += [run_one("real", shape, r, REAL_CONFIG, overrides, warmup, work)
+                    for r in RATIOS]
+    return results
+
+
+def bound(g: float, t: float) -> float:
+    """Speedup over sync (step G + T) that perfect overlap (step max(G, T)) gives."""
+    return (g + t) / max(g, t)
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def sim_report(results: list[Result]) -> tuple[str, dict]:
+    rows, rates = [], {}
+    for r in results:
+        g, t = SIM_SHAPES[r.shape]
+        sync = next(s for s in results if s.shape == r.shape and s.ratio == 0)
+        speedup = sync.step_s / r.step_s
+        of_bound = speedup / bound(g, t)
+        rates[f"{r.shape} ratio {r.ratio:g}"] = {"speedup": speedup, "of_bound": of_bound}
+        rows.append([r.shape, f"{g:g}", f"{t:g}", f"{r.ratio:g}", f"{r.step_s:.3f}",
+                     f"{r.samples_per_s:.1f}", f"{speedup:.2f}x", f"{bound(g, t):.2f}x",
+                     "-" if r.ratio == 0 else f"{of_bound:.1%}", f"{r.wait_s:.3f}",
+                     f"{r.idle_infer:.2f}", f"{r.idle_train:.2f}", f"{r.staleness:.2f}"])
+    table = markdown(["G:T", "G s", "T s", "ratio", "step s", "samples/s", "vs sync",
+                      "bound", "achieved/bound", "wait s", "idle infer", "idle train",
+                      "staleness"], rows)
+    key = "1:1 ratio 1"
+    if key in rates:
+        ok = rates[key]["of_bound"] >= 0.95
+        table += (f"\n\nPass criterion (G:T 1:1, ratio 1 >= 95% of bound): "
+                  f"{rates[key]['of_bound']:.1%} -> {'PASS' if ok else 'FAIL'}")
+    return table, rates
+
+
+def real_report(results: list[Result]) -> tuple[str, dict]:
+    rows, bounds = [], {}
+    for r in results:
+        sync = next(s for s in results if s.shape == r.shape and s.ratio == 0)
+        g, t = sync.wait_s, sync.step_s - sync.wait_s
+        bounds[r.shape] = {"G_s": g, "T_s": t, "bound": bound(g, t),
+                           "sync_generate_s": sync.generate_s, "sync_train_s": sync.train_s}
+        acc = "-" if r.val_accuracy is None else f"{r.val_accuracy:.3f}"
+        rows.append([r.shape, f"{r.ratio:g}", f"{r.step_s:.3f}", f"{r.samples_per_s:.0f}",
+                     f"{r.samples_per_s / sync.samples_per_s:.2f}x", f"{bound(g, t):.2f}x",
+                     f"{r.wait_s:.3f}", f"{r.generate_s:.3f}", f"{r.train_s:.3f}",
+                     f"{r.idle_infer:.2f}", f"{r.idle_train:.2f}", f"{r.staleness:.2f}",
+                     acc, f"{r.load_before:.1f}/{r.load_after:.1f}"])
+    table = markdown(["shape", "ratio", "step s", "samples/s", "vs ratio 0", "bound",
+                      "wait s", "gen s", "train s", "idle infer", "idle train",
+                      "staleness", "val acc", "load"], rows)
+    for shape, b in bounds.items():
+        table += (f"\n\n{shape}, sync: G = wait_for_batch {b['G_s']:.3f} s (time/generate "
+                  f"{b['sync_generate_s']:.3f} s), T = rest of step {b['T_s']:.3f} s "
+                  f"(logprobs+train {b['sync_train_s']:.3f} s) -> bound {b['bound']:.2f}x")
+    return table, bounds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps (smoke test)")
+    parser.add_argument("--only", choices=("sim", "real"), help="run one part only")
+    args = parser.parse_args()
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} "
+          f"{load_start[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    report: dict = {"args": vars(args), "cpus": os.cpu_count(), "load_start": load_start}
+    start_ray(RayConfig(), num_slots=2)  # shared by every run; roles restart per run
+    work = Path(tempfile.mkdtemp(prefix="bench_async-"))
+    print(f"run output and logs: {work} (removed if every run succeeds)", flush=True)
+    tables = []
+    try:
+        if args.only in (None, "sim"):
+            sim = bench_sim(args.quick, work)
+            table, report["sim_speedups"] = sim_report(sim)
+            report["sim"] = [dataclasses.asdict(r) for r in sim]
+            tables.append("## Simulated backends (steady state)\n\n" + table)
+        if args.only in (None, "real"):
+            real = bench_real(args.quick, work)
+            table, report["real_bounds"] = real_report(real)
+            report["real"] = [dataclasses.asdict(r) for r in real]
+            tables.append("## Tiny model, 2-core CPU, one core per role\n\n" + table)
+    finally:
+        ray.shutdown()
+    shutil.rmtree(work)
+    report["load_end"] = os.getloadavg()
+    print("\n" + "\n\n".join(tables))
+    print(f"\nload average at end: {report['load_end'][0]:.2f}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"bench_async-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(report, indent=1))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

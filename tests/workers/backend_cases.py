@@ -1,0 +1,100 @@
+"""What the backend tests share: the batch every backend is compared on, hf_train as the
+reference, the loss, and training clusters started as `pipelines/roles.py` starts them.
+
+The reference numbers are hf_train's: each backend test checks its log-probs, loss curve
+and weights against hf_train on the same batch, so every backend agrees with every other.
+"""
+
+from __future__ import annotations
+
+import ray
+import torch
+
+from flywheel.algorithms import PolicyLossParams
+from flywheel.pipelines.roles import join_process_group
+from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.schema import StrategyArgs, TrainingArgs, WorkerConfig
+from flywheel.platform.resources import RoleDevices
+from flywheel.workers.actor_loss import ActorLoss
+from flywheel.workers.batch import TokenBatch, pack_sequences
+from flywheel.workers.strategies.base import SamplingParams
+from flywheel.workers.strategies.hf_infer import HFInferStrategy
+from flywheel.workers.strategies.hf_train import HFTrainStrategy
+from flywheel.workers.train_worker import TrainWorker
+
+PROMPTS = [[1, 20 + i % 10, 21, 15, 22, 23 + i % 7, 33] for i in range(16)]
+LR = 1e-3
+PARITY_ATOL = 1e-4  # fp32 log-probs of the same weights, any two backends
+
+
+def training_args(per_device: int, accum: int) -> TrainingArgs:
+    return TrainingArgs(learning_rate=LR, per_device_train_batch_size=per_device,
+                        gradient_accumulation_steps=accum, max_grad_norm=1.0)
+
+
+def hf_trainer(model_path: str, per_device: int = 8, accum: int = 4) -> HFTrainStrategy:
+    """One rank holding the whole 32-row batch as one mini-batch of `accum` micro-batches."""
+    cfg = WorkerConfig(training_args=training_args(per_device, accum))
+    return HFTrainStrategy(model_path, cfg, seed=0, total_steps=10)
+
+
+def actor_loss(entropy_coef: float = 0.0) -> ActorLoss:
+    # token-mean: the global token count matters, so ranks using local counts would differ
+    return ActorLoss("ppo", PolicyLossParams(), "token-mean", entropy_loss_coef=entropy_coef)
+
+
+def make_rl_batch(model_path: str) -> TokenBatch:
+    """32 rows (16 prompts x 2 samples, uneven lengths) with hf_infer's sampling
+    log-probs ("infer_log_probs"), hf_train's ("old_log_probs") and random advantages."""
+    infer = HFInferStrategy(model_path, WorkerConfig(infer_batch_size=16), seed=0)
+    gens = infer.generate(PROMPTS, SamplingParams(max_new_tokens=6, n=2, seed=3))
+    batch = pack_sequences([PROMPTS[g.prompt_index] for g in gens],
+                           [g.token_ids for g in gens], pad_id=0,
+                           response_values={"infer_log_probs": [g.log_probs for g in gens]})
+    batch.token["old_log_probs"] = hf_trainer(model_path).forward_logprobs(batch)
+    generator = torch.Generator().manual_seed(0)
+    advantages = torch.randn(len(batch), 1, generator=generator)  # [B, 1]
+    batch.token["advantages"] = advantages * batch.response_mask  # [B, L]
+    return batch
+
+
+def rank_mean(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """Metrics averaged over ranks, as the RLVR pipeline reports a train step."""
+    return {k: sum(r[k] for r in per_rank) / len(per_rank) for k in per_rank[0]}
+
+
+def max_diff_on(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| where `mask` is set (padding columns hold no defined value)."""
+    return float((a - b)[mask.bool()].abs().max())
+
+
+def start_train_cluster(strategy: str, model_path: str, world_size: int,
+                        strategy_config: dict, per_device: int, accum: int,
+                        worker_cls: type = TrainWorker,
+                        env_vars: dict[str, str] | None = None) -> Cluster:
+    cfg = WorkerConfig(strategy_args=StrategyArgs(strategy, dict(strategy_config)),
+                       training_args=training_args(per_device, accum))
+    cluster = Cluster.create(
+        "actor_train", worker_cls, RoleDevices("actor_train", tuple(range(world_size))),
+        None, init_kwargs=dict(model_path=model_path, cfg=cfg, seed=0, total_steps=10,
+                               trainable=True, num_threads=1),
+        env_vars=env_vars)
+    try:
+        join_process_group(cluster, cfg)
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster
+
+
+def cluster_weights(cluster: Cluster) -> dict[str, torch.Tensor]:
+    refs = cluster.call_all("weights_ref")
+    assert all(r == [] for r in refs[1:]), "only rank 0 puts the weights"
+    return ray.get(refs[0][0])
+
+
+def weight_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest difference over the HF names both hold (lm_head only when untied)."""
+    missing = {k for k in b if k != "lm_head.weight"} - set(a)
+    assert not missing, missing
+    return max(float((a[k] - b[k]).abs().max()) for k in set(a) & set(b))

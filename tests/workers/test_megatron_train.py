@@ -1,0 +1,140 @@
+"""megatron_train against hf_train: log-probs, loss curve, weights; TP, PP and DP ranks.
+
+megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-code CUDA
+(RoPE and p2p buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda" zeros in
+the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage). The
+`CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
+the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+from ray import cloudpickle
+
+from flywheel.workers.train_worker import TrainWorker
+
+pytest.importorskip("megatron.core")
+pytestmark = pytest.mark.slow
+
+from backend_cases import (  # noqa: E402
+    PARITY_ATOL,
+    actor_loss,
+    cluster_weights,
+    hf_trainer,
+    make_rl_batch,
+    max_diff_on,
+    rank_mean,
+    weight_diff,
+)
+
+STEPS = 5
+
+
+def patch_megatron_for_cpu() -> None:
+    """Route megatron-core's CUDA-only calls to the CPU (no-ops where CUDA has state)."""
+    if torch.cuda.is_available():
+        return
+    import megatron.core.pipeline_parallel.schedules as schedules
+    import megatron.core.tensor_parallel.random as tp_random
+
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()
+    torch.cuda.manual_seed = lambda *a, **k: None
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    tp_random._set_cuda_rng_state = lambda *a, **k: None
+    tp_random._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
+
+    class CPUTorch(types.ModuleType):  # the schedules' torch, with zeros(device="cuda") on CPU
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def zeros(*args, device=None, **kwargs):
+            return torch.zeros(*args, **kwargs)
+
+    schedules.torch = CPUTorch("torch")
+
+
+class CPUMegatronWorker(TrainWorker):
+    def __init__(self, *args, **kwargs):
+        patch_megatron_for_cpu()
+        super().__init__(*args, **kwargs)
+
+
+# Ray workers cannot import test modules; ship this module's classes by value instead.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def kv2_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """The tiny Qwen2 re-initialised with 2 KV heads and an even vocabulary, so tensor
+    parallelism of 2 can split both (megatron_train refuses what does not divide)."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("kv2")
+    config = AutoConfig.from_pretrained(tiny_model_path)
+    config.num_key_value_heads = 2
+    config.vocab_size += config.vocab_size % 2
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{tiny_model_path}/{name}", out / name)
+    return str(out)
+
+
+def follows_hf_train(cluster, model_path: str, batch, steps: int = STEPS) -> dict[str, float]:
+    """Train the cluster and hf_train side by side; the largest differences seen."""
+    world = cluster.world_size
+    hf = hf_trainer(model_path)
+    log_probs = torch.cat(cluster.scatter("forward_logprobs", batch.shard(world)))
+    diffs = {"logprobs": max_diff_on(batch.attention_mask, log_probs,
+                                     hf.forward_logprobs(batch))}
+    loss = actor_loss(entropy_coef=0.01)
+    diffs["loss"] = diffs["grad_norm"] = 0.0
+    for _ in range(steps):
+        ref = hf.train_step(batch, loss)
+        got = rank_mean(cluster.scatter("train_step", batch.shard(world), loss_fn=loss,
+                                           ppo_epochs=1))
+        diffs["loss"] = max(diffs["loss"], abs(got["pg/loss"] - ref["pg/loss"]))
+        diffs["grad_norm"] = max(diffs["grad_norm"],
+                                 abs(got["actor/grad_norm"] - ref["actor/grad_norm"]))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    return diffs
+
+
+def check(diffs: dict[str, float]) -> None:
+    print(diffs)
+    assert diffs["logprobs"] < PARITY_ATOL
+    assert diffs["loss"] < 1e-6 and diffs["grad_norm"] < 1e-4
+    assert diffs["weights"] < 1e-4
+
+
+def test_one_rank_matches_hf_train(train_cluster, tiny_model_path, rl_batch):
+    cluster = train_cluster("megatron_train", tiny_model_path, 1, {}, per_device=8, accum=4,
+                            worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+
+
+def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):
+    # 2 stages of one replica: each stage sees the union of both shards (32 rows)
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"pipeline_model_parallel_size": 2}, per_device=8, accum=4,
+                            worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+
+
+def test_tensor_and_data_parallel(train_cluster, kv2_model_path):
+    batch = make_rl_batch(kv2_model_path)
+    # world 4 = TP 2 x DP 2: each replica trains 16 rows (8 x 2), the global batch is 32
+    cluster = train_cluster("megatron_train", kv2_model_path, 4,
+                            {"tensor_model_parallel_size": 2}, per_device=8, accum=2,
+                            worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, kv2_model_path, batch))
