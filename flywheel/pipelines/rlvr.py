@@ -53,10 +53,18 @@ from flywheel.pipelines.sample_ledger import SampleLedger
 from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.workers.actor_loss import ActorLoss
+from flywheel.workers.critic_loss import CriticLoss
 
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
 MISMATCH_MODES = {"token-truncate": ("token", "truncate"), "seq-truncate": ("sequence", "truncate"),
                   "token-mask": ("token", "mask"), "seq-mask": ("sequence", "mask")}
+
+
+def mean_over_ranks(results: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric averaged over the ranks (of any role) that reported it."""
+    keys = {k for r in results for k in r}
+    return {k: sum(r[k] for r in results if k in r) / sum(k in r for r in results)
+            for k in sorted(keys)}
 
 
 def max_staleness(cfg: PipelineConfig) -> int:
@@ -166,16 +174,26 @@ class RLVRPipeline:
             if roles.reference is not None:
                 refs["ref_log_probs"] = (roles.reference, roles.reference.submit_scatter(
                     "forward_logprobs", batch.shard(roles.reference.world_size)))
+            if roles.critic is not None:
+                refs["values"] = (roles.critic, roles.critic.submit_scatter(
+                    "forward_values", batch.shard(roles.critic.world_size)))
             for name, (cluster, parts) in refs.items():
                 batch.token[name] = torch.cat(cluster.gather(parts))
         metrics.update(self.mismatch(batch))
         metrics.update(add_advantages(batch, cfg, cfg.num_return_sequences_in_group,
                                       self.kl_ctl.value))
         with timer.phase("train"):
+            critic_refs = []
+            if roles.critic is not None:  # trains beside the actor, on its own devices
+                batch.token["old_values"] = batch.token["values"]
+                critic_refs = roles.critic.submit_scatter(
+                    "train_step", batch.shard(roles.critic.world_size),
+                    loss_fn=CriticLoss(cfg.value_clip), ppo_epochs=cfg.ppo_epochs)
             shards = batch.shard(roles.actor_train.world_size)
             results = roles.actor_train.scatter("train_step", shards, loss_fn=self.loss_fn,
                                                 ppo_epochs=cfg.ppo_epochs)
-        metrics.update({k: sum(r[k] for r in results) / len(results) for k in results[0]})
+            results += roles.critic.gather(critic_refs) if critic_refs else []
+        metrics.update(mean_over_ranks(results))
         metrics["loss/policy"] = metrics.get("pg/loss", float("nan"))
         if "kl/mean" in metrics:
             self.kl_ctl.update(metrics["kl/mean"], n_steps=len(batch))
@@ -232,6 +250,8 @@ class RLVRPipeline:
         continues with exactly the batches the uninterrupted one would have trained."""
         with generator.paused(), writing_checkpoint(self.output_dir, self.step) as tmp:
             self.roles.actor_train.call_all("save", str(tmp / "actor_train"))
+            if self.roles.critic is not None:
+                self.roles.critic.call_all("save", str(tmp / "critic"))
             state = {"step": self.step, "version": self.version,
                      "next_batch": generator.next_batch, "kl_coef": self.kl_ctl.value,
                      "buffer": [group_to_dict(g) for g in self.buffer.snapshot()],
@@ -241,6 +261,8 @@ class RLVRPipeline:
     def load_checkpoint(self, path: Path) -> None:
         state = json.loads((path / "pipeline_state.json").read_text())
         self.roles.actor_train.call_all("load", str(path / "actor_train"))
+        if self.roles.critic is not None:
+            self.roles.critic.call_all("load", str(path / "critic"))
         # actor_infer restarts from the checkpoint's weights, whatever it held before.
         self.step = self.version = state["step"]
         self.first_batch = state["next_batch"]

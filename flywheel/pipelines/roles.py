@@ -34,6 +34,8 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
              role_devices("actor_infer", cfg.actor_infer)]
     if cfg.reference is not None:
         roles.append(role_devices("reference", cfg.reference))
+    if cfg.critic is not None:
+        roles.append(role_devices("critic", cfg.critic))
     return roles
 
 
@@ -54,6 +56,7 @@ class Roles:
     actor_train: Cluster
     actor_infer: Cluster
     reference: Cluster | None
+    critic: Cluster | None
     rewards: dict[str, Cluster]
     placement: DevicePlacement
     all: list[Cluster] = field(default_factory=list)
@@ -91,6 +94,10 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
             reference = start("reference", TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False)
             join_process_group(reference, cfg.reference)
+        critic = None
+        if cfg.critic is not None:
+            critic = start("critic", TrainWorker, cfg.critic, total_steps=total_steps,
+                           trainable=True, value_model=True)
         rewards = {}
         for name, rcfg in cfg.rewards.items():
             rewards[name] = Cluster.create(
@@ -104,4 +111,4 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
             cluster.shutdown()
         placement.release()
         raise
-    return Roles(actor_train, actor_infer, reference, rewards, placement, all=started)
+    return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started)

@@ -1,10 +1,11 @@
 """Scored groups → the token batch actor_train learns from.
 
 Order of operations follows the usual RLVR recipe: sequence scores (optionally clipped)
-→ advantages (grpo / reinforce, per sample, broadcast over response tokens) → optional
-KL-to-reference reward penalty (token level, k1 by default, fixed or adaptive coefficient)
-→ optional whitening and clipping. With a KL penalty the token rewards are summed back
-into a per-token return so the penalty shapes the advantage of the tokens that caused it.
+→ optional KL-to-reference reward penalty (token level, k1 by default, fixed or adaptive
+coefficient) → advantages → optional whitening and clipping. For grpo / reinforce the
+advantage is per sample, broadcast over response tokens, plus the reward-to-go of the KL
+penalty so the penalty shapes the advantage of the tokens that caused it; for gae the
+score sits on the last token and GAE runs against the critic's values.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from flywheel.algorithms import (
     advantage_clip,
     apply_kl_penalty,
     compute_advantages,
+    compute_gae,
     reward_clip,
+    scores_to_token_rewards,
     whiten_advantages,
 )
 from flywheel.platform.config.schema import PipelineConfig
@@ -40,20 +43,27 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     scores = batch.sample["scores"].float()  # [B]
     if cfg.reward_clip is not None:
         scores = reward_clip(scores, cfg.reward_clip)
-    adv = compute_advantages(cfg.adv_estimator, scores, group_size,
-                             norm_mean_type=cfg.norm_mean_type,
-                             norm_std_type=cfg.norm_std_type)  # [B]
-    advantages = adv[:, None] * mask  # [B, L]
     metrics: dict[str, float] = {}
+    penalty = torch.zeros_like(mask)  # [B, L] token rewards from the KL penalty (≤ 0 for k1>0)
     if kl_coef > 0:
-        # Token rewards: −β·KL on every response token; reward-to-go makes it causal.
-        zeros = torch.zeros_like(mask)
-        penalty, kl_metrics = apply_kl_penalty(zeros, batch.token["old_log_probs"],
+        penalty, kl_metrics = apply_kl_penalty(penalty, batch.token["old_log_probs"],
                                                batch.token["ref_log_probs"], mask, kl_coef,
                                                cfg.kl_penalty)
-        to_go = torch.flip(torch.cumsum(torch.flip(penalty * mask, [1]), 1), [1])  # [B, L]
-        advantages = advantages + to_go * mask
         metrics.update(kl_metrics)
+    if cfg.adv_estimator == "gae":
+        # Outcome score on the last response token, KL penalty on every token, then GAE
+        # against the critic's values (Schulman et al. 2016).
+        token_rewards = scores_to_token_rewards(scores, mask) + penalty * mask  # [B, L]
+        advantages, returns = compute_gae(token_rewards, batch.token["values"], mask,
+                                          cfg.gamma, cfg.lambd)
+        batch.token["returns"] = returns
+    else:
+        adv = compute_advantages(cfg.adv_estimator, scores, group_size,
+                                 norm_mean_type=cfg.norm_mean_type,
+                                 norm_std_type=cfg.norm_std_type)  # [B]
+        # Reward-to-go of the per-token KL penalty keeps it causal.
+        to_go = torch.flip(torch.cumsum(torch.flip(penalty * mask, [1]), 1), [1])  # [B, L]
+        advantages = (adv[:, None] + to_go) * mask  # [B, L]
     if cfg.whiten_advantages:
         advantages = whiten_advantages(advantages, mask)
     if cfg.advantage_clip is not None:

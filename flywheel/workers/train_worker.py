@@ -25,17 +25,18 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import LossFn, TrainStrategy
-from flywheel.workers.strategies.registry import strategy_class, strategy_spec
+from flywheel.workers.strategies.registry import critic_class, strategy_class, strategy_spec
 
 
 class TrainWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, total_steps: int, trainable: bool,
                  num_threads: int | None = None,
-                 cpu_affinity: list[int] | None = None):
+                 cpu_affinity: list[int] | None = None, value_model: bool = False):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         name = cfg.strategy_args.strategy_name
-        self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
+        cls = critic_class(name) if value_model else strategy_class(name)
+        self.build = functools.partial(cls, model_path, cfg, seed=seed,
                                        total_steps=total_steps, trainable=trainable)
         self._strategy: TrainStrategy | None = None
         if not strategy_spec(name).process_group:
@@ -67,6 +68,10 @@ class TrainWorker(RoleWorker):
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch)
+
+    def forward_values(self, batch: TokenBatch) -> torch.Tensor:
+        """The critic's V(s_t) [B, L] (critic role only)."""
+        return self.strategy.forward_values(batch)
 
     def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int) -> dict:
         return self.strategy.train_step(batch, loss_fn, ppo_epochs)

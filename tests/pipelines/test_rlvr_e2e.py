@@ -91,3 +91,22 @@ def test_resume_continues_at_the_right_step_with_the_same_data(first_run):
     assert sorted(after) == [3, 4]
     for step in (3, 4):  # same batches, same weights, same RNG: the same numbers
         assert after[step] == original[step], step
+
+
+def test_gae_critic_reference_and_kl_run_end_to_end(tmp_path, ray_session, arith_model_path):
+    """The remaining roles: a critic (GAE, clipped value loss) and a reference (KL loss and
+    adaptive KL penalty), each a Ray actor of its own."""
+    run_dir = tiny_run(
+        tmp_path / "gae", "max_steps=2", "eval_steps=0", "save_steps=0",
+        "adv_estimator=gae", "lambd=0.95", "value_clip=0.2", "whiten_advantages=true",
+        "critic={strategy_args: {strategy_name: hf_train}, device_mapping: [0]}",
+        "reference={strategy_args: {strategy_name: hf_train}, device_mapping: [0]}",
+        "use_kl_loss=true", "kl_loss_coef=0.01", "init_kl_coef=0.05", "target_kl=0.1",
+        "actor_train.pg_variant=cispo",
+    )
+    records = read_metrics(run_dir)
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        for key in ("vf/loss", "critic/grad_norm", "kl/loss", "kl/coef", "pg/loss"):
+            assert key in r and r[key] == r[key], key  # present and not NaN
+    assert (run_dir / "checkpoint-2" / "critic" / "model" / "model.safetensors").exists()

@@ -29,12 +29,14 @@ from flywheel.workers.strategies.hf_model import (
 
 
 class HFTrainStrategy(TrainStrategy):
+    metric_prefix = "actor"  # the critic subclass reports under critic/
+
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
                  trainable: bool = True):
         torch.manual_seed(seed)
         self.cfg = cfg
         self.device = pick_device()
-        self.model = load_causal_lm(model_path, cfg.model_args, self.device)
+        self.model = self._load_model(model_path)
         self.optimizer = None
         self.scheduler = None
         if trainable:
@@ -50,6 +52,14 @@ class HFTrainStrategy(TrainStrategy):
         else:
             self.model.requires_grad_(False)
         self.model.eval()
+
+    def _load_model(self, model_path: str) -> torch.nn.Module:
+        return load_causal_lm(model_path, self.cfg.model_args, self.device)
+
+    def _forward(self, micro: TokenBatch, with_entropy: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token outputs the loss consumes ([b, L] log-probs here, values for a critic)."""
+        return sequence_logprobs(self.model, micro, with_entropy)
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return batched_logprobs(self.model, batch, self.cfg.infer_batch_size)
@@ -68,8 +78,8 @@ class HFTrainStrategy(TrainStrategy):
                 self.optimizer.zero_grad(set_to_none=True)
                 for micro in mini.chunks(args.per_device_train_batch_size):
                     micro = micro.trimmed()
-                    log_probs, entropy = sequence_logprobs(self.model, micro, loss_fn.needs_entropy)
-                    loss, metrics = loss_fn(log_probs, entropy, micro.to(self.device), counts)
+                    outputs, entropy = self._forward(micro, loss_fn.needs_entropy)
+                    loss, metrics = loss_fn(outputs, entropy, micro.to(self.device), counts)
                     loss.backward()
                     micro_steps += 1
                     for k, v in metrics.items():
@@ -77,13 +87,14 @@ class HFTrainStrategy(TrainStrategy):
                 grad_norm = self._clip(args.max_grad_norm)
                 self.optimizer.step()
                 self.scheduler.step()
-                sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + grad_norm
+                grad_key = f"{self.metric_prefix}/grad_norm"
+                sums[grad_key] = sums.get(grad_key, 0.0) + grad_norm
                 steps += 1
         self.model.eval()
-        metrics = {k: v / (steps if k == "actor/grad_norm" else micro_steps)
+        metrics = {k: v / (steps if k.endswith("/grad_norm") else micro_steps)
                    for k, v in sums.items()}
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        metrics["actor/optimizer_steps"] = float(steps)
+        metrics[f"{self.metric_prefix}/lr"] = self.scheduler.get_last_lr()[0]
+        metrics[f"{self.metric_prefix}/optimizer_steps"] = float(steps)
         return metrics
 
     def _clip(self, max_norm: float) -> float:

@@ -14,13 +14,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from megatron.core import parallel_state as ps
-from megatron.core.tensor_parallel import (
-    param_is_not_tensor_parallel_duplicate,
-    reduce_from_tensor_model_parallel_region,
-)
+from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region
 from safetensors.torch import load_file
 
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.megatron_weights import tp_dim
 
 
 def load_hf_tensors(path: str) -> dict[str, torch.Tensor]:
@@ -109,8 +107,12 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
 
 def summed_grads_and_norm(model: torch.nn.Module, max_norm: float, tied: bool) -> float:
     """Sum gradients over DP (and tied embeddings over the embedding group), clip by the
-    global norm (TP-replicated parameters and the tied copy counted once); the norm."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    global norm; the norm. Which parameters are TP-sliced is decided by name (megatron's
+    own `tensor_model_parallel` flag is only set when megatron initialises the weights),
+    so TP-replicated ones (norms) count on TP rank 0 only, and the last stage's copy of
+    a tied embedding not at all."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
@@ -124,8 +126,10 @@ def summed_grads_and_norm(model: torch.nn.Module, max_norm: float, tied: bool) -
     if tied and pipelined and ps.is_rank_in_embedding_group():
         shared = model.shared_embedding_or_output_weight()
         dist.all_reduce(shared.grad, group=ps.get_embedding_group())
-    counted = [p for p in params if param_is_not_tensor_parallel_duplicate(p)
-               and not (pipelined and getattr(p, "shared", False))]
+    first_tp = ps.get_tensor_model_parallel_rank() == 0
+    tied_copy = tied and pipelined and not ps.is_pipeline_first_stage()
+    counted = [p for n, p in named if (tp_dim(n) is not None or first_tp)
+               and not (tied_copy and n == "output_layer.weight")]
     squares = sum((p.grad.float().pow(2).sum() for p in counted),
                   torch.zeros((), device=params[0].device))
     dist.all_reduce(squares, group=ps.get_model_parallel_group())
