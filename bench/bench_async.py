@@ -89,11 +89,12 @@ class Result:
     idle_infer: float
     idle_train: float
     staleness: float
-    val_accuracy: float | None
+    val_accuracy: float | None  # after the last step
     wall_s: float  # whole run, start-up included
     load_before: float
     load_after: float
     step_times: list[float]
+    val_accuracy_start: float | None = None  # step-0 validation, before training
 
 
 def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[dict],
@@ -121,10 +122,12 @@ def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[s
     load_before, started = os.getloadavg()[0], time.time()
     with open(work / "runs.log", "a") as log, contextlib.redirect_stdout(log):
         run_dir = run(load_config(config, overrides))
-    records = [json.loads(line) for line in
-               (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in lines if "time/step" in r]  # not the step-0 baseline validation
     res = summarise(part, shape, ratio, warmup, records, time.time() - started,
                     (load_before, os.getloadavg()[0]))
+    res.val_accuracy_start = next((r["val/accuracy"] for r in lines
+                                   if r["step"] == 0 and "val/accuracy" in r), None)
     acc = "" if res.val_accuracy is None else f", val/accuracy {res.val_accuracy:.3f}"
     print(f"[{part} {shape} ratio {ratio:g}] step {res.step_s:.3f} s, "
           f"{res.samples_per_s:.1f} samples/s, wait {res.wait_s:.3f} s, gen {res.generate_s:.3f}"
@@ -197,7 +200,8 @@ def real_report(results: list[Result]) -> tuple[str, dict]:
         g, t = sync.wait_s, sync.step_s - sync.wait_s
         bounds[r.shape] = {"G_s": g, "T_s": t, "bound": bound(g, t),
                            "sync_generate_s": sync.generate_s, "sync_train_s": sync.train_s}
-        acc = "-" if r.val_accuracy is None else f"{r.val_accuracy:.3f}"
+        acc = "->".join(f"{a:.3f}" for a in (r.val_accuracy_start, r.val_accuracy)
+                        if a is not None) or "-"
         rows.append([r.shape, f"{r.ratio:g}", f"{r.step_s:.3f}", f"{r.samples_per_s:.0f}",
                      f"{r.samples_per_s / sync.samples_per_s:.2f}x", f"{bound(g, t):.2f}x",
                      f"{r.wait_s:.3f}", f"{r.generate_s:.3f}", f"{r.train_s:.3f}",
@@ -205,7 +209,7 @@ def real_report(results: list[Result]) -> tuple[str, dict]:
                      acc, f"{r.load_before:.1f}/{r.load_after:.1f}"])
     table = markdown(["shape", "ratio", "step s", "samples/s", "vs ratio 0", "bound",
                       "wait s", "gen s", "train s", "idle infer", "idle train",
-                      "staleness", "val acc", "load"], rows)
+                      "staleness", "val acc (start->end)", "load"], rows)
     for shape, b in bounds.items():
         table += (f"\n\n{shape}, sync: G = wait_for_batch {b['G_s']:.3f} s (time/generate "
                   f"{b['sync_generate_s']:.3f} s), T = rest of step {b['T_s']:.3f} s "

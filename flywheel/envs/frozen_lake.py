@@ -54,6 +54,8 @@ class FrozenLakeEnv(TextEnv):
             and to either side otherwise (gymnasium's rule); False is deterministic.
         action_pattern: regex that extracts the action from the reply (see base.py).
         format_penalty: reward for an unparseable action, <= 0.
+        env_instruction: replaces the built-in instruction text shown before the first map
+            (ROLL's key); "" shows the map alone (short prompts for small models).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class FrozenLakeEnv(TextEnv):
         is_slippery: bool = False,
         action_pattern: str = DEFAULT_ACTION_PATTERN,
         format_penalty: float = DEFAULT_FORMAT_PENALTY,
+        env_instruction: str | None = None,
     ) -> None:
         if not isinstance(size, int) or size < 2:
             raise ValueError(f"size must be an int >= 2, got {size!r}")
@@ -75,12 +78,15 @@ class FrozenLakeEnv(TextEnv):
         self.is_slippery = bool(is_slippery)
         self.pattern = compile_action_pattern(action_pattern)
         self.format_penalty = check_format_penalty(format_penalty)
+        self.env_instruction = env_instruction
         # per-episode state, set by reset()
         self._lake: GymFrozenLake | None = None
         self._done = False
 
     @property
     def instruction(self) -> str:
+        if self.env_instruction is not None:
+            return self.env_instruction
         slip = (
             " The ice is slippery: you may slide sideways instead of where you meant to go."
             if self.is_slippery
@@ -101,7 +107,8 @@ class FrozenLakeEnv(TextEnv):
         self._lake = GymFrozenLake(desc=desc, is_slippery=self.is_slippery)
         self._lake.reset(seed=seed)
         self._done = False
-        return f"{self.instruction}\n{self.render_text()}", {"seed": seed}
+        intro = f"{self.instruction}\n" if self.instruction else ""
+        return f"{intro}{self.render_text()}", {"seed": seed}
 
     def step(self, action_text: str) -> StepResult:
         lake = self._require_running()

@@ -117,10 +117,29 @@ def check(diffs: dict[str, float]) -> None:
     assert diffs["weights"] < 1e-4
 
 
-def test_one_rank_matches_hf_train(train_cluster, tiny_model_path, rl_batch):
+def test_one_rank_matches_hf_train_and_resumes_from_checkpoint(train_cluster, tiny_model_path,
+                                                              rl_batch, tmp_path):
     cluster = train_cluster("megatron_train", tiny_model_path, 1, {}, per_device=8, accum=4,
                             worker_cls=CPUMegatronWorker)
     check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    saved = cluster_weights(cluster)
+    cluster.call_all("save", str(tmp_path / "ckpt"))
+    loss = actor_loss(entropy_coef=0.01)
+
+    def next_step() -> tuple[dict, dict]:
+        metrics = cluster.scatter("train_step", [rl_batch], loss_fn=loss, ppo_epochs=1)[0]
+        return metrics, cluster_weights(cluster)
+
+    first = next_step()
+    cluster.call_all("load", str(tmp_path / "ckpt"))  # weights, AdamW moments, schedule
+    assert weight_diff(cluster_weights(cluster), saved) == 0.0
+    again = next_step()
+    assert again[0] == first[0] and weight_diff(again[1], first[1]) == 0.0
+    hf_dir = tmp_path / "ckpt" / "model"  # the full model in HF format, loadable as is
+    from flywheel.workers.strategies.megatron_parallel import load_hf_tensors
+
+    assert weight_diff(load_hf_tensors(str(hf_dir)), saved) == 0.0
+    assert (hf_dir / "config.json").exists()
 
 
 def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):

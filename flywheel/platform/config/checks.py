@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from flywheel.platform.config.agentic_checks import check_agentic
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.schema import (
     PipelineConfig,
@@ -105,6 +106,7 @@ def check_config(cfg: PipelineConfig) -> None:
     check_async(cfg)
     check_sampling(cfg)
     check_algorithm_roles(cfg)
+    check_agentic(cfg)
 
 
 def check_positive(cfg: PipelineConfig) -> None:
@@ -208,6 +210,12 @@ def check_async(cfg: PipelineConfig) -> None:
                 f"time, so actor_train and actor_infer cannot share devices, but both use "
                 f"{shared} (an unset device_mapping means [0]); give them disjoint "
                 f"device_mapping or set async_generation_ratio: 0")
+    if cfg.partial_rollout:
+        raise ConfigError(
+            "", "partial_rollout",
+            "pausing in-flight generations across a weight update is not implemented yet; "
+            "set partial_rollout: false (in-flight requests then finish on the weights they "
+            "started with, and their samples carry that version)")
 
 
 def check_sampling(cfg: PipelineConfig) -> None:

@@ -184,6 +184,75 @@ class ValidationConfig:
 
 
 @dataclass
+class CustomEnvConfig:
+    """One env tag (ROLL's `custom_envs.<tag>`): which env to build and how its episodes are
+    shown to the model. The tag is the key; metrics are reported under it
+    (`env/<tag>/success`). Keys of the same meaning keep ROLL's names."""
+
+    # Registered env name: frozen_lake, sokoban, guess_number (flywheel.envs), or the name
+    # a user env is registered under with env_import_path.
+    env_type: str = "frozen_lake"
+    # A user env as "package.module:ClassName" (a flywheel.envs.TextEnv subclass), registered
+    # as env_type when the env workers start. Its module must lie under a prefix listed in
+    # env_import_allowlist; it is imported with importlib, never evaluated.
+    env_import_path: str | None = None
+    # Turns per episode (ROLL's max_actions_per_traj); an episode still running after its
+    # last turn is truncated, with success 0.
+    max_steps: int = 10
+    # Generation budget of one turn, in tokens. Every turn's prompt is the whole history, so
+    # an episode's sequence grows by about this much plus the env's text each turn.
+    max_tokens_per_step: int = 128
+    # Keyword arguments of the env (frozen_lake: size, p, is_slippery, action_pattern,
+    # format_penalty, env_instruction); an unknown key is an error naming the accepted ones.
+    env_config: dict[str, Any] = field(default_factory=dict)
+    # Text before the first turn, verbatim (ROLL's agent_system_template); unset: the env
+    # manager's default, which asks for <answer>ACTION</answer>.
+    agent_system_template: str | None = None
+    # Text before every turn, with {observation}, {turn_idx} (0-based) and {actions_left}
+    # (ROLL's agent_template uses {state} for {observation}); unset: the env manager's default.
+    agent_template: str | None = None
+
+
+def default_custom_envs() -> dict[str, CustomEnvConfig]:
+    """The tags a config can name without declaring them (ROLL's traj_envs.yaml set)."""
+    return {
+        "FrozenLake": CustomEnvConfig("frozen_lake", env_config={"is_slippery": False}),
+        "SimpleSokoban": CustomEnvConfig("sokoban"),
+        "GuessNumber": CustomEnvConfig("guess_number"),
+    }
+
+
+@dataclass
+class EnvManagerArgs:
+    """The env pool of training (`train_env_manager`) or validation (`val_env_manager`).
+
+    Envs live in env worker Ray actors; each plays its groups' episodes turn by turn and asks
+    actor_infer for every turn, so env stepping runs beside generation. A group is
+    `group_size` envs reset with one seed: GRPO compares their episodes."""
+
+    # Envs per env worker (one Ray actor, one CPU process); workers = num_env_groups *
+    # group_size / max_env_num_per_worker. 0: every env in one worker (ROLL's default).
+    # A multiple of group_size (a group never straddles two workers).
+    max_env_num_per_worker: int = 0
+    # Groups in the pool, i.e. played at a time. Training: a step takes
+    # rollout_batch_size / group_size groups (more than the pool: envs play several episodes).
+    # Validation: val_batch_size / group_size groups on fixed seeds (0: the whole pool).
+    num_env_groups: int = 128
+    # Envs per group, all reset with the same seed. Validation decodes greedily: keep 1.
+    group_size: int = 1
+    # Tags (keys of custom_envs) the pool plays.
+    tags: list[str] = field(default_factory=lambda: ["FrozenLake"])
+    # Groups per tag, in the order of tags, summing to num_env_groups; empty: divided equally.
+    num_groups_partition: list[int] = field(default_factory=list)
+    # Reward of an unparseable action (<= 0), for envs whose env_config sets none.
+    format_penalty: float | None = None
+    # Wall-clock limit of one env reset or step, in seconds: a slower env ends its episode as
+    # failed (reported with its env id; the episode's group is dropped and counted) and is
+    # replaced, so a hung env never stalls the run.
+    step_timeout_s: float = 60.0
+
+
+@dataclass
 class TrackingConfig:
     # Log to mlflow; the store defaults to sqlite under output_dir/../mlruns.db.
     mlflow: bool = True
@@ -304,6 +373,24 @@ class PipelineConfig:
         default_factory=lambda: {"math_rule": RewardConfig()}
     )
     validation: ValidationConfig | None = None
+
+    # ---- agentic (pipeline_type: agentic); rollout_batch_size counts trajectories ----
+    train_env_manager: EnvManagerArgs = field(default_factory=EnvManagerArgs)
+    val_env_manager: EnvManagerArgs = field(default_factory=EnvManagerArgs)
+    # Env tags by name; train/val_env_manager.tags pick from them.
+    custom_envs: dict[str, CustomEnvConfig] = field(default_factory=default_custom_envs)
+    # Module prefixes custom_envs.*.env_import_path may import from ("my_envs" allows
+    # my_envs.maze, not my_envs_extra). Empty: user envs by import path are refused.
+    env_import_allowlist: list[str] = field(default_factory=list)
+    # Advantages: false gives every model token of an episode the GRPO advantage of its
+    # score (sum of rewards). true gives the tokens of turn t the discounted return
+    # G_t = sum_k gamma^k r_(t+k) (gamma above), normalised by the mean/std of the group's
+    # episode returns G_0: later turns stop being credited for penalties already paid.
+    turn_level_returns: bool = False
+    # Samples: false trains one sequence per trajectory (all turns, loss on model tokens);
+    # true trains one sample per turn whose prompt is the history before it (step-wise
+    # credit; more, shorter rows; needs turn_level_returns for per-turn advantages).
+    step_level_samples: bool = False
 
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     ray: RayConfig = field(default_factory=RayConfig)

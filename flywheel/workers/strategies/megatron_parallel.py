@@ -79,9 +79,12 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
                             with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) [B, L] (column 0 is 0) from logits [B, L, V/tp] split over TP.
 
-    log p = z_target - log sum_v exp(z_v); the max, the sum of exponentials and the target
-    logit are reduced over the TP group (differentiably: the reduce's backward is the
-    identity, as the loss is replicated on TP ranks). Entropy = log Z - sum_v p_v z_v.
+    log p = z_target - log Z with Z = sum_v exp(z_v); entropy = log Z - sum_v exp(z_v) z_v / Z.
+    Each rank sums over its slice of the vocabulary and the partial sums are all-reduced
+    over TP. That reduce's backward is the identity, which is right only if everything
+    after it is the same on every TP rank: so only those sums are reduced, and nothing
+    rank-local (such as p_v = exp(z_v) / Z on the local slice) is computed from a reduced
+    value.
     """
     group = ps.get_tensor_model_parallel_group()
     logits = logits[:, :-1].float()  # [B, L-1, V/tp] predicts tokens 1..L-1
@@ -90,8 +93,10 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     start = ps.get_tensor_model_parallel_rank() * local_vocab
     top = logits.detach().max(dim=-1, keepdim=True).values  # [B, L-1, 1]
     dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
-    shifted = logits - top
-    log_norm = reduce_from_tensor_model_parallel_region(shifted.exp().sum(-1)).log()
+    shifted = logits - top  # [B, L-1, V/tp]
+    exp = shifted.exp()
+    sum_exp = reduce_from_tensor_model_parallel_region(exp.sum(-1))  # Z, [B, L-1]
+    log_norm = sum_exp.log()
     local = targets - start
     here = (local >= 0) & (local < local_vocab)
     picked = shifted.gather(-1, local.clamp(0, local_vocab - 1)[..., None]).squeeze(-1)
@@ -99,9 +104,8 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     log_probs = F.pad(picked - log_norm, (1, 0))  # [B, L]
     entropy = None
     if with_entropy:
-        probs = torch.exp(shifted - log_norm[..., None])
-        expected = reduce_from_tensor_model_parallel_region((probs * shifted).sum(-1))
-        entropy = F.pad(log_norm - expected, (1, 0))  # [B, L]
+        weighted = reduce_from_tensor_model_parallel_region((exp * shifted).sum(-1))
+        entropy = F.pad(log_norm - weighted / sum_exp, (1, 0))  # [B, L]
     return log_probs, entropy
 
 

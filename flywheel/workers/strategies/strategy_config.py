@@ -24,8 +24,10 @@ class StrategyConfigError(ValueError):
 
 
 def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any],
-                   owned: dict[str, str] | None = None) -> dict[str, Any]:
-    """`defaults` updated with `given`; unknown or flywheel-owned keys raise."""
+                   owned: dict[str, str] | None = None, known: str | None = None
+                   ) -> dict[str, Any]:
+    """`defaults` updated with `given`; unknown or flywheel-owned keys raise. `known`
+    describes the accepted keys when listing them all would not help."""
     for key in given:
         if owned and key in owned:
             raise StrategyConfigError(
@@ -33,7 +35,7 @@ def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any]
         if key not in defaults:
             raise StrategyConfigError(
                 f"{KEY_PATH}.{key}: unknown key for {backend}{did_you_mean(key, defaults)}; "
-                f"known keys: {', '.join(sorted(defaults))}")
+                f"known keys: {known or ', '.join(sorted(defaults))}")
     return {**defaults, **given}
 
 

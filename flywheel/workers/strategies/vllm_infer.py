@@ -65,12 +65,14 @@ SHM_DIR = "/dev/shm"
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool
                   ) -> dict[str, Any]:
     """LLM(...) arguments: checked strategy_config over flywheel's defaults."""
-    fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)}
+    fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)
+              if not f.name.startswith("_")}
     given = cfg.strategy_args.strategy_config
     defaults: dict[str, Any] = {**fields, "enforce_eager": not on_gpu}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
-    merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS)
+    merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS,
+                            known=f"the fields of vllm.EngineArgs ({vllm.__version__})")
     kwargs = {k: v for k, v in merged.items() if v is not None}
     kwargs.update(model=model_path, dtype=VLLM_DTYPES[cfg.model_args.dtype], seed=seed,
                   logprobs_mode="raw_logprobs")
@@ -97,16 +99,18 @@ class VLLMInferStrategy(InferStrategy):
         self.version = 0
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        # vLLM refuses n > 1 with greedy decoding; hf_infer returns n copies: so do we
+        copies = 1 if sampling.do_sample else sampling.n
         params = [self._params(sampling, request_seed(sampling.seed, i))
-                  for i in range(len(prompts))]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                    params, use_tqdm=False)
+                  for i in range(len(prompts)) for _ in range(copies)]
+        requests = [TokensPrompt(prompt_token_ids=p) for p in prompts for _ in range(copies)]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
         gens = []
-        for index, out in enumerate(outputs):  # vLLM returns requests in submission order
+        for request, out in enumerate(outputs):  # vLLM returns requests in submission order
             for sample in sorted(out.outputs, key=lambda c: c.index):
                 ids = list(sample.token_ids)
                 gens.append(Generation(
-                    prompt_index=index, token_ids=ids,
+                    prompt_index=request // copies, token_ids=ids,
                     log_probs=[step[tok].logprob for step, tok in zip(sample.logprobs, ids)],
                     finish_reason=sample.finish_reason or "abort",
                 ))
@@ -118,7 +122,7 @@ class VLLMInferStrategy(InferStrategy):
             stop.append(self.eos_id)
         sample = sampling.do_sample
         return vllm.SamplingParams(
-            n=sampling.n, max_tokens=sampling.max_new_tokens, seed=seed,
+            n=sampling.n if sample else 1, max_tokens=sampling.max_new_tokens, seed=seed,
             temperature=sampling.temperature if sample else 0.0,
             top_p=sampling.top_p if sample else 1.0,
             top_k=sampling.top_k if sample and sampling.top_k > 0 else 0,

@@ -1,0 +1,130 @@
+"""Cross-field rules of the agentic keys (`train_env_manager`, `val_env_manager`,
+`custom_envs`, `env_import_allowlist`), run by `checks.check_config` for
+`pipeline_type: agentic` only, so RLVR configs never pay for (or trip over) env settings.
+
+Pure like the rest of `checks`: each rule raises `ConfigError` with the key path and the fix.
+Env names are checked against `flywheel.envs`' registry (a leaf package with no Ray and no
+imports from flywheel), so a misspelt `env_type` fails at load with a did-you-mean, before
+any actor starts. A user env named by `env_import_path` is only checked for shape and
+allow-list here; importing it is the env workers' job (loading a config runs no user code).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from flywheel.envs import registered_envs
+from flywheel.envs.env_manager import TURN_PLACEHOLDERS
+from flywheel.platform.config.errors import ConfigError, did_you_mean
+from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
+
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def check_agentic(cfg: PipelineConfig) -> None:
+    if cfg.pipeline_type != "agentic":
+        return
+    for name, env in cfg.custom_envs.items():
+        check_custom_env(f"custom_envs.{name}", env, cfg.env_import_allowlist)
+    for key, manager in (("train_env_manager", cfg.train_env_manager),
+                         ("val_env_manager", cfg.val_env_manager)):
+        check_env_manager(key, manager, cfg)
+    group = cfg.train_env_manager.group_size
+    if cfg.num_return_sequences_in_group != 1:
+        raise ConfigError("", "num_return_sequences_in_group",
+                          f"is {cfg.num_return_sequences_in_group}, but agentic groups are "
+                          f"envs sharing a seed: set train_env_manager.group_size instead and "
+                          f"leave num_return_sequences_in_group at 1")
+    if cfg.rollout_batch_size % group:
+        raise ConfigError("", "rollout_batch_size",
+                          f"agentic rollout_batch_size counts trajectories; "
+                          f"{cfg.rollout_batch_size} does not split into groups of "
+                          f"train_env_manager.group_size={group}")
+    val_group = cfg.val_env_manager.group_size
+    if cfg.val_batch_size % val_group:
+        raise ConfigError("", "val_batch_size",
+                          f"{cfg.val_batch_size} validation trajectories do not split into "
+                          f"groups of val_env_manager.group_size={val_group}")
+
+
+def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) -> None:
+    for name in ("num_env_groups", "group_size"):
+        if getattr(manager, name) < 1:
+            raise ConfigError("", f"{key}.{name}", f"must be at least 1, got "
+                                                   f"{getattr(manager, name)}")
+    envs = manager.num_env_groups * manager.group_size
+    per_worker = manager.max_env_num_per_worker
+    if per_worker < 0:
+        raise ConfigError("", f"{key}.max_env_num_per_worker", f"must be >= 0, got {per_worker}")
+    if per_worker and (per_worker % manager.group_size or envs % per_worker):
+        raise ConfigError("", f"{key}.max_env_num_per_worker",
+                          f"{per_worker} envs per worker must be a multiple of group_size="
+                          f"{manager.group_size} (a group lives in one worker) and divide "
+                          f"num_env_groups x group_size = {envs}")
+    if not manager.tags:
+        raise ConfigError("", f"{key}.tags", "needs at least one tag (a key of custom_envs)")
+    for i, tag in enumerate(manager.tags):
+        if tag not in cfg.custom_envs:
+            raise ConfigError("", f"{key}.tags[{i}]",
+                              f"unknown tag '{tag}'{did_you_mean(tag, cfg.custom_envs)}; "
+                              f"declared in custom_envs: {', '.join(cfg.custom_envs) or 'none'}")
+    partition = manager.num_groups_partition
+    if partition and (len(partition) != len(manager.tags) or sum(partition) !=
+                      manager.num_env_groups or min(partition) < 0):
+        raise ConfigError("", f"{key}.num_groups_partition",
+                          f"{partition} must give one group count >= 0 per tag "
+                          f"({len(manager.tags)} tags) summing to num_env_groups="
+                          f"{manager.num_env_groups}, or be left empty (equal split)")
+    if manager.format_penalty is not None and manager.format_penalty > 0:
+        raise ConfigError("", f"{key}.format_penalty",
+                          f"must be <= 0 (a positive penalty pays for garbage), got "
+                          f"{manager.format_penalty}")
+    if manager.step_timeout_s <= 0:
+        raise ConfigError("", f"{key}.step_timeout_s",
+                          f"must be > 0 seconds, got {manager.step_timeout_s}")
+
+
+def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str]) -> None:
+    for name in ("max_steps", "max_tokens_per_step"):
+        if getattr(env, name) < 1:
+            raise ConfigError("", f"{key}.{name}", f"must be at least 1, got "
+                                                   f"{getattr(env, name)}")
+    known = registered_envs()
+    if env.env_import_path is None:
+        if env.env_type not in known:
+            raise ConfigError("", f"{key}.env_type",
+                              f"unknown env_type '{env.env_type}'"
+                              f"{did_you_mean(env.env_type, known)}; known: {', '.join(known)}"
+                              f" (or register your own with env_import_path)")
+    else:
+        check_import_path(key, env, allowlist, known)
+    if env.agent_template is not None:
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(env.agent_template) if f}
+        except ValueError as error:
+            raise ConfigError("", f"{key}.agent_template",
+                              f"is not a valid template: {error}") from None
+        unknown = sorted(fields - TURN_PLACEHOLDERS)
+        if unknown:
+            raise ConfigError("", f"{key}.agent_template",
+                              f"unknown placeholder(s) {unknown}; allowed: "
+                              f"{sorted(TURN_PLACEHOLDERS)} (write literal braces as {{{{ }}}})")
+
+
+def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str],
+                      known: list[str]) -> None:
+    path = env.env_import_path or ""
+    if not _IMPORT_PATH.fullmatch(path):
+        raise ConfigError("", f"{key}.env_import_path",
+                          f"'{path}' must look like 'package.module:ClassName'")
+    module = path.split(":")[0]
+    if not any(module == p or module.startswith(p + ".") for p in allowlist):
+        raise ConfigError("", f"{key}.env_import_path",
+                          f"module '{module}' is not under a prefix of env_import_allowlist "
+                          f"({', '.join(allowlist) or 'empty'}); add its package there to "
+                          f"allow importing it")
+    if env.env_type in known:
+        raise ConfigError("", f"{key}.env_type",
+                          f"'{env.env_type}' is a built-in env; give the imported env a name "
+                          f"of its own")

@@ -1,0 +1,121 @@
+"""sglang: generation with SGLang's offline `Engine` (its scheduler runs in subprocesses).
+
+UNVERIFIED: SGLang's kernels ship only CUDA builds, so this file has never run on the
+machines flywheel is developed on; it is written against the Engine API of sglang 0.5.x
+(`generate(input_ids=..., return_logprob=True)`, `update_weights_from_tensor`). Check it
+on a GPU machine before relying on it (the vllm backend is the tested one). Choosing it
+where sglang is not installed is a `BackendMissing` error naming what to install.
+
+Conventions, as vllm: log-probs are log-softmax of the raw logits (before temperature:
+`SGLANG_RETURN_ORIGINAL_LOGPROB`, set before the engine starts unless already set); a
+stop token is kept in `token_ids`; `sampling.n` samples per prompt, each with its own
+`sampling_seed` derived from (`sampling.seed`, prompt, sample); results in prompt order.
+
+Weights: `update_weights_from_tensor` sends the tensors to the scheduler processes
+(CUDA IPC on GPU) and flushes the KV cache. Tied embeddings get `lm_head.weight`
+explicitly, as for vllm. Partial rollout (pause / abort) is not wired: `generate` is one
+blocking call, so nothing is in flight between calls; it arrives with the asynchronous
+pipeline, on `async_generate`.
+
+strategy_config: any field of `sglang.srt.server_args.ServerArgs` (mem_fraction_static,
+tp_size, context_length, ...); unknown keys are an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import sglang
+import torch
+from sglang.srt.server_args import ServerArgs
+
+from flywheel.platform.config.schema import WorkerConfig
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
+from flywheel.workers.strategies.hf_model import load_tokenizer
+from flywheel.workers.strategies.strategy_config import checked_config
+from flywheel.workers.strategies.vllm_infer import request_seed
+
+SGLANG_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+OWNED_KEYS = {"model_path": "the role's model_args.model_name_or_path (or pretrain)",
+              "dtype": "model_args.dtype", "random_seed": "the top-level seed",
+              "skip_tokenizer_init": "flywheel (token ids in, token ids out)"}
+
+
+def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int) -> dict[str, Any]:
+    fields = {f.name: None for f in dataclasses.fields(ServerArgs)}
+    merged = checked_config("sglang", cfg.strategy_args.strategy_config, fields,
+                            owned=OWNED_KEYS, known="the fields of sglang ServerArgs")
+    kwargs = {k: v for k, v in merged.items() if v is not None}
+    kwargs.update(model_path=model_path, dtype=SGLANG_DTYPES[cfg.model_args.dtype],
+                  random_seed=seed, skip_tokenizer_init=True)
+    return kwargs
+
+
+def _succeeded(result: Any, what: str) -> None:
+    """The Engine's update calls answer (success, message) or an object with .success."""
+    success, message = (result[0], result[1]) if isinstance(result, tuple) else (
+        getattr(result, "success", True), getattr(result, "message", ""))
+    if not success:
+        raise RuntimeError(f"sglang {what} failed: {message}")
+
+
+class SGLangInferStrategy(InferStrategy):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+        for name in ("SGLANG_RETURN_ORIGINAL_LOGPROB", "RETURN_ORIGINAL_LOGPROB"):
+            os.environ.setdefault(name, "1")  # the name moved between 0.4 and 0.5
+        self.cfg = cfg
+        self.engine = sglang.Engine(**engine_kwargs(cfg, model_path, seed))
+        self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
+                            "fp16": torch.float16}[cfg.model_args.dtype]
+        tokenizer = load_tokenizer(model_path)
+        self.eos_id = tokenizer.eos_token_id
+        self.version = 0
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        stop = [*sampling.stop_token_ids, *([self.eos_id] if self.eos_id is not None else [])]
+        sample = sampling.do_sample
+        requests, params = [], []
+        for i, prompt in enumerate(prompts):
+            for j in range(sampling.n):
+                requests.append(prompt)
+                params.append({
+                    "max_new_tokens": sampling.max_new_tokens, "stop_token_ids": stop,
+                    "temperature": sampling.temperature if sample else 0.0,
+                    "top_p": sampling.top_p if sample else 1.0,
+                    "top_k": sampling.top_k if sample and sampling.top_k > 0 else -1,
+                    "sampling_seed": request_seed(sampling.seed, i * sampling.n + j),
+                })
+        outputs = self.engine.generate(input_ids=requests, sampling_params=params,
+                                       return_logprob=True)
+        gens = []
+        for index, out in enumerate(outputs):
+            meta = out["meta_info"]
+            pairs = meta["output_token_logprobs"]  # [(logprob, token_id, text|None), ...]
+            gens.append(Generation(
+                prompt_index=index // sampling.n, token_ids=[int(p[1]) for p in pairs],
+                log_probs=[float(p[0]) for p in pairs],
+                finish_reason=(meta.get("finish_reason") or {}).get("type", "abort"),
+            ))
+        return gens
+
+    def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
+        tensors = {k: v.detach().to(self.torch_dtype) for k, v in named_tensors.items()}
+        if "lm_head.weight" not in tensors:  # a tied checkpoint: the head is the embedding
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+        _succeeded(self.engine.update_weights_from_tensor(
+            named_tensors=list(tensors.items()), flush_cache=True), "update_weights_from_tensor")
+        self.version = version
+
+    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        rows = [batch.input_ids[b, :n].tolist() for b, n in enumerate(lengths)]
+        outputs = self.engine.generate(input_ids=rows, sampling_params={"max_new_tokens": 1},
+                                       return_logprob=True, logprob_start_len=0)
+        log_probs = torch.zeros(batch.input_ids.shape, dtype=torch.float32)  # [B, L]
+        for b, (row, out) in enumerate(zip(rows, outputs)):
+            pairs = out["meta_info"]["input_token_logprobs"][1:len(row)]  # first is None
+            log_probs[b, 1:len(row)] = torch.tensor([float(p[0]) for p in pairs])
+        return log_probs
