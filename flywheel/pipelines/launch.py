@@ -20,6 +20,8 @@ from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.ray_runtime import start_ray, stop_ray
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
+from flywheel.pipelines.agentic import AgenticPipeline
+from flywheel.pipelines.agentic_rollout import start_env_workers
 from flywheel.pipelines.prompt_data import load_records
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import num_slots, start_roles
@@ -37,8 +39,6 @@ def output_dir_for(cfg: PipelineConfig) -> tuple[Path, bool]:
 
 def run(cfg: PipelineConfig, config_path: str | None = None,
         address: str | None = None) -> Path:
-    if cfg.pipeline_type != "rlvr":
-        raise NotImplementedError(f"pipeline_type '{cfg.pipeline_type}' is not available yet")
     output_dir, is_default = output_dir_for(cfg)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config_to_dict(cfg)
@@ -47,9 +47,10 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
 
     model_path = resolve_pretrain(cfg.pretrain)
     tokenizer = load_tokenizer(model_path)
-    train_records = load_records(cfg.actor_train.data_args, "actor_train")
+    rlvr = cfg.pipeline_type == "rlvr"  # agentic runs play envs instead of reading prompts
+    train_records = load_records(cfg.actor_train.data_args, "actor_train") if rlvr else []
     val_records = (load_records(cfg.validation.data_args, "validation")
-                   if cfg.validation and cfg.eval_steps else [])
+                   if rlvr and cfg.validation and cfg.eval_steps else [])
 
     owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
     roles = tracker = None
@@ -60,8 +61,14 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
                                total_steps=cfg.max_steps, logging_steps=cfg.logging_steps,
                                params=config_dict,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default))
-        pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
-                                output_dir)
+        if rlvr:
+            pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
+                                    output_dir)
+        else:
+            env_workers = start_env_workers(cfg, model_path, roles.actor_infer)
+            roles.all.append(env_workers)  # shut down with the roles
+            pipeline = AgenticPipeline.create(cfg, roles, tokenizer, tracker, output_dir,
+                                              env_workers)
         if cfg.resume_from_checkpoint:
             checkpoint = resolve_checkpoint(cfg.resume_from_checkpoint)
             pipeline.load_checkpoint(checkpoint)

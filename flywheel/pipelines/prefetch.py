@@ -1,9 +1,15 @@
 """The prefetch generator: generation that runs ahead of training by a bounded amount.
 
-A background thread in the driver keeps actor_infer busy. It draws prompts batch by
-batch, cuts them into chunks, sends each chunk to an inference worker, sends each
-finished chunk to the reward workers (so scoring overlaps generation), and puts scored
-groups into the replay buffer. The trainer takes batches from the buffer.
+A background thread in the driver keeps actor_infer busy. It draws work batch by batch
+from a `RolloutSource`, sends each work item to a worker of the source's pool, turns each
+finished item into groups (with their scoring in flight, so scoring overlaps generation)
+and puts scored groups into the replay buffer. The trainer takes batches from the buffer.
+
+Sources: RLVR (`rollout.ChunkSource`) cuts a batch's prompts into chunks run by actor_infer
+itself and scored by the reward workers; agentic (`agentic_rollout.EnvSource`) cuts a
+batch's env groups into jobs run by env workers, which call actor_infer once per turn and
+come back already scored by their envs. A source may also drop groups as they arrive (a
+failed env): they are released at once and reported through `on_dropped`.
 
 How far ahead (`async_generation_ratio` = r): at most floor((1 + r) · B) groups may be
 outstanding — started but not yet released by a finished training step (or dropped).
@@ -11,17 +17,21 @@ r = 0 is the synchronous pipeline: the next batch starts only after the step tha
 consumed the previous one has published its weights. r = 1 is one-step-off. Fractional r
 lets part of the next batch run ahead.
 
-Ordering, so no weight update is ever missed or reordered: every call to actor_infer
-goes out from this one thread, and Ray runs the calls of one caller to one actor in
-submission order. A weight update published by the trainer is therefore applied before
-every chunk submitted after it, and each result carries the version that produced it.
+Ordering, so no weight update is ever missed or reordered: for RLVR every call to
+actor_infer goes out from this one thread, and Ray runs the calls of one caller to one
+actor in submission order. A weight update published by the trainer is therefore applied
+before every chunk submitted after it, and each result carries the version that produced
+it. When the pool is not actor_infer (env workers call it themselves, from other
+processes), that order does not hold, so the source sets `waits_for_weights` and new items
+go out only once pending updates have been applied.
 
 Pausing (validation): `paused()` stops new chunks, waits for in-flight chunks, their
 scoring and any weight update to finish (their groups stay in the buffer: nothing is lost
 or generated twice), lets the caller use actor_infer alone, then resumes.
 
-Failures: any error in this thread (a WorkerError naming role and rank, a stalled worker)
-is stored and re-raised in the trainer by the next `take` or `paused`.
+Failures: any error in this thread (a WorkerError naming role and rank, a stalled worker,
+with the work item it was running) is stored and re-raised in the trainer by the next
+`take` or `paused`.
 """
 
 from __future__ import annotations
@@ -32,19 +42,44 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import ray
 
 from flywheel.platform.cluster import Cluster, WorkerError
 from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
-from flywheel.pipelines.rollout import Chunk, ScoringJob, groups_from_result, submit_scoring
+from flywheel.pipelines.rollout import Completion, ScoringJob
 
 POLL_S = 0.02
 
 
+class WorkItem(Protocol):
+    """One unit of generation work sent to one pool worker."""
+
+    batch_index: int  # the (0-based) training step it was drawn for
+
+    @property
+    def num_groups(self) -> int: ...
+
+    def describe(self) -> str: ...  # for error messages: which prompts / envs
+
+
+class RolloutSource(Protocol):
+    """Where the generator's work comes from, who runs it, and what its results become."""
+
+    pool: Cluster  # the workers that run items
+    waits_for_weights: bool  # see "Ordering" above
+
+    def items(self, batch_index: int) -> list[Any]: ...  # WorkItems, in order
+
+    def submit(self, item: Any, rank: int) -> ray.ObjectRef: ...
+
+    def complete(self, item: Any, rank: int, result: Any) -> Completion: ...
+
+
 @dataclass
 class _InFlight:
-    chunk: Chunk
+    item: Any  # a WorkItem
     rank: int
     submitted: float
 
@@ -52,20 +87,20 @@ class _InFlight:
 @dataclass
 class PrefetchGenerator:
     actor_infer: Cluster
-    make_chunks: Callable[[int], list[Chunk]]  # batch index -> its chunks
-    score: Callable[[list], ScoringJob]  # groups -> scoring job in flight
+    source: RolloutSource
     buffer: ReplayBuffer
     batch_size: int  # groups per training batch (B)
     ratio: float  # async_generation_ratio
     stall_timeout_s: float = 600.0
     on_generated: Callable[[list], None] = lambda groups: None
+    on_dropped: Callable[[list, str], None] = lambda groups, reason: None
     first_batch: int = 0  # batch index to draw first (a resumed run continues from it)
     # -- state, guarded by _cond ------------------------------------------------------
     started_groups: int = 0  # outstanding at start: groups restored into the buffer
     released_groups: int = 0  # consumed by finished steps, or dropped
     busy: list[tuple[int, float, float]] = field(default_factory=list)  # rank, t0, t1
     _cond: threading.Condition = field(default_factory=threading.Condition)
-    _pending_chunks: list[Chunk] = field(default_factory=list)
+    _pending_chunks: list[Any] = field(default_factory=list)  # WorkItems not yet sent
     _next_batch: int = -1
     _weights: tuple[list, int] | None = None  # (weights ref, version) to publish
     _updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
@@ -144,8 +179,8 @@ class PrefetchGenerator:
         with self._cond:
             return len(self.buffer)
 
-    def stop(self) -> list[Chunk]:
-        """Stop the thread; returns chunks still in flight (their groups are abandoned)."""
+    def stop(self) -> list[Any]:
+        """Stop the thread; returns items still in flight (their groups are abandoned)."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -153,7 +188,7 @@ class PrefetchGenerator:
             self._thread.join(timeout=30)
         for ref in list(self._inflight) + list(self._scoring):
             ray.cancel(ref)
-        return [f.chunk for f in self._inflight.values()]
+        return [f.item for f in self._inflight.values()]
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -192,35 +227,45 @@ class PrefetchGenerator:
         self._updates.update({ref: rank for rank, ref in enumerate(refs)})
 
     def _submit_allowed_chunks(self) -> None:
-        per_worker = {rank: 0 for rank in range(self.actor_infer.world_size)}
+        if self.source.waits_for_weights and (self._updates or self._weights):
+            return
+        per_worker = {rank: 0 for rank in range(self.source.pool.world_size)}
         for f in self._inflight.values():
             per_worker[f.rank] += 1
         while not self._paused:
             if not self._pending_chunks:
-                self._pending_chunks = self.make_chunks(self._next_batch)
+                self._pending_chunks = self.source.items(self._next_batch)
                 self._next_batch += 1
-            chunk = self._pending_chunks[0]
+            item = self._pending_chunks[0]
             outstanding = self.started_groups - self.released_groups
             rank = min(per_worker, key=per_worker.get)
-            if outstanding + len(chunk.records) > self.capacity or per_worker[rank] >= 2:
+            if outstanding + item.num_groups > self.capacity or per_worker[rank] >= 2:
                 return
             self._pending_chunks.pop(0)
-            ref = self.actor_infer.submit_one(rank, "generate", chunk.prompt_ids,
-                                              chunk.sampling)
-            self._inflight[ref] = _InFlight(chunk, rank, time.monotonic())
+            ref = self.source.submit(item, rank)
+            self._inflight[ref] = _InFlight(item, rank, time.monotonic())
             per_worker[rank] += 1
-            self.started_groups += len(chunk.records)
+            self.started_groups += item.num_groups
 
     def _complete(self, ref: ray.ObjectRef) -> None:
         if ref in self._inflight:
             job = self._inflight.pop(ref)
-            result = self.actor_infer.get(ref, job.rank)
-            self.busy.append((job.rank, result.started, result.finished))
-            groups = groups_from_result(job.chunk, result)
-            self.on_generated(groups)
-            scoring = self.score(groups)
-            for part_ref in scoring.refs:
-                self._scoring[part_ref] = scoring
+            try:
+                result = self.source.pool.get(ref, job.rank)
+            except WorkerError as e:  # name the work that was lost with the worker
+                raise WorkerError(e.role, e.rank, f"{str(e).partition(': ')[2]} (while "
+                                                  f"running {job.item.describe()})") from None
+            done = self.source.complete(job.item, job.rank, result)
+            self.busy.extend(done.busy)
+            self.on_generated(done.scoring.groups + [g for gs in done.dropped.values()
+                                                     for g in gs])
+            for reason, groups in done.dropped.items():
+                self.released_groups += len(groups)
+                self.on_dropped(groups, reason)
+            if not done.scoring.refs:
+                self.buffer.put(done.scoring.finish())
+            for part_ref in done.scoring.refs:
+                self._scoring[part_ref] = done.scoring
         elif ref in self._scoring:
             scoring = self._scoring.pop(ref)
             if not any(r in self._scoring for r in scoring.refs):
@@ -232,5 +277,6 @@ class PrefetchGenerator:
         now = time.monotonic()
         for job in self._inflight.values():
             if now - job.submitted > self.stall_timeout_s:
-                raise WorkerError(self.actor_infer.role, job.rank,
-                                  f"generation made no progress for {self.stall_timeout_s:.0f}s")
+                raise WorkerError(self.source.pool.role, job.rank,
+                                  f"generation made no progress for {self.stall_timeout_s:.0f}s "
+                                  f"(running {job.item.describe()})")

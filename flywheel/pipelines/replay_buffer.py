@@ -10,6 +10,8 @@ whose responses all scored the same are filtered (they carry no GRPO signal, DAP
 
 Not here: who produces groups (the prefetch generator) and what is recorded about them
 (the ledger); the buffer only orders, filters and hands out.
+It reads only `seq`, `version` and `scores`, which RLVR's `Group` and the agentic
+`EpisodeGroup` (envs sharing a seed; version = the policy of its first turn) both have.
 """
 
 from __future__ import annotations

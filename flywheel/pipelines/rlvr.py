@@ -40,6 +40,7 @@ from flywheel.pipelines.replay_buffer import ReplayBuffer
 from flywheel.pipelines.roles import Roles
 from flywheel.pipelines.rollout import (
     Chunk,
+    ChunkSource,
     Group,
     batch_chunks,
     chunk_size,
@@ -53,6 +54,7 @@ from flywheel.pipelines.sample_ledger import SampleLedger
 from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.workers.actor_loss import ActorLoss
+from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
 
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
@@ -101,11 +103,12 @@ class RLVRPipeline:
     # ---- the loop -------------------------------------------------------------------
     def make_generator(self) -> PrefetchGenerator:
         cfg = self.cfg
+        source = ChunkSource(self.roles.actor_infer, self.chunks_for_batch,
+                             score=lambda groups: submit_scoring(
+                                 groups, self.roles.rewards, cfg.rewards, self.tokenizer))
         return PrefetchGenerator(
-            actor_infer=self.roles.actor_infer, make_chunks=self.chunks_for_batch,
-            score=lambda groups: submit_scoring(groups, self.roles.rewards, cfg.rewards,
-                                                self.tokenizer),
-            buffer=self.buffer, batch_size=cfg.rollout_batch_size,
+            actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
+            batch_size=cfg.rollout_batch_size,
             ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
             first_batch=self.first_batch, started_groups=len(self.buffer),
         )
@@ -158,15 +161,15 @@ class RLVRPipeline:
                                                   self.roles.actor_infer.world_size),
             "idle/actor_train": 1 - (seconds["logprobs"] + seconds["train"]) / seconds["step"],
         })
-        samples = sum(len(g.responses) for g in taken.groups)
-        tokens = sum(len(r.token_ids) for g in taken.groups for r in g.responses)
+        samples = sum(g.num_samples for g in taken.groups)
+        tokens = sum(g.num_tokens for g in taken.groups)
         metrics["throughput/samples_per_s"] = samples / seconds["step"]
         metrics["throughput/tokens_per_s"] = tokens / seconds["step"]
         return metrics
 
     def train_on(self, groups: list[Group], timer: StepTimer) -> dict[str, float]:
         cfg, roles = self.cfg, self.roles
-        batch = pack_groups(groups, self.tokenizer.pad_token_id)
+        batch = self.pack(groups)
         metrics = rollout_metrics(batch)
         with timer.phase("logprobs"):
             refs = {"old_log_probs": (roles.actor_train, roles.actor_train.submit_scatter(
@@ -180,8 +183,7 @@ class RLVRPipeline:
             for name, (cluster, parts) in refs.items():
                 batch.token[name] = torch.cat(cluster.gather(parts))
         metrics.update(self.mismatch(batch))
-        metrics.update(add_advantages(batch, cfg, cfg.num_return_sequences_in_group,
-                                      self.kl_ctl.value))
+        metrics.update(self.add_advantages(batch))
         with timer.phase("train"):
             critic_refs = []
             if roles.critic is not None:  # trains beside the actor, on its own devices
@@ -198,6 +200,20 @@ class RLVRPipeline:
         if "kl/mean" in metrics:
             self.kl_ctl.update(metrics["kl/mean"], n_steps=len(batch))
         return metrics
+
+    # ---- what the agentic pipeline (a subclass) replaces ------------------------------
+    def pack(self, groups: list[Group]) -> TokenBatch:
+        return pack_groups(groups, self.tokenizer.pad_token_id)
+
+    def add_advantages(self, batch: TokenBatch) -> dict[str, float]:
+        return add_advantages(batch, self.cfg, self.cfg.num_return_sequences_in_group,
+                              self.kl_ctl.value)
+
+    def group_state(self, group: Group) -> dict:
+        return group_to_dict(group)
+
+    def group_from_state(self, state: dict) -> Group:
+        return group_from_dict(state)
 
     def mismatch(self, batch) -> dict[str, float]:
         """Train/infer log-prob gap; with infer_is_correction on, the IS weights too."""
@@ -254,7 +270,7 @@ class RLVRPipeline:
                 self.roles.critic.call_all("save", str(tmp / "critic"))
             state = {"step": self.step, "version": self.version,
                      "next_batch": generator.next_batch, "kl_coef": self.kl_ctl.value,
-                     "buffer": [group_to_dict(g) for g in self.buffer.snapshot()],
+                     "buffer": [self.group_state(g) for g in self.buffer.snapshot()],
                      "saved_at": time.time()}
             (tmp / "pipeline_state.json").write_text(json.dumps(state))
 
@@ -267,7 +283,7 @@ class RLVRPipeline:
         self.step = self.version = state["step"]
         self.first_batch = state["next_batch"]
         self.kl_ctl.value = state["kl_coef"]
-        restored = [group_from_dict(d) for d in state["buffer"]]
+        restored = [self.group_from_state(d) for d in state["buffer"]]
         self.buffer.put(restored)
         self.ledger.generated(restored)
         self.roles.actor_infer.call_all("update_weights", self.weights(), self.version)

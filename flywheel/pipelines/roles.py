@@ -99,7 +99,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
             critic = start("critic", TrainWorker, cfg.critic, total_steps=total_steps,
                            trainable=True, value_model=True)
         rewards = {}
-        for name, rcfg in cfg.rewards.items():
+        # Agentic episodes are scored by their envs: no reward workers.
+        for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):
             rewards[name] = Cluster.create(
                 f"rewards.{name}", RewardWorker,
                 RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,

@@ -3,8 +3,9 @@
 One JSON line per group in `samples.jsonl`, written as its fate is decided, so an
 off-policy run can be audited afterwards: which policy version generated each prompt's
 responses, at which step they were trained, how stale they were, and which were dropped
-(stale, filtered) or abandoned when the run stopped (aborted). Every group generated in a
-run appears exactly once.
+(stale, filtered, env_error) or abandoned when the run stopped (aborted). Every group
+generated in a run appears exactly once. Agentic groups (envs sharing a seed) are recorded
+the same way, by their start version (the policy of their first turn).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from flywheel.pipelines.rollout import Group
 
 class SampleLedger:
     def __init__(self, path: Path):
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
         self._lock = threading.Lock()
         self._open: dict[int, Group] = {}  # generated, fate not yet written
 
@@ -44,8 +45,8 @@ class SampleLedger:
         with self._lock:
             for g in groups:
                 self._open.pop(g.seq, None)
-                record = {"seq": g.seq, "id": g.record.id, "version": g.version,
+                record = {"seq": g.seq, "id": g.id, "version": g.version,
                           "fate": fate, "step": step, "staleness": step - 1 - g.version,
-                          "samples": len(g.responses)}
+                          "samples": g.num_samples}
                 self._file.write(json.dumps(record) + "\n")
             self._file.flush()

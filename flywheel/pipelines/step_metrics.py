@@ -22,9 +22,9 @@ def rollout_metrics(batch: TokenBatch) -> dict[str, float]:
 
 def staleness_metrics(taken: Taken, step: int, queue_depth: int) -> dict[str, float]:
     """`step` is the 1-based step that trained `taken.groups`."""
-    lags = [step - 1 - g.version for g in taken.groups for _ in g.responses]
+    lags = [step - 1 - g.version for g in taken.groups for _ in range(g.num_samples)]
     return {"staleness/min": float(min(lags)), "staleness/max": float(max(lags)),
             "staleness/mean": sum(lags) / len(lags),
-            "rollout/dropped_stale": float(sum(len(g.responses) for g in taken.stale)),
-            "rollout/dropped_filtered": float(sum(len(g.responses) for g in taken.filtered)),
+            "rollout/dropped_stale": float(sum(g.num_samples for g in taken.stale)),
+            "rollout/dropped_filtered": float(sum(g.num_samples for g in taken.filtered)),
             "rollout/queue_depth": float(queue_depth)}

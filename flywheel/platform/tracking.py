@@ -45,7 +45,7 @@ class Tracker:
         output_dir.mkdir(parents=True, exist_ok=True)
         tracker = cls(output_dir=output_dir, total_steps=total_steps,
                       logging_steps=max(1, logging_steps))
-        tracker._file = open(output_dir / "metrics.jsonl", "a", encoding="utf-8")
+        tracker._file = open(output_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         if cfg.mlflow:
             import mlflow
 

@@ -1,0 +1,196 @@
+"""Env workers: Ray actors that play episodes and ask actor_infer for every turn.
+
+Why a worker of its own: env stepping (Python game logic, maybe a slow simulator) must run
+beside generation, not in the driver, and a misbehaving env must be containable. Each
+worker owns the envs of the jobs it is sent (one `flywheel.envs.EnvManager` per env
+config, built once and reused) and plays a job's episodes in lock-step: one batched
+`generate` call to its actor_infer rank per turn. Several env workers (and two queued jobs
+per worker) keep actor_infer fed while envs step.
+
+Versions: every `generate` result carries the weights version that produced it. Turn k of
+every episode in a job comes from call k, so `EnvJobResult.turn_versions[k]` is the version
+of turn k; per-token versions follow from the trajectories' turn spans. An episode that
+straddles a weight update is continued on the new weights (its later turns carry the newer
+version); its start version is that of turn 0, which is what the staleness bound uses.
+
+Failures, in two layers:
+- an env that raises, or whose reset/step runs past `step_timeout_s` (`TimedEnv` runs each
+  call in a helper thread), ends only its own episode: the env manager records the error
+  with the env id, group and seed, and a hung env is replaced by a fresh one. The run goes
+  on without that episode's group (the pipeline drops and counts it).
+- a worker that dies or stops answering altogether (an env stuck holding the GIL) is the
+  prefetch generator's to report: a WorkerError naming this role, the rank and the job.
+Errors from actor_infer are re-raised naming actor_infer and its rank.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from flywheel.envs import (
+    EnvManager,
+    EnvManagerConfig,
+    TextEnv,
+    Trajectory,
+    make,
+    register_from_import_path,
+)
+from flywheel.workers.role_worker import RoleWorker
+from flywheel.workers.strategies.base import SamplingParams
+from flywheel.workers.strategies.hf_model import load_tokenizer
+
+GENERATE_TIMEOUT_S = 600.0  # one turn's generation; beyond it the job fails, naming the rank
+TURN_SEED_STRIDE = 7919  # sampling seed of turn k = job seed + k * stride
+
+
+@dataclass(frozen=True)
+class EnvJob:
+    """Play one episode in each env of `manager` (num_env_groups groups of group_size)."""
+
+    batch_index: int  # the training step it was drawn for; -1 for validation
+    first_seq: int  # run-wide sequence number of its first group
+    tag: str
+    manager: EnvManagerConfig
+    seed: int  # rollout seed: group g of the job plays flywheel.envs.group_seed(seed, g)
+    sampling: SamplingParams  # per-turn sampling; max_new_tokens comes from the manager
+    infer_rank: int  # the actor_infer worker this job's turns go to
+    step_timeout_s: float
+
+    @property
+    def num_groups(self) -> int:
+        return self.manager.num_env_groups
+
+    def describe(self) -> str:
+        last = self.first_seq + self.num_groups - 1
+        where = "validation" if self.batch_index < 0 else f"batch {self.batch_index}"
+        return (f"{self.tag} env groups {self.first_seq}..{last} of {where} (env ids "
+                f"0..{self.num_groups * self.manager.group_size - 1}, rollout seed {self.seed})")
+
+
+@dataclass
+class EnvJobResult:
+    trajectories: list[Trajectory]  # ordered by env id
+    turn_versions: list[int]  # weights version of turn k (every episode's turn k)
+    busy: list[tuple[int, float, float]]  # actor_infer (rank, start, end) per turn
+
+
+class TimedEnv(TextEnv):
+    """An env whose reset/step may take at most `timeout_s` seconds of wall clock.
+
+    Each call runs in a daemon helper thread; if it has not returned in time, the thread
+    is abandoned (a stuck Python call cannot be interrupted), a fresh env is built in its
+    place, and TimeoutError is raised, which the env manager records as that episode's
+    error. A thread stuck for good leaks until the worker exits; it is a daemon, so it
+    never blocks the exit.
+    """
+
+    def __init__(self, make_env: Callable[[], TextEnv], timeout_s: float,
+                 env: TextEnv | None = None) -> None:
+        self._make_env = make_env
+        self.timeout_s = timeout_s
+        self.env = env if env is not None else make_env()
+
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        return self._call("reset", lambda: self.env.reset(seed=seed, options=options))
+
+    def step(self, action_text: str):
+        return self._call("step", lambda: self.env.step(action_text))
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller below
+                box["error"] = error
+
+        thread = threading.Thread(target=target, name=f"env-{what}", daemon=True)
+        thread.start()
+        thread.join(self.timeout_s)
+        if thread.is_alive():
+            self.env = self._make_env()
+            raise TimeoutError(f"{what} gave no answer within {self.timeout_s:g}s "
+                               f"(hung env abandoned and replaced)")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+
+class _TextCodec:
+    """The env manager's Tokenizer: no special tokens added; specials dropped on decode
+    (the eos a turn ends with is not part of the action text)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+class EnvWorker(RoleWorker):
+    def __init__(self, role: str, rank: int, world_size: int, model_path: str,
+                 infer_actors: list[Any], user_envs: dict[str, str] | None = None,
+                 env_import_allowlist: Sequence[str] = (), num_threads: int = 1):
+        super().__init__(role, rank, world_size, num_threads)
+        self.infer_actors = infer_actors
+        self.codec = _TextCodec(load_tokenizer(model_path))
+        for env_type, import_path in (user_envs or {}).items():
+            register_from_import_path(env_type, import_path, list(env_import_allowlist))
+        self.managers: dict[tuple[str, float], EnvManager] = {}  # (config repr, timeout)
+
+    def play(self, job: EnvJob) -> EnvJobResult:
+        manager = self._manager(job.manager, job.step_timeout_s)
+        actor = self.infer_actors[job.infer_rank]
+        versions: list[int] = []
+        busy: list[tuple[int, float, float]] = []
+
+        def generate(prompts: list[list[int]], max_tokens: int) -> list[tuple[list[int],
+                                                                              list[float]]]:
+            sampling = replace(job.sampling, max_new_tokens=max_tokens, n=1,
+                               seed=job.sampling.seed + len(versions) * TURN_SEED_STRIDE)
+            result = self._generate(actor, job.infer_rank, prompts, sampling)
+            versions.append(result.version)
+            busy.append((job.infer_rank, result.started, result.finished))
+            return [(g.token_ids, g.log_probs) for g in result.generations]
+
+        trajectories = manager.rollout(generate, self.codec, job.seed)
+        return EnvJobResult(trajectories, versions, busy)
+
+    def _manager(self, config: EnvManagerConfig, timeout_s: float) -> EnvManager:
+        key = (repr(config), timeout_s)
+        if key not in self.managers:
+            manager = EnvManager(config)
+            rebuild = lambda: make(config.env_type, **config.env_config)  # noqa: E731
+            manager.envs = [TimedEnv(rebuild, timeout_s, env) for env in manager.envs]
+            self.managers[key] = manager
+        return self.managers[key]
+
+    @staticmethod
+    def _generate(actor: Any, rank: int, prompts: list[list[int]],
+                  sampling: SamplingParams) -> Any:
+        started = time.monotonic()
+        try:
+            return ray.get(actor.generate.remote(prompts, sampling), timeout=GENERATE_TIMEOUT_S)
+        except RayTaskError as error:
+            cause = error.cause or error
+            raise RuntimeError(f"actor_infer rank {rank}: {type(cause).__name__}: {cause}") from None
+        except RayActorError:
+            raise RuntimeError(f"actor_infer rank {rank}: worker process died") from None
+        except ray.exceptions.GetTimeoutError:
+            waited = time.monotonic() - started
+            raise RuntimeError(f"actor_infer rank {rank}: no answer within {waited:.0f}s") from None
