@@ -17,8 +17,9 @@ real  The built-in tiny model on the 2-core CPU (examples/rlvr_sync.yaml with ov
 
 How steady state is measured: the first `warmup` steps (the first is unoverlappable: the
 trainer waits for a whole batch; the next fill the prefetch queue) are dropped, and the
-step time is the mean of time/step - time/validate over the remaining steps. samples/s is
-samples per step over that. Ray is started once and shared; roles restart for every run,
+step time is the mean of time/step - time/validate over the remaining steps; samples/s is
+samples per step over that. The real part also gives the median step time: on a shared
+machine other jobs add multi-second spikes that the mean absorbs and the median does not. Ray is started once and shared; roles restart for every run,
 so start-up is paid once per run but is outside the measurement. Every run uses the same
 disjoint device_mapping ([0] train, [1] infer). The 1-minute load average before and after
 each run is recorded: other jobs on the machine distort the figures.
@@ -81,7 +82,8 @@ class Result:
     ratio: float
     warmup: int
     max_steps: int
-    step_s: float  # steady-state seconds per step (validation excluded)
+    step_s: float  # steady-state seconds per step (validation excluded), mean
+    median_step_s: float  # robust to spikes from other jobs on a shared machine
     samples_per_s: float
     wait_s: float  # time/wait_for_batch: trainer blocked on generation
     generate_s: float  # time/generate: actor_infer busy within the step
@@ -93,7 +95,8 @@ class Result:
     wall_s: float  # whole run, start-up included
     load_before: float
     load_after: float
-    step_times: list[float]
+    step_times: list[float]  # every step, warm-up included
+    train_times: list[float]  # time/logprobs + time/train, every step
     val_accuracy_start: float | None = None  # step-0 validation, before training
 
 
@@ -107,12 +110,14 @@ def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[di
     step_times = [r["time/step"] - r.get("time/validate", 0.0) for r in records]
     step_s = statistics.fmean(step_times[warmup:])
     samples = records[-1]["throughput/samples_per_s"] * records[-1]["time/step"]
-    return Result(part, shape, ratio, warmup, len(records), step_s, samples / step_s,
+    return Result(part, shape, ratio, warmup, len(records), step_s,
+                  statistics.median(step_times[warmup:]), samples / step_s,
                   mean("time/wait_for_batch"), mean("time/generate"),
                   mean("time/logprobs") + mean("time/train"), mean("idle/actor_infer"),
                   mean("idle/actor_train"), mean("staleness/mean"),
                   records[-1].get("val/accuracy"), wall_s, *loads,
-                  [round(t, 4) for t in step_times])
+                  [round(t, 4) for t in step_times],
+                  [round(r["time/logprobs"] + r["time/train"], 4) for r in records])
 
 
 def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[str],
@@ -129,7 +134,8 @@ def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[s
     res.val_accuracy_start = next((r["val/accuracy"] for r in lines
                                    if r["step"] == 0 and "val/accuracy" in r), None)
     acc = "" if res.val_accuracy is None else f", val/accuracy {res.val_accuracy:.3f}"
-    print(f"[{part} {shape} ratio {ratio:g}] step {res.step_s:.3f} s, "
+    print(f"[{part} {shape} ratio {ratio:g}] step {res.step_s:.3f} s "
+          f"(median {res.median_step_s:.3f}), "
           f"{res.samples_per_s:.1f} samples/s, wait {res.wait_s:.3f} s, gen {res.generate_s:.3f}"
           f" s, train {res.train_s:.3f} s, idle infer/train {res.idle_infer:.2f}/"
           f"{res.idle_train:.2f}, staleness {res.staleness:.2f}{acc} "
@@ -202,12 +208,14 @@ def real_report(results: list[Result]) -> tuple[str, dict]:
                            "sync_generate_s": sync.generate_s, "sync_train_s": sync.train_s}
         acc = "->".join(f"{a:.3f}" for a in (r.val_accuracy_start, r.val_accuracy)
                         if a is not None) or "-"
-        rows.append([r.shape, f"{r.ratio:g}", f"{r.step_s:.3f}", f"{r.samples_per_s:.0f}",
-                     f"{r.samples_per_s / sync.samples_per_s:.2f}x", f"{bound(g, t):.2f}x",
+        rows.append([r.shape, f"{r.ratio:g}", f"{r.step_s:.3f}", f"{r.median_step_s:.3f}",
+                     f"{r.samples_per_s:.0f}", f"{r.samples_per_s / sync.samples_per_s:.2f}x",
+                     f"{sync.median_step_s / r.median_step_s:.2f}x", f"{bound(g, t):.2f}x",
                      f"{r.wait_s:.3f}", f"{r.generate_s:.3f}", f"{r.train_s:.3f}",
                      f"{r.idle_infer:.2f}", f"{r.idle_train:.2f}", f"{r.staleness:.2f}",
                      acc, f"{r.load_before:.1f}/{r.load_after:.1f}"])
-    table = markdown(["shape", "ratio", "step s", "samples/s", "vs ratio 0", "bound",
+    table = markdown(["shape", "ratio", "step s", "median", "samples/s", "vs ratio 0",
+                      "vs 0 (median)", "bound",
                       "wait s", "gen s", "train s", "idle infer", "idle train",
                       "staleness", "val acc (start->end)", "load"], rows)
     for shape, b in bounds.items():

@@ -21,7 +21,8 @@ from pathlib import Path
 from flywheel.platform.config.schema import TrackingConfig
 
 # Shown on the progress line when present, in this order.
-PROGRESS_KEYS = ("reward/mean", "val/accuracy", "staleness/mean", "env/success")
+PROGRESS_KEYS = ("reward/mean", "val/accuracy", "staleness/mean", "env/success",
+                 "val/env/success")
 
 
 def default_mlflow_uri(output_dir: Path, output_dir_was_default: bool) -> str:

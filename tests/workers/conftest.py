@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from backend_cases import make_rl_batch, start_train_cluster
 
 

@@ -36,7 +36,8 @@ def spec_and_weights(heads=4, kv_heads=2, tied=False, layers=2):
         p = f"model.layers.{i}."
         shapes.update({
             p + "input_layernorm.weight": (16,), p + "post_attention_layernorm.weight": (16,),
-            p + "self_attn.q_proj.weight": (heads * 4, 16), p + "self_attn.q_proj.bias": (heads * 4,),
+            p + "self_attn.q_proj.weight": (heads * 4, 16),
+            p + "self_attn.q_proj.bias": (heads * 4,),
             p + "self_attn.k_proj.weight": (kv_heads * 4, 16),
             p + "self_attn.k_proj.bias": (kv_heads * 4,),
             p + "self_attn.v_proj.weight": (kv_heads * 4, 16),

@@ -41,6 +41,12 @@ def check_agentic(cfg: PipelineConfig) -> None:
                           f"agentic rollout_batch_size counts trajectories; "
                           f"{cfg.rollout_batch_size} does not split into groups of "
                           f"train_env_manager.group_size={group}")
+    per_turn = [k for k in ("turn_level_returns", "step_level_samples") if getattr(cfg, k)]
+    if per_turn and (cfg.init_kl_coef > 0 or cfg.adv_estimator == "gae"):
+        raise ConfigError("", per_turn[0],
+                          "per-turn advantages are computed from discounted env returns; "
+                          "they do not combine with a KL reward penalty (init_kl_coef > 0; "
+                          "use use_kl_loss instead) or with adv_estimator: gae")
     val_group = cfg.val_env_manager.group_size
     if cfg.val_batch_size % val_group:
         raise ConfigError("", "val_batch_size",

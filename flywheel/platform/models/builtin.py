@@ -40,6 +40,10 @@ from pathlib import Path
 
 from flywheel.platform.data import arithmetic
 from flywheel.platform.models.char_tokenizer import char_vocab_and_merges
+from flywheel.platform.models.frozen_lake_warm_start import (
+    FrozenLakeWarmStartConfig,
+    warm_start_frozen_lake,
+)
 from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
 from flywheel.platform.models.warm_start import WarmStartConfig, warm_start
 
@@ -56,7 +60,8 @@ class BuiltinModel:
     description: str
     arch: TinyQwen2Spec = field(default_factory=TinyQwen2Spec)
     base: str | None = None  # registry name to warm-start from (must share `arch`)
-    warm_start: WarmStartConfig | None = None  # SFT on the arithmetic task; needs `base`
+    # SFT on top of `base`: on the arithmetic task, or on FrozenLake expert play.
+    warm_start: WarmStartConfig | FrozenLakeWarmStartConfig | None = None
 
     def __post_init__(self) -> None:
         if (self.base is None) != (self.warm_start is None):
@@ -72,6 +77,13 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         "(~15-35% greedy accuracy: RL has room to improve it).",
         base="tiny-qwen2",
         warm_start=WarmStartConfig(),
+    ),
+    "tiny-qwen2-frozenlake": BuiltinModel(
+        description="tiny-qwen2 after a short SFT warm start on shortest-path FrozenLake play "
+        "(3x3 maps, <answer>Action</answer> replies; stopped at ~20% greedy success so RL "
+        "has room: see frozen_lake_warm_start.py).",
+        base="tiny-qwen2",
+        warm_start=FrozenLakeWarmStartConfig(),
     ),
 }
 
@@ -94,7 +106,7 @@ def spec_hash(model: BuiltinModel) -> str:
             "partition_seed": arithmetic.PARTITION_SEED,
             "num_val_pairs": arithmetic.NUM_VAL_PAIRS,
         }
-        if model.warm_start
+        if isinstance(model.warm_start, WarmStartConfig)
         else None,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
@@ -155,5 +167,8 @@ def _build_into(model: BuiltinModel, out_dir: Path, cache_dir: Path) -> None:
     if BUILTIN_MODELS[model.base].arch != model.arch:
         raise ValueError(f"built-in base {model.base!r} has a different architecture")
     base_dir = ensure_built(model.base, cache_dir)
+    if isinstance(model.warm_start, FrozenLakeWarmStartConfig):
+        warm_start_frozen_lake(base_dir, out_dir, model.warm_start)
+        return
     val = arithmetic.make_arithmetic_dataset(split="val")
     warm_start(base_dir, out_dir, model.warm_start, val_records=val)

@@ -45,6 +45,11 @@ def gather_model_parallel(batch: TokenBatch) -> tuple[TokenBatch, slice]:
     return concat_batches(shards), slice(index * len(batch), (index + 1) * len(batch))
 
 
+def micro_rows(n: int, cap: int) -> int:
+    """The largest divisor of `n` that is <= cap (pipeline stages need equal micro-batches)."""
+    return max(d for d in range(1, min(n, max(1, cap)) + 1) if n % d == 0)
+
+
 def concat_batches(batches: list[TokenBatch]) -> TokenBatch:
     width = max(b.input_ids.shape[1] for b in batches)
 

@@ -14,7 +14,9 @@ loss function's value is back-propagated as is. `counts` are all-reduced over DP
 each replica's loss its share of the global mini-batch loss; gradients are then *summed*
 over DP, and tied-embedding gradients summed between the first and last PP stage. The
 global grad norm counts TP-replicated parameters once. Log-probs are a vocab-parallel
-log-softmax (max, sum-exp and the target logit reduced over TP), equal to HF's.
+log-softmax (max, sum-exp and the target logit reduced over TP), equal to HF's. As in HF
+(`nn.Embedding(padding_idx=pad)`), the pad token's input embedding gets no gradient.
+TP needs the vocabulary and the KV heads to divide by its size (no vocab padding yet).
 
 Deliberately plain: AdamW from torch over local parameters (fp32; bf16/fp16 in
 `model_args.dtype` run the forward under autocast), and grad all-reduce with
@@ -55,6 +57,7 @@ from flywheel.workers.strategies.megatron_parallel import (
     freeze_padding_row,
     gather_model_parallel,
     load_hf_tensors,
+    micro_rows,
     summed_grads_and_norm,
     vocab_parallel_logprobs,
 )
@@ -311,8 +314,3 @@ class MegatronTrainStrategy(TrainStrategy):
             self.scheduler.load_state_dict(state["scheduler"])
         rng = torch.load(os.path.join(path, f"rng_{dist.get_rank()}.pt"), weights_only=True)
         torch.set_rng_state(rng["rng"])
-
-
-def micro_rows(n: int, cap: int) -> int:
-    """The largest divisor of `n` that is <= cap (pipeline stages need equal micro-batches)."""
-    return max(d for d in range(1, min(n, max(1, cap)) + 1) if n % d == 0)

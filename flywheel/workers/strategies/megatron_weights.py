@@ -187,9 +187,8 @@ def to_local_layers(full: dict[str, torch.Tensor], layers: range, first: bool, l
         if match:
             if int(match.group(2)) in layers:
                 out[_renumber(k, -layers.start)] = v
-        elif k.startswith("embedding.") and first:
-            out[k] = v
-        elif k.startswith(("decoder.final_layernorm", "output_layer")) and last:
+        elif (first and k.startswith("embedding.")) or (
+                last and k.startswith(("decoder.final_layernorm", "output_layer"))):
             out[k] = v
     if tied and last and not first:  # the last stage's copy of the tied embedding
         out["output_layer.weight"] = full["embedding.word_embeddings.weight"]
