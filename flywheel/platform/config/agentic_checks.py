@@ -20,6 +20,8 @@ from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+# The names flywheel.envs registers on import, before any user env is registered by path.
+BUILTIN_ENVS = frozenset(registered_envs())
 
 
 def check_agentic(cfg: PipelineConfig) -> None:
@@ -104,7 +106,7 @@ def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str]) -> No
                               f"{did_you_mean(env.env_type, known)}; known: {', '.join(known)}"
                               f" (or register your own with env_import_path)")
     else:
-        check_import_path(key, env, allowlist, known)
+        check_import_path(key, env, allowlist)
     if env.agent_template is not None:
         try:
             fields = {f for _, f, _, _ in string.Formatter().parse(env.agent_template) if f}
@@ -118,8 +120,7 @@ def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str]) -> No
                               f"{sorted(TURN_PLACEHOLDERS)} (write literal braces as {{{{ }}}})")
 
 
-def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str],
-                      known: list[str]) -> None:
+def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str]) -> None:
     path = env.env_import_path or ""
     if not _IMPORT_PATH.fullmatch(path):
         raise ConfigError("", f"{key}.env_import_path",
@@ -130,7 +131,7 @@ def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str],
                           f"module '{module}' is not under a prefix of env_import_allowlist "
                           f"({', '.join(allowlist) or 'empty'}); add its package there to "
                           f"allow importing it")
-    if env.env_type in known:
+    if env.env_type in BUILTIN_ENVS:
         raise ConfigError("", f"{key}.env_type",
                           f"'{env.env_type}' is a built-in env; give the imported env a name "
                           f"of its own")

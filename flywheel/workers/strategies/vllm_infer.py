@@ -68,7 +68,9 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool
     fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)
               if not f.name.startswith("_")}
     given = cfg.strategy_args.strategy_config
-    defaults: dict[str, Any] = {**fields, "enforce_eager": not on_gpu}
+    # No progress bar per weight reload: a sync every step would print one per step.
+    defaults: dict[str, Any] = {**fields, "enforce_eager": not on_gpu,
+                                "use_tqdm_on_load": False}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS,
