@@ -24,21 +24,18 @@ from flywheel.workers.strategies.hf_model import load_tokenizer
 
 from .agentic_sim_config import agentic_sim_config
 
-FLAKY = {"Flaky": {"env_type": "flaky", "env_import_path":
-                   "tests.pipelines.faulty_envs:FlakyEnv", "max_steps": 3,
-                   "max_tokens_per_step": 4, "env_config": {"mode": "crash"}}}
+FLAKY = {"env_type": "flaky", "env_import_path": "tests.pipelines.faulty_envs:FlakyEnv",
+         "max_steps": 3, "max_tokens_per_step": 4}
 
 
 def rows(run_dir: Path, name: str) -> list[dict]:
     return [json.loads(x) for x in (run_dir / name).read_text().splitlines()]
 
 
-@pytest.mark.parametrize("ratio, gen_s, train_s, seed", [(1.0, 0.004, 0.05, 1),
-                                                         (2.0, 0.001, 0.08, 2)])
-def test_staleness_bound_and_accounting(tmp_path, ray_session, tiny_model_path, ratio, gen_s,
-                                        train_s, seed):
-    cfg = load_config_dict(agentic_sim_config(tmp_path, ratio, gen_s=gen_s, train_s=train_s,
-                                              jitter=0.9, seed=seed))
+def test_staleness_bound_and_accounting(tmp_path, ray_session, tiny_model_path):
+    ratio = 2.0  # generation up to two batches ahead; jittered latencies
+    cfg = load_config_dict(agentic_sim_config(tmp_path, ratio, gen_s=0.002, train_s=0.08,
+                                              jitter=0.9, seed=2))
     run_dir = run(cfg)
     ledger = rows(run_dir, "samples.jsonl")
     seqs = [r["seq"] for r in ledger]
@@ -63,28 +60,32 @@ def test_staleness_bound_and_accounting(tmp_path, ray_session, tiny_model_path, 
     assert stale == sum(r["samples"] for r in ledger if r["fate"] == "stale")
 
 
-@pytest.mark.parametrize("mode", ["crash", "hang"])
-def test_failing_env_is_reported_with_its_env_id_and_the_run_goes_on(
-        tmp_path, ray_session, tiny_model_path, caplog, mode):
-    raw = agentic_sim_config(tmp_path, 1.0, max_steps=3, eval_steps=0,
-                             env_import_allowlist=["tests.pipelines"],
-                             custom_envs={**FLAKY, "Flaky": {**FLAKY["Flaky"], "env_config": {
-                                 "mode": mode}}})
-    for pool in ("train_env_manager", "val_env_manager"):
-        raw[pool] = {**raw[pool], "tags": ["Flaky"], "step_timeout_s": 1.0}
+def test_crashing_and_hung_envs_are_reported_with_env_ids_and_the_run_goes_on(
+        tmp_path, ray_session, tiny_model_path, caplog):
+    """Env groups whose seed is odd fail on their first step: Crashy ones raise, Hangy ones
+    block for an hour (past step_timeout_s). Each is dropped, counted and logged with its
+    env id; the run trains on the others and finishes."""
+    raw = agentic_sim_config(
+        tmp_path, 1.0, max_steps=3, eval_steps=0, env_import_allowlist=["tests.pipelines"],
+        custom_envs={"Crashy": {**FLAKY, "env_config": {"mode": "crash"}},
+                     "Hangy": {**FLAKY, "env_config": {"mode": "hang"}}})
+    raw["train_env_manager"] = {**raw["train_env_manager"], "tags": ["Crashy", "Hangy"],
+                                "step_timeout_s": 0.5}
+    raw["val_env_manager"] = {**raw["val_env_manager"], "tags": ["Crashy"]}
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="flywheel.pipelines.agentic_rollout"):
         run_dir = run(load_config_dict(raw))
-    assert time.monotonic() - start < 90
+    assert time.monotonic() - start < 120
     ledger = rows(run_dir, "samples.jsonl")
     failed = [r for r in ledger if r["fate"] == "env_error"]
-    assert failed and len([r for r in ledger if r["fate"] == "trained"]) == 3 * 2
+    assert len([r for r in ledger if r["fate"] == "trained"]) == 3 * 2
+    assert {r["id"].split("/")[0] for r in failed} == {"Crashy", "Hangy"}
     dropped = sum(m["rollout/dropped_env_error"] for m in rows(run_dir, "metrics.jsonl"))
     assert 0 < dropped <= sum(r["samples"] for r in failed)
-    expected = "RuntimeError: boom on turn 1" if mode == "crash" else "TimeoutError: step"
     messages = [r.getMessage() for r in caplog.records]
-    assert any("raised in step (turn 0)" in m and expected in m and "env 0 (flaky" in m
-               for m in messages), messages[:3]
+    for expected in ("RuntimeError: boom on turn 1", "TimeoutError: step gave no answer"):
+        assert any("raised in step (turn 0)" in m and expected in m and "env 0 (flaky" in m
+                   for m in messages), (expected, messages[:2])
 
 
 def test_dead_env_worker_is_reported_with_its_role_and_job(tmp_path, ray_session,

@@ -53,7 +53,7 @@ def test_staleness_bound_and_accounting(tmp_path, ray_session, tiny_model_path,
     for r in trained:
         assert 0 <= r["staleness"] <= bound, r
     # Every trained step holds exactly one batch, and the per-step metrics agree.
-    by_step = {m["step"]: m for m in metrics(run_dir)}
+    by_step = {m["step"]: m for m in metrics(run_dir) if m["step"] > 0}  # 0: baseline eval
     for step in range(1, cfg.max_steps + 1):
         mine = [r for r in trained if r["step"] == step]
         assert len(mine) == cfg.rollout_batch_size

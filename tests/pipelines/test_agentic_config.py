@@ -1,0 +1,86 @@
+"""Agentic keys in the config: the ROLL seed's agentic YAML validates with
+pipeline_type=agentic, the shipped examples load and agree with the warm start they rely
+on, and mistakes in env settings are config errors naming the key."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from flywheel.platform.config import ConfigError, check_environment, load_config, load_config_dict
+from flywheel.platform.models.builtin import BUILTIN_MODELS
+
+ROOT = Path(__file__).parents[2]
+ROLL_AGENTIC = ROOT / "tests" / "data" / "configs" / "roll" / "agent_val_frozen_lake_async.yaml"
+EXAMPLES = [ROOT / "examples" / "agent_val_frozen_lake_async.yaml",
+            ROOT / "examples" / "agent_val_frozen_lake_sync.yaml"]
+
+
+def test_roll_agentic_example_validates_as_agentic(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(ROLL_AGENTIC, ["pipeline_type=agentic"])
+    assert cfg.pipeline_type == "agentic"
+    assert cfg.async_generation_ratio == 1.0 and cfg.rollout_batch_size == 1024
+    assert cfg.actor_train.strategy_args.strategy_name == "megatron_train"
+    assert cfg.actor_infer.strategy_args.strategy_name == "vllm"
+    assert cfg.train_env_manager.tags == ["FrozenLake"]  # the default pool plays FrozenLake
+    warnings = check_environment(cfg)  # 8 GPUs and Qwen are absent here: warnings only
+    assert not any(w.startswith("error") for w in warnings)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_load_and_match_the_warm_start_they_use(path):
+    cfg = load_config(path)
+    assert cfg.pipeline_type == "agentic"
+    recipe = BUILTIN_MODELS[cfg.pretrain.removeprefix("builtin://")].warm_start
+    env = cfg.custom_envs["FrozenLake"]
+    trained_on = recipe.env_manager(1)  # what the SFT sequences looked like, token for token
+    assert (env.agent_system_template, env.agent_template) == (trained_on.system_template,
+                                                               trained_on.turn_template)
+    assert {k: env.env_config[k] for k in trained_on.env_config} == trained_on.env_config
+    assert (env.max_steps, env.max_tokens_per_step) == (trained_on.max_steps,
+                                                        trained_on.max_tokens_per_step)
+    assert asdict(cfg.train_env_manager)["group_size"] * 8 == cfg.rollout_batch_size
+
+
+BASE = {"pipeline_type": "agentic", "rollout_batch_size": 8,
+        "train_env_manager": {"num_env_groups": 2, "group_size": 4}}
+
+
+@pytest.mark.parametrize("change, key_path, message", [
+    ({"train_env_manager": {"tags": ["FrozenLak"]}}, "train_env_manager.tags[0]",
+     "did you mean 'FrozenLake'"),
+    ({"custom_envs": {"FrozenLake": {"env_type": "frozen_lak"}}},
+     "custom_envs.FrozenLake.env_type", "did you mean 'frozen_lake'"),
+    ({"custom_envs": {"Mine": {"env_type": "maze", "env_import_path": "my_envs.maze:Maze"}},
+      "train_env_manager": {"tags": ["Mine"]}}, "custom_envs.Mine.env_import_path",
+     "env_import_allowlist"),
+    ({"train_env_manager": {"num_env_groups": 2, "group_size": 3}}, "rollout_batch_size",
+     "groups of train_env_manager.group_size=3"),
+    ({"train_env_manager": {"num_env_groups": 2, "group_size": 4,
+                            "num_groups_partition": [1]}},
+     "train_env_manager.num_groups_partition", "one group count"),
+    ({"train_env_manager": {"num_env_groups": 2, "group_size": 4,
+                            "max_env_num_per_worker": 6}},
+     "train_env_manager.max_env_num_per_worker", "multiple of group_size"),
+    ({"custom_envs": {"FrozenLake": {"agent_template": "{state}"}}},
+     "custom_envs.FrozenLake.agent_template", "unknown placeholder"),
+    ({"num_return_sequences_in_group": 4}, "num_return_sequences_in_group", "group_size"),
+    ({"turn_level_returns": True, "init_kl_coef": 0.1,
+      "reference": {"device_mapping": [0]}}, "turn_level_returns", "use_kl_loss"),
+])
+def test_agentic_mistakes_name_the_key(change, key_path, message):
+    raw = {**BASE, "actor_train": {"training_args": {"per_device_train_batch_size": 4}},
+           **change}
+    with pytest.raises(ConfigError) as info:
+        load_config_dict(raw)
+    assert info.value.key_path == key_path and message in str(info.value)
+
+
+def test_rlvr_configs_ignore_agentic_defaults():
+    cfg = load_config_dict({"rollout_batch_size": 8, "num_return_sequences_in_group": 3,
+                            "actor_train": {"training_args": {
+                                "per_device_train_batch_size": 8}}})
+    assert cfg.pipeline_type == "rlvr"  # group_size rules are not applied to RLVR
