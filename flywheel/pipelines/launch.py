@@ -14,17 +14,17 @@ from pathlib import Path
 
 import yaml
 
+from flywheel.pipelines.agentic import AgenticPipeline
+from flywheel.pipelines.agentic_rollout import start_env_workers
+from flywheel.pipelines.prompt_data import load_records
+from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.roles import num_slots, start_roles
 from flywheel.platform.checkpoint import resolve_checkpoint
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.ray_runtime import start_ray, stop_ray
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
-from flywheel.pipelines.agentic import AgenticPipeline
-from flywheel.pipelines.agentic_rollout import start_env_workers
-from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRPipeline
-from flywheel.pipelines.roles import num_slots, start_roles
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
 log = logging.getLogger(__name__)

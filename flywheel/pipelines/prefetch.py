@@ -46,9 +46,9 @@ from typing import Any, Protocol
 
 import ray
 
-from flywheel.platform.cluster import Cluster, WorkerError
 from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
 from flywheel.pipelines.rollout import Completion, ScoringJob
+from flywheel.platform.cluster import Cluster, WorkerError
 
 POLL_S = 0.02
 

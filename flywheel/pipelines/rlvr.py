@@ -29,10 +29,6 @@ from flywheel.algorithms import (
     FixedKLController,
     train_infer_mismatch_weights,
 )
-from flywheel.platform.checkpoint import writing_checkpoint
-from flywheel.platform.config.schema import PipelineConfig
-from flywheel.platform.timing import StepTimer
-from flywheel.platform.tracking import Tracker
 from flywheel.pipelines.actor_loss_config import build_actor_loss
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.prompt_data import PromptOrder, PromptRecord, encode_prompt
@@ -53,6 +49,10 @@ from flywheel.pipelines.rollout import (
 from flywheel.pipelines.sample_ledger import SampleLedger
 from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
+from flywheel.platform.checkpoint import writing_checkpoint
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.timing import StepTimer
+from flywheel.platform.tracking import Tracker
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss

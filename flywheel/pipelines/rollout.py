@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import ray
 
+from flywheel.pipelines.prompt_data import PromptRecord
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
-from flywheel.pipelines.prompt_data import PromptRecord
 from flywheel.workers.infer_worker import GenerateResult
 from flywheel.workers.strategies.base import Generation, SamplingParams
 

@@ -61,7 +61,8 @@ class Cluster:
                                **placement.actor_resources(device))
             if env_vars:
                 options["runtime_env"] = {"env_vars": dict(env_vars)}
-            actor = remote_cls.options(max_concurrency=1, **options).remote(role=role, rank=rank, world_size=devices.num_workers, **init_kwargs)
+            actor = remote_cls.options(max_concurrency=1, **options).remote(
+                role=role, rank=rank, world_size=devices.num_workers, **init_kwargs)
             actors.append(actor)
         cluster = cls(role=role, devices=devices, actors=actors, timeout_s=timeout_s)
         try:
@@ -111,9 +112,11 @@ class Cluster:
             if e.actor_init_failed:  # the message ends with the constructor's exception
                 last = [line for line in e.error_msg.splitlines() if line.strip()][-1]
                 raise WorkerError(self.role, rank, f"failed to start: {last.strip()}") from None
-            raise WorkerError(self.role, rank, f"worker process died ({e.__class__.__name__})") from None
+            raise WorkerError(self.role, rank,
+                              f"worker process died ({e.__class__.__name__})") from None
         except GetTimeoutError:
-            raise WorkerError(self.role, rank, f"no answer within {timeout:.0f}s (stalled?)") from None
+            raise WorkerError(self.role, rank,
+                              f"no answer within {timeout:.0f}s (stalled?)") from None
 
     def shutdown(self) -> None:
         for actor in self.actors:

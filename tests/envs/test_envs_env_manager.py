@@ -225,10 +225,12 @@ def test_generate_fn_contract_is_checked(seed_echo_env, tokenizer) -> None:
     manager = EnvManager(config(seed_echo_env, max_tokens_per_step=4))
     with pytest.raises(ValueError, match="returned 1 responses for 6 prompts"):
         manager.rollout(lambda prompts, max_tokens: [([1], [0.0])], tokenizer, seed=0)
-    too_long = lambda prompts, max_tokens: [([1] * 5, [0.0] * 5)] * len(prompts)
+    def too_long(prompts, max_tokens):
+        return [([1] * 5, [0.0] * 5)] * len(prompts)
     with pytest.raises(ValueError, match="<= 4"):
         manager.rollout(too_long, tokenizer, seed=0)
-    misaligned = lambda prompts, max_tokens: [([1, 2], [0.0])] * len(prompts)
+    def misaligned(prompts, max_tokens):
+        return [([1, 2], [0.0])] * len(prompts)
     with pytest.raises(ValueError, match="2 tokens and 1 logprobs"):
         manager.rollout(misaligned, tokenizer, seed=0)
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.platform.config import load_config
-from flywheel.platform.timing import StepTimer
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.prompt_data import load_records
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import start_roles
 from flywheel.pipelines.rollout import generate_chunks, submit_scoring
+from flywheel.platform.config import load_config
+from flywheel.platform.timing import StepTimer
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"

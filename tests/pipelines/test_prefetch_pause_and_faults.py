@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config import load_config_dict
-from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.prompt_data import load_records
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import start_roles
+from flywheel.platform.cluster import WorkerError
+from flywheel.platform.config import load_config_dict
+from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
 from .sim_config import sim_config

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from flywheel.algorithms import PolicyLossParams
 from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
-from flywheel.algorithms import PolicyLossParams
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from flywheel.workers.rewards import math_rule
 from flywheel.workers.rewards.math_rule import RewardResult

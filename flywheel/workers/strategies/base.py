@@ -17,6 +17,7 @@ import torch
 
 from flywheel.workers.batch import TokenBatch
 
+
 class LossFn(Protocol):
     """The objective a training backend minimises; built by the pipeline, opaque here.
 
