@@ -34,10 +34,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
-from flywheel.platform.timing import StepTimer
-from flywheel.platform.tracking import Tracker
 from flywheel.pipelines.agentic_batch import (
     agentic_advantages,
     env_metrics,
@@ -56,6 +52,10 @@ from flywheel.pipelines.agentic_rollout import (
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import Roles
+from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
+from flywheel.platform.timing import StepTimer
+from flywheel.platform.tracking import Tracker
 from flywheel.workers.batch import TokenBatch
 
 

@@ -26,9 +26,9 @@ import torch
 
 from flywheel.algorithms import advantage_clip, whiten_advantages
 from flywheel.envs import aggregate_metrics, discounted_returns, to_step_samples
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.pipelines.agentic_rollout import EpisodeGroup
 from flywheel.pipelines.train_batch import add_advantages
+from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.batch import TokenBatch, pack_sequences
 
 EPS = 1e-6

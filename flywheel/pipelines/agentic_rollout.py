@@ -33,6 +33,7 @@ import numpy as np
 import ray
 
 from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
+from flywheel.pipelines.rollout import Completion, ScoringJob, sampling_params
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import (
     CustomEnvConfig,
@@ -41,7 +42,6 @@ from flywheel.platform.config.schema import (
     PipelineConfig,
 )
 from flywheel.platform.resources import RoleDevices
-from flywheel.pipelines.rollout import Completion, ScoringJob, sampling_params
 from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker
 
 log = logging.getLogger(__name__)

@@ -188,7 +188,8 @@ class EnvWorker(RoleWorker):
             return ray.get(actor.generate.remote(prompts, sampling), timeout=GENERATE_TIMEOUT_S)
         except RayTaskError as error:
             cause = error.cause or error
-            raise RuntimeError(f"actor_infer rank {rank}: {type(cause).__name__}: {cause}") from None
+            raise RuntimeError(f"actor_infer rank {rank}: {type(cause).__name__}: "
+                               f"{cause}") from None
         except RayActorError:
             raise RuntimeError(f"actor_infer rank {rank}: worker process died") from None
         except ray.exceptions.GetTimeoutError:

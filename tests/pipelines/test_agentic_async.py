@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config import load_config_dict
-from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.pipelines.agentic import AgenticPipeline
 from flywheel.pipelines.agentic_rollout import start_env_workers
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.roles import start_roles
+from flywheel.platform.cluster import WorkerError
+from flywheel.platform.config import load_config_dict
+from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
 from .agentic_sim_config import agentic_sim_config

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from flywheel.envs import EnvManager, Trajectory
-from flywheel.platform.config import load_config_dict
 from flywheel.pipelines.agentic_batch import (
     agentic_advantages,
     env_metrics,
@@ -25,6 +24,7 @@ from flywheel.pipelines.agentic_rollout import (
     train_jobs,
     val_jobs,
 )
+from flywheel.platform.config import load_config_dict
 from flywheel.platform.config.schema import ValidationGeneratingArgs
 from flywheel.workers.env_worker import TimedEnv
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flywheel.pipelines.launch import run
 from flywheel.platform.config import load_config
 from flywheel.platform.models.builtin import resolve_pretrain
-from flywheel.pipelines.launch import run
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_val_frozen_lake_sync.yaml"
 
