@@ -11,9 +11,10 @@ sim   Latency-only backends (sim_infer, sim_train; bench/configs/async_sim.yaml)
 real  The built-in tiny model on the 2-core CPU (examples/rlvr_sync.yaml with overrides):
       actor_infer pinned to core 0, actor_train to core 1, in every mode, so sync and async
       get the same cores. Two shapes: "shipped" (the example's batch sizes) and "balanced"
-      (smaller generation chunks, one train micro-batch; this brings G closer to T, which
-      raises the bound). The bound comes from the sync run: G = time/wait_for_batch,
-      T = the rest of the step. Also val/accuracy after the same max_steps, sync vs async.
+      (smaller generation chunks, old log-probs in one forward, training unchanged; this
+      brings G closer to T, which raises the bound). The bound comes from the sync run:
+      G = time/wait_for_batch, T = the rest of the step. Also val/accuracy after the same
+      max_steps, sync vs async.
 
 How steady state is measured: the first `warmup` steps (the first is unoverlappable: the
 trainer waits for a whole batch; the next fill the prefetch queue) are dropped, and the
@@ -64,11 +65,9 @@ SIM_SHAPES = {"1:1": (1.0, 1.0), "2:1": (1.0, 0.5), "1:2": (0.5, 1.0)}  # G:T ->
 REAL_PINNING = ["actor_infer.cpu_affinity=[0]", "actor_train.cpu_affinity=[1]"]
 REAL_SHAPES = {
     "shipped": [],
-    "balanced": [
-        "actor_infer.infer_batch_size=2",  # 16 chunks of 2 prompts x 8 samples
-        "actor_train.training_args.per_device_train_batch_size=256",  # same optimizer
-        "actor_train.training_args.gradient_accumulation_steps=1",    # step, 1 micro-batch
-        "actor_train.infer_batch_size=256",  # old log-probs in one forward
+    "balanced": [  # training (optimizer steps, micro-batches) exactly as shipped
+        "actor_infer.infer_batch_size=2",  # 16 chunks of 2 prompts x 8 samples: G grows
+        "actor_train.infer_batch_size=256",  # old log-probs in one forward: T shrinks
     ],
 }
 # (warm-up steps dropped, max_steps) per part and mode
@@ -244,7 +243,9 @@ def main() -> None:
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} "
           f"{load_start[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
-    report: dict = {"args": vars(args), "cpus": os.cpu_count(), "load_start": load_start}
+    report: dict = {"args": vars(args), "cpus": os.cpu_count(), "load_start": load_start,
+                    "overrides": {"common": COMMON, "real_pinning": REAL_PINNING,
+                                  "real_shapes": REAL_SHAPES, "sim_shapes_G_T": SIM_SHAPES}}
     start_ray(RayConfig(), num_slots=2)  # shared by every run; roles restart per run
     work = Path(tempfile.mkdtemp(prefix="bench_async-"))
     print(f"run output and logs: {work} (removed if every run succeeds)", flush=True)
