@@ -19,6 +19,7 @@ This module only parses arguments and reports; what `run` does lives in
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
@@ -83,6 +84,7 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     _print_warnings(check_environment(cfg))
+    _show_info_logs()
     from flywheel.pipelines.launch import run  # here, not at the top: it imports Ray, torch
 
     run(cfg, config_path=args.config, address=args.address)
@@ -122,6 +124,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _count_roles(cfg: PipelineConfig) -> int:
     return sum(1 for _ in roles(cfg))
+
+
+def _show_info_logs() -> None:
+    """flywheel's own INFO lines on stderr: building a built-in model takes minutes on first
+    use and logs step, loss, rate and ETA. Other libraries' loggers keep their levels."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("flywheel")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
 
 
 def _print_warnings(warnings: list[str]) -> None:

@@ -25,9 +25,17 @@ it. When the pool is not actor_infer (env workers call it themselves, from other
 processes), that order does not hold, so the source sets `waits_for_weights` and new items
 go out only once pending updates have been applied.
 
-Pausing (validation): `paused()` stops new chunks, waits for in-flight chunks, their
-scoring and any weight update to finish (their groups stay in the buffer: nothing is lost
-or generated twice), lets the caller use actor_infer alone, then resumes.
+Partial rollout: a finished request may hand back its item's continuation (the unfinished
+responses of a segmented chunk, see rollout.py) instead of groups. It goes out before any
+new item, paused or not, without counting against capacity again (its groups were counted
+when the item started), and by the ordering above after any weight update published
+meanwhile: that is the pause, swap and continue of a long generation, with no backend call
+beyond `generate`.
+
+Pausing (validation): `paused()` stops new chunks, waits for in-flight chunks (and their
+continuations), their scoring and any weight update to finish (their groups stay in the
+buffer: nothing is lost or generated twice), lets the caller use actor_infer alone, then
+resumes.
 
 Failures: any error in this thread (a WorkerError naming role and rank, a stalled worker,
 with the work item it was running) is stored and re-raised in the trainer by the next
@@ -101,6 +109,7 @@ class PrefetchGenerator:
     busy: list[tuple[int, float, float]] = field(default_factory=list)  # rank, t0, t1
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _pending_chunks: list[Any] = field(default_factory=list)  # WorkItems not yet sent
+    _continuations: list[Any] = field(default_factory=list)  # started items' next requests
     _next_batch: int = -1
     _weights: tuple[list, int] | None = None  # (weights ref, version) to publish
     _updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
@@ -157,7 +166,8 @@ class PrefetchGenerator:
         with self._cond:
             self._paused = True
             self._cond.notify_all()
-            while self._inflight or self._scoring or self._updates or self._weights:
+            while (self._inflight or self._continuations or self._scoring or self._updates
+                   or self._weights):
                 self._raise_if_failed()
                 self._cond.wait(timeout=0.1)
             self._raise_if_failed()
@@ -188,7 +198,7 @@ class PrefetchGenerator:
             self._thread.join(timeout=30)
         for ref in list(self._inflight) + list(self._scoring):
             ray.cancel(ref)
-        return [f.item for f in self._inflight.values()]
+        return [f.item for f in self._inflight.values()] + self._continuations
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -232,6 +242,12 @@ class PrefetchGenerator:
         per_worker = {rank: 0 for rank in range(self.source.pool.world_size)}
         for f in self._inflight.values():
             per_worker[f.rank] += 1
+        while self._continuations:  # already started (and counted): first, even when paused
+            rank = min(per_worker, key=per_worker.get)
+            if per_worker[rank] >= 2:
+                return
+            self._send(self._continuations.pop(0), rank)
+            per_worker[rank] += 1
         while not self._paused:
             if not self._pending_chunks:
                 self._pending_chunks = self.source.items(self._next_batch)
@@ -241,11 +257,13 @@ class PrefetchGenerator:
             rank = min(per_worker, key=per_worker.get)
             if outstanding + item.num_groups > self.capacity or per_worker[rank] >= 2:
                 return
-            self._pending_chunks.pop(0)
-            ref = self.source.submit(item, rank)
-            self._inflight[ref] = _InFlight(item, rank, time.monotonic())
+            self._send(self._pending_chunks.pop(0), rank)
             per_worker[rank] += 1
             self.started_groups += item.num_groups
+
+    def _send(self, item: Any, rank: int) -> None:
+        ref = self.source.submit(item, rank)
+        self._inflight[ref] = _InFlight(item, rank, time.monotonic())
 
     def _complete(self, ref: ray.ObjectRef) -> None:
         if ref in self._inflight:
@@ -257,6 +275,9 @@ class PrefetchGenerator:
                                                   f"running {job.item.describe()})") from None
             done = self.source.complete(job.item, job.rank, result)
             self.busy.extend(done.busy)
+            if done.continuation is not None:
+                self._continuations.append(done.continuation)
+                return
             self.on_generated(done.scoring.groups + [g for gs in done.dropped.values()
                                                      for g in gs])
             for reason, groups in done.dropped.items():

@@ -11,7 +11,9 @@ One training step, in order:
 
 Steps are 1-based in logs; a policy version is the number of train steps its weights
 include, so a sample's staleness at (1-based) step s is (s − 1) − version: 0 for the
-synchronous pipeline, at most ceil(r) + model_update_frequency − 1 with ratio r.
+synchronous pipeline, at most ceil(r) + model_update_frequency − 1 with ratio r. With
+partial rollout a response's later tokens may come from newer versions; its staleness is
+still that of its first token (the bound), and `staleness/token_mean` averages per token.
 """
 
 from __future__ import annotations
@@ -47,7 +49,11 @@ from flywheel.pipelines.rollout import (
     submit_scoring,
 )
 from flywheel.pipelines.sample_ledger import SampleLedger
-from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
+from flywheel.pipelines.step_metrics import (
+    partial_rollout_metrics,
+    rollout_metrics,
+    staleness_metrics,
+)
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.platform.checkpoint import writing_checkpoint
 from flywheel.platform.config.schema import PipelineConfig
@@ -71,6 +77,15 @@ def mean_over_ranks(results: list[dict[str, float]]) -> dict[str, float]:
 
 def max_staleness(cfg: PipelineConfig) -> int:
     return math.ceil(cfg.async_generation_ratio) + cfg.model_update_frequency - 1
+
+
+def segment_tokens(cfg: PipelineConfig) -> int:
+    """New tokens per generation request under partial rollout; 0: whole responses."""
+    if not cfg.partial_rollout:
+        return 0
+    if cfg.partial_rollout_segment_tokens is not None:
+        return cfg.partial_rollout_segment_tokens
+    return max(1, cfg.actor_infer.generating_args.max_new_tokens // 4)
 
 
 @dataclass
@@ -105,7 +120,8 @@ class RLVRPipeline:
         cfg = self.cfg
         source = ChunkSource(self.roles.actor_infer, self.chunks_for_batch,
                              score=lambda groups: submit_scoring(
-                                 groups, self.roles.rewards, cfg.rewards, self.tokenizer))
+                                 groups, self.roles.rewards, cfg.rewards, self.tokenizer),
+                             segment_tokens=segment_tokens(cfg))
         return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
             batch_size=cfg.rollout_batch_size,
@@ -155,6 +171,8 @@ class RLVRPipeline:
         infer_busy = generator.busy_seconds(started, time.time())
         metrics.update(timer.metrics())
         metrics.update(staleness_metrics(taken, self.step, generator.queue_depth()))
+        if cfg.partial_rollout:
+            metrics.update(partial_rollout_metrics(taken.groups, self.step))
         metrics.update({
             "time/generate": infer_busy / self.roles.actor_infer.world_size,
             "idle/actor_infer": 1 - infer_busy / (seconds["step"] *

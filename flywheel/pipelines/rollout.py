@@ -1,7 +1,7 @@
 """Rollout for RLVR: prompts → sampled response groups → verifier scores.
 
 A `Group` is one prompt and its `n` responses, stamped with the policy version that
-generated them and a global sequence number `seq` (the prompt's position in the run's
+started them and a global sequence number `seq` (the prompt's position in the run's
 prompt stream). It is the unit that flows from generation to reward to training, and the
 unit that is trained, or dropped as stale or filtered.
 
@@ -10,10 +10,21 @@ worker and has its own sampling seed derived from (run seed, batch, chunk), so t
 responses depend only on the seed and the weights, never on timing. Scoring is submitted
 per finished chunk (`submit_scoring`), so rewards overlap generation; a record goes to
 the reward whose `tag_included` holds its tag (an empty list takes every tag).
+
+Partial rollout (`partial_rollout: true`), after Kimi k1.5's partial rollouts (arXiv
+2501.12599, sec. 2.6.2): a chunk's request generates at most `segment_tokens` new tokens;
+each response that neither stopped nor reached max_new_tokens goes back out as a prompt of
+its own (prompt + its tokens so far) in a `PartialChunk`, the chunk's next work item. The
+prefetch thread sends it after any weight update published meanwhile, so a long response
+is paused, the weights swapped, and it continues on the newest policy; each token records
+the version that sampled it (`Generation.token_versions`) next to its log-prob, and the
+group keeps the version of its first segment, which the staleness bound reads. Only
+`generate` is used, so every backend supports it; the price is one prefill per segment.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -34,7 +45,7 @@ class Group:
     record: PromptRecord
     prompt_ids: list[int]
     responses: list[Generation]
-    version: int  # policy version that generated every response of this group
+    version: int  # policy version that started every response (their first token's)
     scores: list[float] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
 
@@ -108,11 +119,12 @@ def batch_chunks(batch_index: int, records: list[PromptRecord], prompt_ids: list
     return chunks
 
 
-def groups_from_result(chunk: Chunk, result: GenerateResult) -> list[Group]:
+def groups_from_result(chunk: Chunk, generations: list[Generation],
+                       version: int) -> list[Group]:
     by_prompt: list[list[Generation]] = [[] for _ in chunk.records]
-    for g in result.generations:
+    for g in generations:
         by_prompt[g.prompt_index].append(g)
-    return [Group(chunk.first_seq + i, rec, ids, by_prompt[i], result.version)
+    return [Group(chunk.first_seq + i, rec, ids, by_prompt[i], version)
             for i, (rec, ids) in enumerate(zip(chunk.records, chunk.prompt_ids))]
 
 
@@ -123,8 +135,72 @@ def generate_chunks(actor_infer: Cluster, chunks: list[Chunk]) -> list[Group]:
                                     c.sampling)) for i, c in enumerate(chunks)]
     groups: list[Group] = []
     for chunk, (rank, ref) in zip(chunks, refs):
-        groups.extend(groups_from_result(chunk, actor_infer.get(ref, rank)))
+        result = actor_infer.get(ref, rank)
+        groups.extend(groups_from_result(chunk, result.generations, result.version))
     return groups
+
+
+# ---- partial rollout: a chunk generated in segments -------------------------------------
+@dataclass
+class PartialChunk:
+    """A chunk part-way through its segments: the work item that continues it."""
+
+    chunk: Chunk
+    responses: list[Generation]  # every response of the chunk so far, grouped by prompt
+    version: int  # weights of the first segment: the groups' start version
+    segments: int  # requests run so far
+
+    @property
+    def batch_index(self) -> int:
+        return self.chunk.batch_index
+
+    @property
+    def num_groups(self) -> int:
+        return self.chunk.num_groups
+
+    def describe(self) -> str:
+        return f"{self.chunk.describe()}, segment {self.segments}"
+
+    def unfinished(self) -> list[int]:
+        """Responses that stopped only because their segment ended."""
+        most = self.chunk.sampling.max_new_tokens
+        return [i for i, r in enumerate(self.responses)
+                if r.finish_reason == "length" and len(r.token_ids) < most]
+
+
+def segment_seed(seed: int, segment: int) -> int:
+    """A 31-bit sampling seed for segment `segment` (>= 1) of a chunk seeded `seed`."""
+    digest = hashlib.blake2b(f"{seed}:segment{segment}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def segment_request(item: Chunk | PartialChunk,
+                    segment_tokens: int) -> tuple[list[list[int]], SamplingParams]:
+    """Prompts and sampling of the next segment: the chunk's own prompts first, then each
+    unfinished response as a prompt (prompt + its tokens so far, n=1), never past the
+    chunk's max_new_tokens."""
+    if isinstance(item, Chunk):
+        most = item.sampling.max_new_tokens
+        return item.prompt_ids, replace(item.sampling, max_new_tokens=min(segment_tokens, most))
+    chunk, todo = item.chunk, [item.responses[i] for i in item.unfinished()]
+    room = chunk.sampling.max_new_tokens - max(len(r.token_ids) for r in todo)
+    prompts = [chunk.prompt_ids[r.prompt_index] + r.token_ids for r in todo]
+    return prompts, replace(chunk.sampling, n=1, max_new_tokens=min(segment_tokens, room),
+                            seed=segment_seed(chunk.sampling.seed, item.segments))
+
+
+def continue_chunk(item: Chunk | PartialChunk, result: GenerateResult) -> PartialChunk:
+    """Append a segment's tokens to the responses they continue, each with its version."""
+    if isinstance(item, Chunk):
+        return PartialChunk(item, result.generations, result.version, segments=1)
+    responses, todo = list(item.responses), item.unfinished()
+    for more in result.generations:  # prompt_index: position in the request, so in todo
+        r = responses[todo[more.prompt_index]]
+        versions = r.token_versions or [item.version] * len(r.token_ids)
+        responses[todo[more.prompt_index]] = Generation(
+            r.prompt_index, r.token_ids + more.token_ids, r.log_probs + more.log_probs,
+            more.finish_reason, versions + [result.version] * len(more.token_ids))
+    return PartialChunk(item.chunk, responses, item.version, item.segments + 1)
 
 
 def route_rewards(groups: list[Group], rewards: dict[str, RewardConfig]) -> dict[str, list[int]]:
@@ -167,6 +243,8 @@ class Completion:
     scoring: ScoringJob  # its groups, scoring in flight (no parts: already scored)
     busy: list[tuple[int, float, float]]  # actor_infer (rank, start, end) it used
     dropped: dict[str, list] = field(default_factory=dict)  # reason -> groups not kept
+    # Partial rollout: the item is not finished; this runs its next segment (no groups yet).
+    continuation: PartialChunk | None = None
 
 
 def submit_scoring(groups: list[Group], reward_clusters: dict[str, Cluster],
@@ -196,13 +274,24 @@ class ChunkSource:
     make_chunks: Callable[[int], list[Chunk]]  # batch index -> its chunks
     score: Callable[[list[Group]], ScoringJob]  # groups -> scoring job in flight
     waits_for_weights: bool = False
+    segment_tokens: int = 0  # partial rollout: new tokens per request (0: off)
 
     def items(self, batch_index: int) -> list[Chunk]:
         return self.make_chunks(batch_index)
 
-    def submit(self, item: Chunk, rank: int) -> ray.ObjectRef:
-        return self.pool.submit_one(rank, "generate", item.prompt_ids, item.sampling)
+    def submit(self, item: Chunk | PartialChunk, rank: int) -> ray.ObjectRef:
+        prompts, sampling = (segment_request(item, self.segment_tokens) if self.segment_tokens
+                             else (item.prompt_ids, item.sampling))
+        return self.pool.submit_one(rank, "generate", prompts, sampling)
 
-    def complete(self, item: Chunk, rank: int, result: GenerateResult) -> Completion:
-        groups = groups_from_result(item, result)
-        return Completion(self.score(groups), [(rank, result.started, result.finished)])
+    def complete(self, item: Chunk | PartialChunk, rank: int,
+                 result: GenerateResult) -> Completion:
+        busy = [(rank, result.started, result.finished)]
+        if not self.segment_tokens:
+            return Completion(self.score(groups_from_result(item, result.generations,
+                                                            result.version)), busy)
+        partial = continue_chunk(item, result)
+        if partial.unfinished():
+            return Completion(ScoringJob([], []), busy, continuation=partial)
+        groups = groups_from_result(partial.chunk, partial.responses, partial.version)
+        return Completion(self.score(groups), busy)

@@ -2,12 +2,15 @@
 
 Names are stable and documented in the README's metrics table: `reward/*`, `response/*`,
 `staleness/*` (train step minus the policy version that generated each sample, over the
-batch's samples), `rollout/*` (drops this step, groups waiting in the buffer).
+batch's samples), `rollout/*` (drops this step, groups waiting in the buffer). With partial
+rollout also `rollout/partial_frac` (share of responses whose tokens span more than one
+version) and `staleness/token_mean` (the same lag per token, by the version that sampled it).
 """
 
 from __future__ import annotations
 
 from flywheel.pipelines.replay_buffer import Taken
+from flywheel.pipelines.rollout import Group
 from flywheel.workers.batch import TokenBatch
 
 
@@ -28,3 +31,13 @@ def staleness_metrics(taken: Taken, step: int, queue_depth: int) -> dict[str, fl
             "rollout/dropped_stale": float(sum(g.num_samples for g in taken.stale)),
             "rollout/dropped_filtered": float(sum(g.num_samples for g in taken.filtered)),
             "rollout/queue_depth": float(queue_depth)}
+
+
+def partial_rollout_metrics(groups: list[Group], step: int) -> dict[str, float]:
+    """`step` is the 1-based step that trained `groups` (RLVR groups)."""
+    responses = [(g.version, r) for g in groups for r in g.responses]
+    spanning = [len(set(r.token_versions)) > 1 for _, r in responses]
+    lags = [step - 1 - v for start, r in responses
+            for v in (r.token_versions or [start] * len(r.token_ids))]
+    return {"rollout/partial_frac": sum(spanning) / len(spanning),
+            "staleness/token_mean": sum(lags) / len(lags) if lags else 0.0}

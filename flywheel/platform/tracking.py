@@ -5,7 +5,8 @@ written, so a killed run keeps every finished step); mlflow gets the same number
 batched call per step; the console gets one line per `logging_steps` with step, reward,
 rate and ETA. The mlflow store defaults to a sqlite file beside the runs
 (`runs/mlruns.db` for the default `runs/<exp_name>/<timestamp>` layout) so
-`mlflow ui --backend-store-uri sqlite:///runs/mlruns.db` shows every run.
+`mlflow ui --backend-store-uri sqlite:///runs/mlruns.db` shows every run; its artifacts
+(the run's config.yaml) go to `runs/mlartifacts/`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def default_mlflow_uri(output_dir: Path, output_dir_was_default: bool) -> str:
     return f"sqlite:///{(root / 'mlruns.db').resolve()}"
 
 
+def sqlite_artifact_uri(sqlite_uri: str) -> str:
+    """`mlartifacts/` beside a sqlite store's database file."""
+    db = Path(sqlite_uri.removeprefix("sqlite:///"))
+    return (db.parent / "mlartifacts").resolve().as_uri()
+
+
 @dataclass
 class Tracker:
     output_dir: Path
@@ -51,8 +58,14 @@ class Tracker:
             import mlflow
 
             os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-            mlflow.set_tracking_uri(cfg.mlflow_uri or mlflow_uri)
-            mlflow.set_experiment(cfg.experiment_name or exp_name)
+            uri = cfg.mlflow_uri or mlflow_uri
+            mlflow.set_tracking_uri(uri)
+            name = cfg.experiment_name or exp_name
+            if uri.startswith("sqlite:///") and mlflow.get_experiment_by_name(name) is None:
+                # A sqlite store has no artifact root of its own: without one, mlflow
+                # writes artifacts to ./mlruns in whatever directory the run started from.
+                mlflow.create_experiment(name, artifact_location=sqlite_artifact_uri(uri))
+            mlflow.set_experiment(name)
             tracker.mlflow_run = mlflow.start_run(run_name=run_name)
             mlflow.log_params(_flatten(params))
             mlflow.log_artifact(str(output_dir / "config.yaml"))

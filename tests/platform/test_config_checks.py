@@ -128,6 +128,27 @@ def test_negative_async_ratio():
     assert "must be >= 0" in error_for({"async_generation_ratio": -0.5}).message
 
 
+ASYNC = {"async_generation_ratio": 1, "partial_rollout": True,
+         "actor_infer": {"device_mapping": [1], "generating_args": {"max_new_tokens": 8}}}
+
+
+@pytest.mark.parametrize("change, key_path, message", [
+    ({"async_generation_ratio": 0}, "partial_rollout", "has no effect with async_generation"),
+    ({"partial_rollout_segment_tokens": 0}, "partial_rollout_segment_tokens",
+     "must be in 1..actor_infer.generating_args.max_new_tokens=8, got 0"),
+    ({"partial_rollout_segment_tokens": 9}, "partial_rollout_segment_tokens", "got 9"),
+    ({"pipeline_type": "agentic", "rollout_batch_size": 8}, "partial_rollout", "RLVR only"),
+])
+def test_partial_rollout_mistakes(change, key_path, message):
+    error = error_for({**ASYNC, **change})
+    assert error.key_path == key_path and message in error.message
+
+
+def test_partial_rollout_with_async_generation_passes():
+    assert load_config_dict(ASYNC).partial_rollout_segment_tokens is None  # quarter of 8
+    load_config_dict({**ASYNC, "partial_rollout_segment_tokens": 8})
+
+
 def test_num_return_sequences_must_agree_with_the_group_size():
     data = {**batch(8, 4, 8, 1), "actor_infer": {"generating_args": {"num_return_sequences": 2}}}
     error = error_for(data)

@@ -32,6 +32,10 @@ def check_agentic(cfg: PipelineConfig) -> None:
     for key, manager in (("train_env_manager", cfg.train_env_manager),
                          ("val_env_manager", cfg.val_env_manager)):
         check_env_manager(key, manager, cfg)
+    if cfg.partial_rollout:
+        raise ConfigError("", "partial_rollout",
+                          "is RLVR only: agentic turns are already short requests that each "
+                          "run on the newest weights; set partial_rollout: false")
     group = cfg.train_env_manager.group_size
     if cfg.num_return_sequences_in_group != 1:
         raise ConfigError("", "num_return_sequences_in_group",

@@ -196,7 +196,8 @@ def check_batch_sizes(cfg: PipelineConfig) -> None:
 
 
 def check_async(cfg: PipelineConfig) -> None:
-    """Asynchronous generation needs generation and training on separate devices."""
+    """Asynchronous generation needs generation and training on separate devices; partial
+    rollout only acts on asynchronous generation, in segments no longer than a response."""
     ratio = cfg.async_generation_ratio
     if ratio < 0:
         raise ConfigError("", "async_generation_ratio",
@@ -210,12 +211,18 @@ def check_async(cfg: PipelineConfig) -> None:
                 f"time, so actor_train and actor_infer cannot share devices, but both use "
                 f"{shared} (an unset device_mapping means [0]); give them disjoint "
                 f"device_mapping or set async_generation_ratio: 0")
-    if cfg.partial_rollout:
+    if cfg.partial_rollout and ratio == 0:
         raise ConfigError(
             "", "partial_rollout",
-            "pausing in-flight generations across a weight update is not implemented yet; "
-            "set partial_rollout: false (in-flight requests then finish on the weights they "
-            "started with, and their samples carry that version)")
+            "has no effect with async_generation_ratio: 0 (the next batch starts only after "
+            "the weight sync, so no generation is ever in flight across one); set "
+            "async_generation_ratio > 0 or partial_rollout: false")
+    segment, most = (cfg.partial_rollout_segment_tokens,
+                     cfg.actor_infer.generating_args.max_new_tokens)
+    if segment is not None and not 1 <= segment <= most:
+        raise ConfigError("", "partial_rollout_segment_tokens",
+                          f"must be in 1..actor_infer.generating_args.max_new_tokens={most}, "
+                          f"got {segment}")
 
 
 def check_sampling(cfg: PipelineConfig) -> None:

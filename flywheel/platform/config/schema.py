@@ -312,8 +312,15 @@ class PipelineConfig:
     async_generation_ratio: float = 0.0
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1
-    # Pause in-flight generations at a weight sync and continue them on new weights.
+    # Pause in-flight generations at a weight sync and continue them on new weights
+    # (RLVR, needs async_generation_ratio > 0). Each token then carries the version that
+    # produced it; a sample's staleness is still counted from its first token's version.
     partial_rollout: bool = False
+    # With partial_rollout: new tokens per generation request, in 1..max_new_tokens. An
+    # unfinished response comes back after this many and continues as a new request, on
+    # whatever weights are newest by then. Smaller picks up new weights sooner but re-reads
+    # the prompt (a prefill) per segment. Unset: a quarter of actor_infer's max_new_tokens.
+    partial_rollout_segment_tokens: int | None = None
     # Drop groups whose responses all scored the same (no GRPO signal; DAPO's dynamic
     # sampling). Dropped groups are counted in rollout/dropped_filtered and replaced.
     drop_uniform_groups: bool = False

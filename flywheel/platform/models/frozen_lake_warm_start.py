@@ -76,9 +76,10 @@ class FrozenLakeWarmStartConfig:
     env_instruction: str = ""
     # -- SFT --
     num_demos: int = 1000  # walker episodes (distinct seeds) to learn from
-    steps: int = 1500  # optimiser steps, an upper bound: see stop_at_*
-    stop_at_valid: float = 0.9  # sampled dev replies that parse, and
-    stop_at_success: float = 0.2  # sampled dev episodes won: both reached ends SFT
+    steps: int = 2500  # optimiser steps, an upper bound: see stop_at_*
+    stop_at_valid: float = 0.9  # sampled dev replies that parse,
+    stop_at_success: float = 0.2  # sampled dev episodes won, and
+    stop_at_falls: float = 0.1  # sampled dev episodes ending in a hole: all three end SFT
     check_every: int = 20
     first_check: int = 100  # no checks before (each costs a few seconds)
     num_dev: int = 64
@@ -194,6 +195,11 @@ def play(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     return aggregate_metrics(episodes)
 
 
+def falls(metrics: dict[str, float]) -> float:
+    """Episodes that ended in a hole: neither won, nor cut off by max_steps, nor failed."""
+    return 1.0 - metrics["success"] - metrics["truncated"] - metrics["failed"]
+
+
 def sft_settings(config: FrozenLakeWarmStartConfig) -> WarmStartConfig:
     """The knobs `train_sft` reads (its stopping rule is ours, passed as `on_step`)."""
     return WarmStartConfig(steps=config.steps, stop_at_accuracy=None, lr=config.lr,
@@ -218,12 +224,14 @@ def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
         checks.append(play(model, tokenizer, config, config.num_dev,
                            DEV_STREAM + config.seed, do_sample=True))
         logger.info("frozen-lake warm start step %d: sampled dev replies parse %.3f, "
-                    "win %.3f", step, checks[-1]["action_is_valid"], checks[-1]["success"])
+                    "win %.3f, fall in a hole %.3f", step, checks[-1]["action_is_valid"],
+                    checks[-1]["success"], falls(checks[-1]))
         return done(checks[-1])
 
     def done(check: dict[str, float]) -> bool:
         return (check["action_is_valid"] >= config.stop_at_valid
-                and check["success"] >= config.stop_at_success)
+                and check["success"] >= config.stop_at_success
+                and falls(check) <= config.stop_at_falls)
 
     start = time.perf_counter()
     with capped_threads(config.max_threads), torch.random.fork_rng(devices=[]):
@@ -234,8 +242,9 @@ def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
                       do_sample=False)
     if not checks or not done(checks[-1]):
         raise RuntimeError(f"FrozenLake warm start: sampled play did not reach "
-                           f"{config.stop_at_valid:.0%} valid replies and "
-                           f"{config.stop_at_success:.0%} wins within {config.steps} steps; "
+                           f"{config.stop_at_valid:.0%} valid replies, "
+                           f"{config.stop_at_success:.0%} wins and at most "
+                           f"{config.stop_at_falls:.0%} falls within {config.steps} steps; "
                            f"raise `steps`")
     tail = losses[-20:]
     result = FrozenLakeWarmStartResult(

@@ -53,6 +53,9 @@ class Generation:
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str  # "stop" (eos / stop token), "length", or "abort"
+    # Weights version of each token, filled only when a partial rollout continued the
+    # response on newer weights; empty: every token is from the version that started it.
+    token_versions: list[int] = field(default_factory=list)
 
 
 class TrainStrategy(ABC):

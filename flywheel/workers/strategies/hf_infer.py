@@ -7,7 +7,8 @@ so train/infer mismatch metrics measure the backends and not the sampling knobs.
 
 Sampling is seeded per call (`SamplingParams.seed`), so the same seed and weights give the
 same responses: this is what makes a synchronous run reproducible bit for bit.
-hf_infer has no in-flight requests to pause; partial rollout needs vllm.
+Partial rollout asks nothing of this backend: the pipeline cuts long responses into
+segments of separate `generate` calls (rollout.py), and weights change between calls.
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ stop token is kept in `token_ids`; `sampling.n` samples per prompt, each with it
 
 Weights: `update_weights_from_tensor` sends the tensors to the scheduler processes
 (CUDA IPC on GPU) and flushes the KV cache. Tied embeddings get `lm_head.weight`
-explicitly, as for vllm. Partial rollout (pause / abort) is not wired: `generate` is one
-blocking call, so nothing is in flight between calls; it arrives with the asynchronous
-pipeline, on `async_generate`.
+explicitly, as for vllm. Partial rollout needs nothing here: the pipeline cuts responses
+into segments of separate `generate` calls and swaps weights between them (rollout.py).
 
 strategy_config: any field of `sglang.srt.server_args.ServerArgs` (mem_fraction_static,
 tp_size, context_length, ...); unknown keys are an error.

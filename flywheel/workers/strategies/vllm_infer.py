@@ -23,9 +23,11 @@ cache is reset afterwards, because cached KV blocks were computed by the old wei
 `forward_logprobs` uses vLLM's prompt log-probs (one engine pass, max_tokens=1), so the
 reference numbers come from the same kernels that generated.
 
-Not here (yet): partial rollout. The offline `LLM` runs one blocking `generate`, so there
-is nothing in flight to pause or abort between calls; pause/resume/abort need `AsyncLLM`
-and arrive with the asynchronous pipeline.
+Partial rollout asks nothing of this backend: the pipeline cuts long responses into
+segments of separate blocking `generate` calls (rollout.py) and weights change between
+calls, each segment re-reading its prefix (a prefill, cheap beside decoding). Pausing a
+request mid-decode instead (pause/resume/abort on `AsyncLLM`) would save those prefills;
+it is not wired.
 
 strategy_config: any `vllm.EngineArgs` field (gpu_memory_utilization, tensor_parallel_size,
 enforce_eager, block_size, max_model_len, kv_cache_memory_bytes, ...); unknown keys are an
