@@ -90,7 +90,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
     "tiny-qwen2-frozenlake": BuiltinModel(
         description="tiny-qwen2-h4 after a cached SFT warm start on a cautious random walker's "
         "FrozenLake play (3x3 maps, bare action-name replies): it avoids holes but has no "
-        "plan (~10-20% greedy success), so RL has the goal-directed play to learn: see "
+        "plan (low greedy success), so RL has the goal-directed play to learn: see "
         "frozen_lake_warm_start.py.",
         arch=GRID_ARCH,
         base="tiny-qwen2-h4",
