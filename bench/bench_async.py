@@ -10,9 +10,11 @@ sim   Latency-only backends (sim_infer, sim_train; bench/configs/async_sim.yaml)
       Pass criterion: at 1:1, ratio 1 reaches >= 95% of the bound.
 real  The built-in tiny model on the 2-core CPU (examples/rlvr_sync.yaml with overrides):
       actor_infer pinned to core 0, actor_train to core 1, in every mode, so sync and async
-      get the same cores. Two shapes: "shipped" (the example's batch sizes) and "balanced"
-      (smaller generation chunks, old log-probs in one forward, training unchanged; this
-      brings G closer to T, which raises the bound). The bound comes from the sync run:
+      get the same cores. Three shapes: "shipped" (the example's batch sizes), "balanced"
+      (2-prompt generation chunks, old log-probs in one forward, training unchanged: G
+      grows toward T, which raises the bound) and "2-minibatch" (4-prompt chunks, 2 PPO
+      mini-batches per step instead of 4: the same samples, fewer optimizer steps, and
+      generation no slower than shipped). The bound comes from the sync run:
       G = time/wait_for_batch, T = the rest of the step. Also val/accuracy after the same
       max_steps, sync vs async.
 
@@ -68,6 +70,11 @@ REAL_SHAPES = {
     "balanced": [  # training (optimizer steps, micro-batches) exactly as shipped
         "actor_infer.infer_batch_size=2",  # 16 chunks of 2 prompts x 8 samples: G grows
         "actor_train.infer_batch_size=256",  # old log-probs in one forward: T shrinks
+    ],
+    "2-minibatch": [  # closest to 1:1 without slowing generation down: 8 chunks of 4
+        "actor_infer.infer_batch_size=4",  # prompts, old log-probs in one forward, and 2
+        "actor_train.infer_batch_size=256",  # PPO mini-batches of 128 per step instead of
+        "actor_train.training_args.per_device_train_batch_size=128",  # 4 of 64
     ],
 }
 # (warm-up steps dropped, max_steps) per part and mode
