@@ -128,12 +128,27 @@ def _count_roles(cfg: PipelineConfig) -> int:
 
 def _show_info_logs() -> None:
     """flywheel's own INFO lines on stderr: building a built-in model takes minutes on first
-    use and logs step, loss, rate and ETA. Other libraries' loggers keep their levels."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    use and logs step, loss, rate and ETA. Other libraries' loggers keep their levels.
+    One handler however often `main` runs in a process (else every line repeats)."""
     logger = logging.getLogger("flywheel")
+    if not any(isinstance(h, _CurrentStderrHandler) for h in logger.handlers):
+        handler = _CurrentStderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is at each record, not as it was when the handler was made
+    (an embedding program or a test may swap it, and close the old one)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; sys.stderr wins
+        pass
 
 
 def _print_warnings(warnings: list[str]) -> None:

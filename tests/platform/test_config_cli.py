@@ -146,6 +146,16 @@ def test_run_calls_the_launcher(monkeypatch):
     assert (cfg.max_steps, config_path, address) == (3, str(TINY), "auto")
 
 
+def test_run_logs_flywheel_info_once_however_often_main_runs(monkeypatch, capsys):
+    import logging
+
+    fake_launcher(monkeypatch, lambda cfg, config_path, address: logging.getLogger(
+        "flywheel.platform.models.builtin").info("building built-in model x"))
+    for _ in range(2):
+        assert cli.main(["run", "--config", str(TINY)]) == 0
+        assert capsys.readouterr().err.count("building built-in model x") == 1
+
+
 def test_run_time_failure_is_one_line_exit_1(monkeypatch, capsys):
     def explode(cfg, config_path, address):
         raise RuntimeError("worker actor_train died\nlong remote traceback")
