@@ -50,7 +50,7 @@ from flywheel.algorithms.kl import (
     kl_estimate,
     kl_loss,
 )
-from flywheel.algorithms.mismatch import train_infer_mismatch_weights
+from flywheel.algorithms.mismatch import MismatchCorrection, train_infer_mismatch_weights
 from flywheel.algorithms.policy_loss import (
     POLICY_LOSSES,
     PolicyLossFn,
@@ -68,6 +68,7 @@ __all__ = [
     "AdaptiveKLController",
     "FixedKLController",
     "LossAggMode",
+    "MismatchCorrection",
     "PolicyLossFn",
     "PolicyLossParams",
     "advantage_clip",

@@ -24,6 +24,7 @@ the log-ratio is clamped to ±LOG_RATIO_CLAMP before exp, so a long sequence can
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -94,3 +95,25 @@ def train_infer_mismatch_weights(
         "mismatch/k3_kl": masked_mean(k3, valid).item(),
     }
     return weights, metrics
+
+
+@dataclass(frozen=True)
+class MismatchCorrection:
+    """The pipeline's `infer_is_correction` setting, applied to a batch wherever the old
+    log-probs are computed: on the driver, or inside actor_train's train call."""
+
+    level: str = "token"
+    mode: str = "truncate"
+    lower: float = 0.5
+    upper: float = 2.0
+    apply: bool = False  # False: report the mismatch metrics, leave the loss unweighted
+
+    def __call__(self, token: dict[str, Tensor], mask: Tensor) -> dict[str, float]:
+        """Metrics; with `apply`, also token['is_weights'] from token['old_log_probs'] and
+        token['infer_log_probs'] [B, T]."""
+        weights, metrics = train_infer_mismatch_weights(
+            token["old_log_probs"], token["infer_log_probs"], mask, level=self.level,
+            mode=self.mode, lower=self.lower, upper=self.upper)
+        if self.apply:
+            token["is_weights"] = weights
+        return metrics

@@ -3,10 +3,13 @@
 One training step, in order:
   1. batch        take `rollout_batch_size` scored groups from the prefetch generator
                   (generation and scoring already ran, ahead by async_generation_ratio)
-  2. log-probs    old log-probs from actor_train (pre-update policy), reference log-probs
+  2. log-probs    reference log-probs (and critic values); the old log-probs (pre-update
+                  policy) too when the KL reward penalty needs them here
   3. advantages   grpo / reinforce (+ KL penalty, whitening, clipping)
-  4. train        actor_train.train_step with the configured pg_variant loss
-  5. sync         publish the new weights to actor_infer (every model_update_frequency)
+  4. train        actor_train.train_step with the configured pg_variant loss; it computes
+                  the old log-probs and the train/infer mismatch first when step 2 did not
+  5. sync         publish the new weights to actor_infer (every model_update_frequency);
+                  the weights are asked for right behind the train call
   6. log / validate (generation paused) / checkpoint
 
 Steps are 1-based in logs; a policy version is the number of train steps its weights
@@ -26,11 +29,7 @@ from pathlib import Path
 
 import torch
 
-from flywheel.algorithms import (
-    AdaptiveKLController,
-    FixedKLController,
-    train_infer_mismatch_weights,
-)
+from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
 from flywheel.pipelines.actor_loss_config import build_actor_loss
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.prompt_data import PromptOrder, PromptRecord, encode_prompt
@@ -75,6 +74,12 @@ def mean_over_ranks(results: list[dict[str, float]]) -> dict[str, float]:
             for k in sorted(keys)}
 
 
+def mismatch_correction(cfg: PipelineConfig) -> MismatchCorrection:
+    level, mode = MISMATCH_MODES.get(cfg.infer_is_correction, ("token", "truncate"))
+    return MismatchCorrection(level, mode, cfg.infer_is_lower_bound, cfg.infer_is_upper_bound,
+                              apply=cfg.infer_is_correction != "none")
+
+
 def max_staleness(cfg: PipelineConfig) -> int:
     return math.ceil(cfg.async_generation_ratio) + cfg.model_update_frequency - 1
 
@@ -105,6 +110,7 @@ class RLVRPipeline:
     buffer: ReplayBuffer = field(init=False)
     ledger: SampleLedger = field(init=False)
     first_batch: int = 0  # batch index the generator starts from (moves on resume)
+    weights_ahead: list | None = None  # weights_ref calls queued behind this step's train call
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -189,9 +195,15 @@ class RLVRPipeline:
         cfg, roles = self.cfg, self.roles
         batch = self.pack(groups)
         metrics = rollout_metrics(batch)
+        # The old log-probs are needed here before training only by the KL reward penalty;
+        # otherwise actor_train computes them inside its train call (one trip, not two).
+        old_in_train = cfg.init_kl_coef == 0
+        correction = mismatch_correction(cfg)
         with timer.phase("logprobs"):
-            refs = {"old_log_probs": (roles.actor_train, roles.actor_train.submit_scatter(
-                "forward_logprobs", batch.shard(roles.actor_train.world_size)))}
+            refs = {}
+            if not old_in_train:
+                refs["old_log_probs"] = (roles.actor_train, roles.actor_train.submit_scatter(
+                    "forward_logprobs", batch.shard(roles.actor_train.world_size)))
             if roles.reference is not None:
                 refs["ref_log_probs"] = (roles.reference, roles.reference.submit_scatter(
                     "forward_logprobs", batch.shard(roles.reference.world_size)))
@@ -200,7 +212,8 @@ class RLVRPipeline:
                     "forward_values", batch.shard(roles.critic.world_size)))
             for name, (cluster, parts) in refs.items():
                 batch.token[name] = torch.cat(cluster.gather(parts))
-        metrics.update(self.mismatch(batch))
+        if not old_in_train:
+            metrics.update(correction(batch.token, batch.response_mask))
         metrics.update(self.add_advantages(batch))
         with timer.phase("train"):
             critic_refs = []
@@ -210,8 +223,13 @@ class RLVRPipeline:
                     "train_step", batch.shard(roles.critic.world_size),
                     loss_fn=CriticLoss(cfg.value_clip), ppo_epochs=cfg.ppo_epochs)
             shards = batch.shard(roles.actor_train.world_size)
-            results = roles.actor_train.scatter("train_step", shards, loss_fn=self.loss_fn,
-                                                ppo_epochs=cfg.ppo_epochs)
+            train_refs = roles.actor_train.submit_scatter(
+                "train_step", shards, loss_fn=self.loss_fn, ppo_epochs=cfg.ppo_epochs,
+                old_log_probs=correction if old_in_train else None)
+            if self.step % cfg.model_update_frequency == 0:  # a sync follows this step:
+                # queue it on the same actors now, so it runs with no round trip between
+                self.weights_ahead = roles.actor_train.submit_all("weights_ref")
+            results = roles.actor_train.gather(train_refs)
             results += roles.critic.gather(critic_refs) if critic_refs else []
         metrics.update(mean_over_ranks(results))
         metrics["loss/policy"] = metrics.get("pg/loss", float("nan"))
@@ -233,20 +251,11 @@ class RLVRPipeline:
     def group_from_state(self, state: dict) -> Group:
         return group_from_dict(state)
 
-    def mismatch(self, batch) -> dict[str, float]:
-        """Train/infer log-prob gap; with infer_is_correction on, the IS weights too."""
-        mode = self.cfg.infer_is_correction
-        level, kind = MISMATCH_MODES.get(mode, ("token", "truncate"))
-        weights, metrics = train_infer_mismatch_weights(
-            batch.token["old_log_probs"], batch.token["infer_log_probs"], batch.response_mask,
-            level=level, mode=kind, lower=self.cfg.infer_is_lower_bound,
-            upper=self.cfg.infer_is_upper_bound)
-        if mode != "none":
-            batch.token["is_weights"] = weights
-        return metrics
-
     def weights(self) -> list:
-        return self.roles.actor_train.call_all("weights_ref")[0]
+        refs, self.weights_ahead = self.weights_ahead, None
+        if refs is None:
+            refs = self.roles.actor_train.submit_all("weights_ref")
+        return self.roles.actor_train.gather(refs)[0]
 
     def chunks_for_batch(self, batch_index: int) -> list[Chunk]:
         """The prompts of batch `batch_index`, cut into generation chunks (generator thread)."""

@@ -73,18 +73,24 @@ def pack_sequences(
     pad_id: int,
     response_values: dict[str, list[list[float]]] | None = None,
 ) -> TokenBatch:
-    """Right-pad prompt+response rows; per-response-token values land on response columns."""
-    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
-    batch, width = len(prompts), max(lengths)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    response_mask = torch.zeros((batch, width), dtype=torch.float32)
-    token = {k: torch.zeros((batch, width)) for k in (response_values or {})}
-    for b, (p, r) in enumerate(zip(prompts, responses)):
-        n = len(p) + len(r)
-        input_ids[b, :n] = torch.tensor(p + r, dtype=torch.long)
-        attention_mask[b, :n] = 1
-        response_mask[b, len(p):n] = 1.0
-        for k, values in (response_values or {}).items():
-            token[k][b, len(p):n] = torch.tensor(values[b], dtype=torch.float32)
+    """Right-pad prompt+response rows; per-response-token values land on response columns.
+
+    Rows are padded as Python lists and turned into each tensor with one call: the
+    pipeline packs every training batch on its critical path, and a tensor per row cost
+    milliseconds per step.
+    """
+    starts = torch.tensor([len(p) for p in prompts])  # [B] first response column
+    ends = starts + torch.tensor([len(r) for r in responses])  # [B] one past the last token
+    width = int(ends.max())
+    cols = torch.arange(width)[None, :]  # [1, L]
+    input_ids = torch.tensor([p + r + [pad_id] * (width - len(p) - len(r))
+                              for p, r in zip(prompts, responses)], dtype=torch.long)
+    attention_mask = (cols < ends[:, None]).long()  # [B, L]
+    response_mask = ((cols >= starts[:, None]) & (cols < ends[:, None])).float()  # [B, L]
+    token = {}
+    for k, values in (response_values or {}).items():
+        if any(len(v) != len(r) for v, r in zip(values, responses)):
+            raise ValueError(f"{k}: need one value per response token in every row")
+        token[k] = torch.tensor([[0.0] * len(p) + list(v) + [0.0] * (width - len(p) - len(v))
+                                 for p, v in zip(prompts, values)], dtype=torch.float32)
     return TokenBatch(input_ids, attention_mask, response_mask, token=token)

@@ -13,6 +13,21 @@ import os
 import torch
 
 
+def pin_process(cpus: list[int]) -> None:
+    """Pin every thread of this process, not just the caller.
+
+    On Linux sched_setaffinity(0) moves only the calling thread; the threads Ray started
+    before the actor's constructor ran (task receipt, result transfer, gRPC) would keep
+    floating and run on the other role's cores, which is what pinning is meant to stop.
+    Threads created later inherit their creator's mask.
+    """
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:  # the thread exited meanwhile
+            pass
+
+
 class RoleWorker:
     def __init__(self, role: str, rank: int, world_size: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None):
@@ -20,7 +35,7 @@ class RoleWorker:
         self.rank = rank
         self.world_size = world_size
         if cpu_affinity:
-            os.sched_setaffinity(0, cpu_affinity)
+            pin_process(cpu_affinity)
         threads = num_threads or len(os.sched_getaffinity(0))
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)

@@ -21,6 +21,7 @@ import socket
 import ray
 import torch
 
+from flywheel.algorithms import MismatchCorrection
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
@@ -73,8 +74,21 @@ class TrainWorker(RoleWorker):
         """The critic's V(s_t) [B, L] (critic role only)."""
         return self.strategy.forward_values(batch)
 
-    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int) -> dict:
-        return self.strategy.train_step(batch, loss_fn, ppo_epochs)
+    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int,
+                   old_log_probs: MismatchCorrection | None = None) -> dict:
+        """One optimizer pass over the batch.
+
+        With `old_log_probs`, the batch arrives without them: they are computed here first,
+        from the weights before this update, exactly as forward_logprobs would, followed by
+        the train/infer mismatch correction. The pipeline asks for this when nothing on
+        its side needs the old log-probs before training; it saves a second trip of the
+        batch and a round trip on the training path.
+        """
+        metrics = {}
+        if old_log_probs is not None:
+            batch.token["old_log_probs"] = self.strategy.forward_logprobs(batch)
+            metrics = old_log_probs(batch.token, batch.response_mask)
+        return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
     def weights_ref(self) -> list[ray.ObjectRef]:
         """The full weights, put once into the object store (wrapped so Ray passes the ref).
