@@ -8,6 +8,7 @@ benchmarks: generation on one core, training on another, in every mode).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -22,10 +23,8 @@ def pin_process(cpus: list[int]) -> None:
     Threads created later inherit their creator's mask.
     """
     for tid in os.listdir("/proc/self/task"):
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the thread exited meanwhile
             os.sched_setaffinity(int(tid), cpus)
-        except ProcessLookupError:  # the thread exited meanwhile
-            pass
 
 
 class RoleWorker:
