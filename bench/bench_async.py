@@ -28,7 +28,7 @@ run, so start-up is paid once per run but is outside the measurement. Every run 
 disjoint device_mapping ([0] train, [1] infer). The 1-minute load average before and after
 each run is recorded: other jobs on the machine distort the figures.
 
-    .venv/bin/python bench/bench_async.py [--quick] [--only sim|real]
+    .venv/bin/python bench/bench_async.py [--quick] [--only sim|real] [--shapes a,b] [--rounds N]
 
 Prints markdown tables and writes bench/results/bench_async-<timestamp>.json.
 """
@@ -64,7 +64,10 @@ COMMON = ["tracking.mlflow=false", "save_steps=0",
 SIM_BATCH = 8  # prompts per step: seconds_per_prompt = G / SIM_BATCH
 SIM_SHAPES = {"1:1": (1.0, 1.0), "2:1": (1.0, 0.5), "1:2": (0.5, 1.0)}  # G:T -> (G, T) s
 
-REAL_PINNING = ["actor_infer.cpu_affinity=[0]", "actor_train.cpu_affinity=[1]"]
+# Generation and what feeds it (the driver's prefetch thread, the reward worker) on core 0,
+# training alone on core 1, in every mode; the driver's main thread and Ray float.
+REAL_PINNING = ["actor_infer.cpu_affinity=[0]", "actor_train.cpu_affinity=[1]",
+                "prefetch_cpu_affinity=[0]", "rewards.math_rule.cpu_affinity=[0]"]
 REAL_SHAPES = {
     "shipped": [],
     "balanced": [  # training (optimizer steps, micro-batches) exactly as shipped
@@ -106,6 +109,7 @@ class Result:
     train_times: list[float]  # time/logprobs + time/train, every step
     wait_times: list[float]  # time/wait_for_batch, every step
     val_accuracy_start: float | None = None  # step-0 validation, before training
+    round: int = 0  # --rounds: which repetition; speedups pair runs of the same round
 
 
 def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[dict],
@@ -130,8 +134,8 @@ def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[di
 
 
 def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[str],
-            warmup: int, work: Path) -> Result:
-    out = work / f"{part}-{shape.replace(':', '_')}-r{ratio}"
+            warmup: int, work: Path, rnd: int = 0) -> Result:
+    out = work / f"{part}-{shape.replace(':', '_')}-r{ratio}-round{rnd}"  # fresh: no resume
     overrides = [*COMMON, *overrides, f"async_generation_ratio={ratio}", f"output_dir={out}"]
     load_before, started = os.getloadavg()[0], time.time()
     with open(work / "runs.log", "a") as log, contextlib.redirect_stdout(log):
@@ -142,8 +146,9 @@ def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[s
                     (load_before, os.getloadavg()[0]))
     res.val_accuracy_start = next((r["val/accuracy"] for r in lines
                                    if r["step"] == 0 and "val/accuracy" in r), None)
+    res.round = rnd
     acc = "" if res.val_accuracy is None else f", val/accuracy {res.val_accuracy:.3f}"
-    print(f"[{part} {shape} ratio {ratio:g}] step {res.step_s:.3f} s "
+    print(f"[{part} {shape} ratio {ratio:g} round {rnd}] step {res.step_s:.3f} s "
           f"(median {res.median_step_s:.3f}), "
           f"{res.samples_per_s:.1f} samples/s, wait {res.wait_s:.3f} s, gen {res.generate_s:.3f}"
           f" s, train {res.train_s:.3f} s, idle infer/train {res.idle_infer:.2f}/"
@@ -165,14 +170,17 @@ def bench_sim(quick: bool, work: Path) -> list[Result]:
     return results
 
 
-def bench_real(quick: bool, work: Path) -> list[Result]:
+def bench_real(quick: bool, work: Path, shapes: list[str], rounds: int) -> list[Result]:
+    """Every round runs each shape's ratios back to back, so a speedup compares runs a
+    minute or two apart: a shared host's speed drifts by 10-20% over longer spans."""
     warmup, steps = STEPS[("real", quick)]
     results = []
-    for shape, extra in REAL_SHAPES.items():
-        overrides = [*REAL_PINNING, *extra, f"max_steps={steps}", f"eval_steps={steps}",
-                     f"logging_steps={steps}"]
-        results += [run_one("real", shape, r, REAL_CONFIG, overrides, warmup, work)
-                    for r in RATIOS]
+    for rnd in range(rounds):
+        for shape in shapes:
+            overrides = [*REAL_PINNING, *REAL_SHAPES[shape], f"max_steps={steps}",
+                         f"eval_steps={steps}", f"logging_steps={steps}"]
+            results += [run_one("real", shape, r, REAL_CONFIG, overrides, warmup, work, rnd)
+                        for r in RATIOS]
     return results
 
 
@@ -210,43 +218,65 @@ def sim_report(results: list[Result]) -> tuple[str, dict]:
 
 
 def real_report(results: list[Result]) -> tuple[str, dict]:
-    rows, bounds = [], {}
+    rows, bounds, speedups = [], {}, {}
     for r in results:
-        sync = next(s for s in results if s.shape == r.shape and s.ratio == 0)
+        sync = next(s for s in results
+                    if s.shape == r.shape and s.ratio == 0 and s.round == r.round)
         g, t = sync.wait_s, sync.step_s - sync.wait_s
         steady = slice(sync.warmup, None)  # medians: the same, robust to spikes
         g_med = statistics.median(sync.wait_times[steady])
         t_med = statistics.median(s - w for s, w in zip(sync.step_times[steady],
                                                          sync.wait_times[steady]))
-        bounds[r.shape] = {"G_s": g, "T_s": t, "bound": bound(g, t), "G_median_s": g_med,
-                           "T_median_s": t_med, "bound_median": bound(g_med, t_med),
-                           "sync_generate_s": sync.generate_s, "sync_train_s": sync.train_s}
+        bounds[f"{r.shape} round {r.round}"] = {
+            "G_s": g, "T_s": t, "bound": bound(g, t), "G_median_s": g_med,
+            "T_median_s": t_med, "bound_median": bound(g_med, t_med),
+            "sync_generate_s": sync.generate_s, "sync_train_s": sync.train_s}
+        speedup = r.samples_per_s / sync.samples_per_s
+        speedups.setdefault((r.shape, r.ratio), []).append((speedup, bound(g, t), r))
         acc = "->".join(f"{a:.3f}" for a in (r.val_accuracy_start, r.val_accuracy)
                         if a is not None) or "-"
-        rows.append([r.shape, f"{r.ratio:g}", f"{r.step_s:.3f}", f"{r.median_step_s:.3f}",
-                     f"{r.samples_per_s:.0f}", f"{r.samples_per_s / sync.samples_per_s:.2f}x",
+        rows.append([r.shape, str(r.round), f"{r.ratio:g}", f"{r.step_s:.3f}",
+                     f"{r.median_step_s:.3f}", f"{r.samples_per_s:.0f}", f"{speedup:.2f}x",
                      f"{sync.median_step_s / r.median_step_s:.2f}x", f"{bound(g, t):.2f}x",
                      f"{r.wait_s:.3f}", f"{r.generate_s:.3f}", f"{r.train_s:.3f}",
                      f"{r.idle_infer:.2f}", f"{r.idle_train:.2f}", f"{r.staleness:.2f}",
                      acc, f"{r.load_before:.1f}/{r.load_after:.1f}"])
-    table = markdown(["shape", "ratio", "step s", "median", "samples/s", "vs ratio 0",
-                      "vs 0 (median)", "bound",
-                      "wait s", "gen s", "train s", "idle infer", "idle train",
-                      "staleness", "val acc (start->end)", "load"], rows)
-    for shape, b in bounds.items():
-        table += (f"\n\n{shape}, sync: G = wait_for_batch {b['G_s']:.3f} s (time/generate "
-                  f"{b['sync_generate_s']:.3f} s), T = rest of step {b['T_s']:.3f} s "
-                  f"(logprobs+train {b['sync_train_s']:.3f} s) -> bound {b['bound']:.2f}x; "
-                  f"medians G {b['G_median_s']:.3f} s, T {b['T_median_s']:.3f} s -> bound "
-                  f"{b['bound_median']:.2f}x")
-    return table, bounds
+    table = markdown(["shape", "round", "ratio", "step s", "median", "samples/s", "vs ratio 0",
+                      "vs 0 (median)", "bound", "wait s", "gen s", "train s", "idle infer",
+                      "idle train", "staleness", "val acc (start->end)", "load"], rows)
+    summary, rates = [], {}
+    for (shape, ratio), runs in speedups.items():
+        ups = [u for u, _, _ in runs]
+        accs = [r.val_accuracy for _, _, r in runs if r.val_accuracy is not None]
+        rates[f"{shape} ratio {ratio:g}"] = {
+            "speedups": ups, "median_speedup": statistics.median(ups),
+            "median_bound": statistics.median(b for _, b, _ in runs),
+            "median_step_s": statistics.median(r.step_s for _, _, r in runs),
+            "val_accuracy": accs}
+        summary.append([shape, f"{ratio:g}", str(len(runs)),
+                        f"{rates[f'{shape} ratio {ratio:g}']['median_step_s']:.3f}",
+                        f"{statistics.median(ups):.2f}x",
+                        f"{min(ups):.2f}x-{max(ups):.2f}x",
+                        f"{rates[f'{shape} ratio {ratio:g}']['median_bound']:.2f}x",
+                        " / ".join(f"{a:.3f}" for a in accs) or "-"])
+    table = markdown(["shape", "ratio", "rounds", "median step s", "median vs ratio 0",
+                      "range", "median bound", "val acc per round"], summary) + "\n\n" + table
+    return table, {"bounds": bounds, "speedups": rates}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps (smoke test)")
     parser.add_argument("--only", choices=("sim", "real"), help="run one part only")
+    parser.add_argument("--shapes", default=",".join(REAL_SHAPES),
+                        help=f"real part: comma-separated, of {', '.join(REAL_SHAPES)}")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="real part: repeat every shape's ratio 0/1/2 runs this often")
     args = parser.parse_args()
+    shapes = [x for x in args.shapes.split(",") if x]
+    unknown = [x for x in shapes if x not in REAL_SHAPES]
+    if unknown or args.rounds < 1:
+        parser.error(f"--shapes: unknown {unknown}" if unknown else "--rounds: at least 1")
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} "
           f"{load_start[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
@@ -264,8 +294,8 @@ def main() -> None:
             report["sim"] = [dataclasses.asdict(r) for r in sim]
             tables.append("## Simulated backends (steady state)\n\n" + table)
         if args.only in (None, "real"):
-            real = bench_real(args.quick, work)
-            table, report["real_bounds"] = real_report(real)
+            real = bench_real(args.quick, work, shapes, args.rounds)
+            table, report["real_summary"] = real_report(real)
             report["real"] = [dataclasses.asdict(r) for r in real]
             tables.append("## Tiny model, 2-core CPU, one core per role\n\n" + table)
     finally:

@@ -83,7 +83,7 @@ class AgenticPipeline(RLVRPipeline):
             batch_size=cfg.rollout_batch_size // self.group_size,
             ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
             on_dropped=self.on_dropped, first_batch=self.first_batch,
-            started_groups=len(self.buffer),
+            started_groups=len(self.buffer), cpu_affinity=cfg.prefetch_cpu_affinity,
         )
 
     def on_dropped(self, groups: list[EpisodeGroup], reason: str) -> None:

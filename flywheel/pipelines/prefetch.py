@@ -57,6 +57,7 @@ import ray
 from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
 from flywheel.pipelines.rollout import Completion, ScoringJob
 from flywheel.platform.cluster import Cluster, WorkerError
+from flywheel.workers.role_worker import pin_thread
 
 POLL_S = 0.02
 
@@ -103,6 +104,7 @@ class PrefetchGenerator:
     on_generated: Callable[[list], None] = lambda groups: None
     on_dropped: Callable[[list, str], None] = lambda groups, reason: None
     first_batch: int = 0  # batch index to draw first (a resumed run continues from it)
+    cpu_affinity: list[int] | None = None  # pin the generator thread (prefetch_cpu_affinity)
     # -- state, guarded by _cond ------------------------------------------------------
     started_groups: int = 0  # outstanding at start: groups restored into the buffer
     released_groups: int = 0  # consumed by finished steps, or dropped
@@ -207,6 +209,11 @@ class PrefetchGenerator:
     # ---- generator thread -----------------------------------------------------------
     def _run(self) -> None:
         try:
+            if self.cpu_affinity:
+                try:
+                    pin_thread(self.cpu_affinity)
+                except ValueError as e:
+                    raise ValueError(f"prefetch_cpu_affinity: {e}") from None
             while True:
                 with self._cond:
                     if self._stop:

@@ -133,6 +133,7 @@ class RLVRPipeline:
             batch_size=cfg.rollout_batch_size,
             ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
             first_batch=self.first_batch, started_groups=len(self.buffer),
+            cpu_affinity=cfg.prefetch_cpu_affinity,
         )
 
     def run(self) -> None:

@@ -104,7 +104,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
             rewards[name] = Cluster.create(
                 f"rewards.{name}", RewardWorker,
                 RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
-                init_kwargs=dict(reward_type=rcfg.reward_type),
+                init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity),
             )
             started.append(rewards[name])
     except BaseException:

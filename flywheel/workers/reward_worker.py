@@ -9,8 +9,8 @@ from flywheel.workers.role_worker import RoleWorker
 
 class RewardWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, reward_type: str,
-                 num_threads: int | None = 1):
-        super().__init__(role, rank, world_size, num_threads)
+                 num_threads: int | None = 1, cpu_affinity: list[int] | None = None):
+        super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         self.score_fn = reward_fn(reward_type)
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:

@@ -24,7 +24,16 @@ def pin_process(cpus: list[int]) -> None:
     """
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(ProcessLookupError):  # the thread exited meanwhile
-            os.sched_setaffinity(int(tid), cpus)
+            pin_thread(cpus, int(tid))
+
+
+def pin_thread(cpus: list[int], tid: int = 0) -> None:
+    """Pin one thread (0: the caller) to `cpus`, or say which cores exist."""
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as e:
+        raise ValueError(f"cannot pin to cores {cpus}: {e.strerror} (this machine has "
+                         f"cores 0..{(os.cpu_count() or 1) - 1})") from None
 
 
 class RoleWorker:
@@ -41,3 +50,7 @@ class RoleWorker:
 
     def ready(self) -> str:
         return f"{self.role}:{self.rank}"
+
+    def pid(self) -> int:
+        """This worker's process id, to inspect it from outside (threads, affinity)."""
+        return os.getpid()

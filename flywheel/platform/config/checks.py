@@ -104,6 +104,7 @@ def check_config(cfg: PipelineConfig) -> None:
     check_device_groups(cfg)
     check_batch_sizes(cfg)
     check_async(cfg)
+    check_cpu_affinity(cfg)
     check_sampling(cfg)
     check_algorithm_roles(cfg)
     check_agentic(cfg)
@@ -223,6 +224,23 @@ def check_async(cfg: PipelineConfig) -> None:
         raise ConfigError("", "partial_rollout_segment_tokens",
                           f"must be in 1..actor_infer.generating_args.max_new_tokens={most}, "
                           f"got {segment}")
+
+
+def check_cpu_affinity(cfg: PipelineConfig) -> None:
+    """Core lists are non-empty, without repeats; whether the cores exist is the machine's
+    business (a worker that cannot pin itself fails to start, naming role and cores)."""
+    lists = [(f"{role.key_path}.cpu_affinity", role.worker.cpu_affinity) for role in roles(cfg)]
+    lists.append(("prefetch_cpu_affinity", cfg.prefetch_cpu_affinity))
+    for key, cores in lists:
+        if cores is None:
+            continue
+        if not cores:
+            raise ConfigError("", key, "an empty core list pins to nothing: list cores, "
+                                       "or leave it unset for no pinning")
+        if any(c < 0 for c in cores):
+            raise ConfigError("", key, f"core indices are ints >= 0, got {cores}")
+        if len(set(cores)) != len(cores):
+            raise ConfigError("", key, f"a core appears more than once in {cores}")
 
 
 def check_sampling(cfg: PipelineConfig) -> None:

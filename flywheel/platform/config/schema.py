@@ -122,7 +122,8 @@ class WorkerConfig:
     # torch intra-op threads per worker; unset: every core when generation and training
     # take turns (async_generation_ratio 0), half of them each when they overlap.
     num_threads: int | None = None
-    # Pin this role's worker processes to these CPU cores (Linux); unset: no pinning.
+    # Pin this role's worker processes (every thread) to these CPU cores (Linux); unset:
+    # no pinning. Reward workers take it too.
     cpu_affinity: list[int] | None = None
 
 
@@ -312,6 +313,10 @@ class PipelineConfig:
     async_generation_ratio: float = 0.0
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1
+    # Pin the driver's prefetch thread (it feeds actor_infer and hands finished groups to
+    # the reward workers) to these CPU cores (Linux); unset: no pinning. On a CPU-only
+    # machine, keep it on actor_infer's cores so that it does not take time from training.
+    prefetch_cpu_affinity: list[int] | None = None
     # Pause in-flight generations at a weight sync and continue them on new weights
     # (RLVR, needs async_generation_ratio > 0). Each token then carries the version that
     # produced it; a sample's staleness is still counted from its first token's version.
