@@ -64,10 +64,14 @@ COMMON = ["tracking.mlflow=false", "save_steps=0",
 SIM_BATCH = 8  # prompts per step: seconds_per_prompt = G / SIM_BATCH
 SIM_SHAPES = {"1:1": (1.0, 1.0), "2:1": (1.0, 0.5), "1:2": (0.5, 1.0)}  # G:T -> (G, T) s
 
-# Generation and what feeds it (the driver's prefetch thread, the reward worker) on core 0,
-# training alone on core 1, in every mode; the driver's main thread and Ray float.
-REAL_PINNING = ["actor_infer.cpu_affinity=[0]", "actor_train.cpu_affinity=[1]",
-                "prefetch_cpu_affinity=[0]", "rewards.math_rule.cpu_affinity=[0]"]
+# Generation on core 0, training on core 1, in every run.
+REAL_PINNING = ["actor_infer.cpu_affinity=[0]", "actor_train.cpu_affinity=[1]"]
+# What feeds generation (the driver's prefetch thread, the reward worker) beside it on core
+# 0, or floating with the driver's main thread and Ray. Ratio 0 runs both ways and the
+# faster one is the baseline; ratios 1 and 2 run with feeding work beside generation.
+AUX_LAYOUTS = {"beside generation": ["prefetch_cpu_affinity=[0]",
+                                     "rewards.math_rule.cpu_affinity=[0]"],
+               "floating": []}
 REAL_SHAPES = {
     "shipped": [],
     "balanced": [  # training (optimizer steps, micro-batches) exactly as shipped
@@ -110,6 +114,7 @@ class Result:
     wait_times: list[float]  # time/wait_for_batch, every step
     val_accuracy_start: float | None = None  # step-0 validation, before training
     round: int = 0  # --rounds: which repetition; speedups pair runs of the same round
+    layout: str = "beside generation"  # AUX_LAYOUTS key (real part)
 
 
 def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[dict],
@@ -134,8 +139,9 @@ def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[di
 
 
 def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[str],
-            warmup: int, work: Path, rnd: int = 0) -> Result:
-    out = work / f"{part}-{shape.replace(':', '_')}-r{ratio}-round{rnd}"  # fresh: no resume
+            warmup: int, work: Path, rnd: int = 0, layout: str = "") -> Result:
+    tag = f"{part}-{shape}-r{ratio}-round{rnd}-{layout}".replace(":", "_").replace(" ", "_")
+    out = work / tag  # fresh every run: an existing output_dir would resume
     overrides = [*COMMON, *overrides, f"async_generation_ratio={ratio}", f"output_dir={out}"]
     load_before, started = os.getloadavg()[0], time.time()
     with open(work / "runs.log", "a") as log, contextlib.redirect_stdout(log):
@@ -147,8 +153,10 @@ def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[s
     res.val_accuracy_start = next((r["val/accuracy"] for r in lines
                                    if r["step"] == 0 and "val/accuracy" in r), None)
     res.round = rnd
+    res.layout = layout or res.layout
     acc = "" if res.val_accuracy is None else f", val/accuracy {res.val_accuracy:.3f}"
-    print(f"[{part} {shape} ratio {ratio:g} round {rnd}] step {res.step_s:.3f} s "
+    where = f", feeding work {layout}" if layout else ""
+    print(f"[{part} {shape} ratio {ratio:g} round {rnd}{where}] step {res.step_s:.3f} s "
           f"(median {res.median_step_s:.3f}), "
           f"{res.samples_per_s:.1f} samples/s, wait {res.wait_s:.3f} s, gen {res.generate_s:.3f}"
           f" s, train {res.train_s:.3f} s, idle infer/train {res.idle_infer:.2f}/"
@@ -171,16 +179,21 @@ def bench_sim(quick: bool, work: Path) -> list[Result]:
 
 
 def bench_real(quick: bool, work: Path, shapes: list[str], rounds: int) -> list[Result]:
-    """Every round runs each shape's ratios back to back, so a speedup compares runs a
-    minute or two apart: a shared host's speed drifts by 10-20% over longer spans."""
+    """Every round runs each shape's modes back to back, so a speedup compares runs a
+    minute or two apart: a shared host's speed drifts by 10-20% over longer spans. Odd
+    rounds run the modes in reverse order, so a drift does not always favour one mode."""
     warmup, steps = STEPS[("real", quick)]
+    modes = [(0, "beside generation"), (0, "floating"), *((r, "beside generation")
+                                                          for r in RATIOS if r)]
     results = []
     for rnd in range(rounds):
         for shape in shapes:
-            overrides = [*REAL_PINNING, *REAL_SHAPES[shape], f"max_steps={steps}",
-                         f"eval_steps={steps}", f"logging_steps={steps}"]
-            results += [run_one("real", shape, r, REAL_CONFIG, overrides, warmup, work, rnd)
-                        for r in RATIOS]
+            for ratio, layout in (modes if rnd % 2 == 0 else modes[::-1]):
+                overrides = [*REAL_PINNING, *AUX_LAYOUTS[layout], *REAL_SHAPES[shape],
+                             f"max_steps={steps}", f"eval_steps={steps}",
+                             f"logging_steps={steps}"]
+                results.append(run_one("real", shape, ratio, REAL_CONFIG, overrides, warmup,
+                                       work, rnd, layout))
     return results
 
 
@@ -220,47 +233,50 @@ def sim_report(results: list[Result]) -> tuple[str, dict]:
 def real_report(results: list[Result]) -> tuple[str, dict]:
     rows, bounds, speedups = [], {}, {}
     for r in results:
-        sync = next(s for s in results
-                    if s.shape == r.shape and s.ratio == 0 and s.round == r.round)
+        sync = min((s for s in results
+                    if s.shape == r.shape and s.ratio == 0 and s.round == r.round),
+                   key=lambda s: s.step_s)  # the faster layout of the round
         g, t = sync.wait_s, sync.step_s - sync.wait_s
         steady = slice(sync.warmup, None)  # medians: the same, robust to spikes
         g_med = statistics.median(sync.wait_times[steady])
         t_med = statistics.median(s - w for s, w in zip(sync.step_times[steady],
                                                          sync.wait_times[steady]))
-        bounds[f"{r.shape} round {r.round}"] = {
+        bounds[f"{r.shape} round {r.round}"] = {"sync_layout": sync.layout,
             "G_s": g, "T_s": t, "bound": bound(g, t), "G_median_s": g_med,
             "T_median_s": t_med, "bound_median": bound(g_med, t_med),
             "sync_generate_s": sync.generate_s, "sync_train_s": sync.train_s}
         speedup = r.samples_per_s / sync.samples_per_s
-        speedups.setdefault((r.shape, r.ratio), []).append((speedup, bound(g, t), r))
+        speedups.setdefault((r.shape, r.ratio, r.layout), []).append((speedup, bound(g, t), r))
         acc = "->".join(f"{a:.3f}" for a in (r.val_accuracy_start, r.val_accuracy)
                         if a is not None) or "-"
-        rows.append([r.shape, str(r.round), f"{r.ratio:g}", f"{r.step_s:.3f}",
+        rows.append([r.shape, str(r.round), f"{r.ratio:g}", r.layout, f"{r.step_s:.3f}",
                      f"{r.median_step_s:.3f}", f"{r.samples_per_s:.0f}", f"{speedup:.2f}x",
                      f"{sync.median_step_s / r.median_step_s:.2f}x", f"{bound(g, t):.2f}x",
                      f"{r.wait_s:.3f}", f"{r.generate_s:.3f}", f"{r.train_s:.3f}",
                      f"{r.idle_infer:.2f}", f"{r.idle_train:.2f}", f"{r.staleness:.2f}",
                      acc, f"{r.load_before:.1f}/{r.load_after:.1f}"])
-    table = markdown(["shape", "round", "ratio", "step s", "median", "samples/s", "vs ratio 0",
+    table = markdown(["shape", "round", "ratio", "feeding work", "step s", "median",
+                      "samples/s", "vs ratio 0",
                       "vs 0 (median)", "bound", "wait s", "gen s", "train s", "idle infer",
                       "idle train", "staleness", "val acc (start->end)", "load"], rows)
     summary, rates = [], {}
-    for (shape, ratio), runs in speedups.items():
+    for (shape, ratio, layout), runs in speedups.items():
         ups = [u for u, _, _ in runs]
         accs = [r.val_accuracy for _, _, r in runs if r.val_accuracy is not None]
-        rates[f"{shape} ratio {ratio:g}"] = {
+        key = f"{shape} ratio {ratio:g}, feeding work {layout}"
+        rates[key] = {
             "speedups": ups, "median_speedup": statistics.median(ups),
             "median_bound": statistics.median(b for _, b, _ in runs),
             "median_step_s": statistics.median(r.step_s for _, _, r in runs),
             "val_accuracy": accs}
-        summary.append([shape, f"{ratio:g}", str(len(runs)),
-                        f"{rates[f'{shape} ratio {ratio:g}']['median_step_s']:.3f}",
-                        f"{statistics.median(ups):.2f}x",
-                        f"{min(ups):.2f}x-{max(ups):.2f}x",
-                        f"{rates[f'{shape} ratio {ratio:g}']['median_bound']:.2f}x",
+        summary.append([shape, f"{ratio:g}", layout, str(len(runs)),
+                        f"{rates[key]['median_step_s']:.3f}",
+                        f"{statistics.median(ups):.2f}x", f"{min(ups):.2f}x-{max(ups):.2f}x",
+                        f"{rates[key]['median_bound']:.2f}x",
                         " / ".join(f"{a:.3f}" for a in accs) or "-"])
-    table = markdown(["shape", "ratio", "rounds", "median step s", "median vs ratio 0",
-                      "range", "median bound", "val acc per round"], summary) + "\n\n" + table
+    table = markdown(["shape", "ratio", "feeding work", "rounds", "median step s",
+                      "median vs faster ratio 0", "range", "median bound",
+                      "val acc per round"], summary) + "\n\n" + table
     return table, {"bounds": bounds, "speedups": rates}
 
 
@@ -282,6 +298,7 @@ def main() -> None:
           f"{load_start[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
     report: dict = {"args": vars(args), "cpus": os.cpu_count(), "load_start": load_start,
                     "overrides": {"common": COMMON, "real_pinning": REAL_PINNING,
+                                  "aux_layouts": AUX_LAYOUTS,
                                   "real_shapes": REAL_SHAPES, "sim_shapes_G_T": SIM_SHAPES}}
     start_ray(RayConfig(), num_slots=2)  # shared by every run; roles restart per run
     work = Path(tempfile.mkdtemp(prefix="bench_async-"))
