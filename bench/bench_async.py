@@ -14,9 +14,18 @@ real  The built-in tiny model on the 2-core CPU (examples/rlvr_sync.yaml with ov
       (2-prompt generation chunks, old log-probs in one forward, training unchanged: G
       grows toward T, which raises the bound) and "2-minibatch" (4-prompt chunks, 2 PPO
       mini-batches per step instead of 4: the same samples, fewer optimizer steps, and
-      generation no slower than shipped). The bound comes from the sync run:
+      generation no slower than shipped). What feeds generation (the driver's prefetch
+      thread and the reward worker, ~0.2 core) either sits beside it on core 0 or floats
+      with the driver's main thread and Ray: ratio 0 runs both ways and the faster is the
+      baseline; ratios 1 and 2 run with it beside generation, which keeps it off the
+      training core when both cores are busy. The bound comes from that baseline:
       G = time/wait_for_batch, T = the rest of the step. Also val/accuracy after the same
       max_steps, sync vs async.
+
+Rounds (--rounds N): every round runs a shape's modes back to back (odd rounds in reverse
+order) and pairs each run with its own round's baseline; the summary gives the median and
+range over rounds. A shared host's speed drifts by 10-20% over minutes, so one round
+can put a run above its own bound; read the median, and distrust a figure above the bound.
 
 How steady state is measured: the first `warmup` steps (the first is unoverlappable: the
 trainer waits for a whole batch; the next fill the prefetch queue) are dropped, and the
