@@ -123,7 +123,7 @@ class Result:
     wait_times: list[float]  # time/wait_for_batch, every step
     val_accuracy_start: float | None = None  # step-0 validation, before training
     round: int = 0  # --rounds: which repetition; speedups pair runs of the same round
-    layout: str = "beside generation"  # AUX_LAYOUTS key (real part)
+    layout: str = ""  # AUX_LAYOUTS key (real part only)
 
 
 def summarise(part: str, shape: str, ratio: float, warmup: int, records: list[dict],
@@ -162,7 +162,7 @@ def run_one(part: str, shape: str, ratio: float, config: Path, overrides: list[s
     res.val_accuracy_start = next((r["val/accuracy"] for r in lines
                                    if r["step"] == 0 and "val/accuracy" in r), None)
     res.round = rnd
-    res.layout = layout or res.layout
+    res.layout = layout
     acc = "" if res.val_accuracy is None else f", val/accuracy {res.val_accuracy:.3f}"
     where = f", feeding work {layout}" if layout else ""
     print(f"[{part} {shape} ratio {ratio:g} round {rnd}{where}] step {res.step_s:.3f} s "

@@ -210,10 +210,7 @@ class PrefetchGenerator:
     def _run(self) -> None:
         try:
             if self.cpu_affinity:
-                try:
-                    pin_thread(self.cpu_affinity)
-                except ValueError as e:
-                    raise ValueError(f"prefetch_cpu_affinity: {e}") from None
+                pin_thread(self.cpu_affinity, key="prefetch_cpu_affinity")
             while True:
                 with self._cond:
                     if self._stop:

@@ -107,6 +107,7 @@ class RLVRPipeline:
     order: PromptOrder = field(init=False)
     kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
     loss_fn: ActorLoss = field(init=False)
+    correction: MismatchCorrection = field(init=False)  # infer_is_correction
     buffer: ReplayBuffer = field(init=False)
     ledger: SampleLedger = field(init=False)
     first_batch: int = 0  # batch index the generator starts from (moves on resume)
@@ -116,6 +117,7 @@ class RLVRPipeline:
         cfg = self.cfg
         self.order = PromptOrder(self.train_records, seed=cfg.seed)
         self.loss_fn = build_actor_loss(cfg)
+        self.correction = mismatch_correction(cfg)
         self.kl_ctl = (AdaptiveKLController(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
                        if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
         self.buffer = ReplayBuffer(max_staleness(cfg), cfg.drop_uniform_groups)
@@ -199,7 +201,6 @@ class RLVRPipeline:
         # The old log-probs are needed here before training only by the KL reward penalty;
         # otherwise actor_train computes them inside its train call (one trip, not two).
         old_in_train = cfg.init_kl_coef == 0
-        correction = mismatch_correction(cfg)
         with timer.phase("logprobs"):
             refs = {}
             if not old_in_train:
@@ -214,7 +215,7 @@ class RLVRPipeline:
             for name, (cluster, parts) in refs.items():
                 batch.token[name] = torch.cat(cluster.gather(parts))
         if not old_in_train:
-            metrics.update(correction(batch.token, batch.response_mask))
+            metrics.update(self.correction(batch.token, batch.response_mask))
         metrics.update(self.add_advantages(batch))
         with timer.phase("train"):
             critic_refs = []
@@ -226,7 +227,7 @@ class RLVRPipeline:
             shards = batch.shard(roles.actor_train.world_size)
             train_refs = roles.actor_train.submit_scatter(
                 "train_step", shards, loss_fn=self.loss_fn, ppo_epochs=cfg.ppo_epochs,
-                old_log_probs=correction if old_in_train else None)
+                old_log_probs=self.correction if old_in_train else None)
             if self.step % cfg.model_update_frequency == 0:  # a sync follows this step:
                 # queue it on the same actors now, so it runs with no round trip between
                 self.weights_ahead = roles.actor_train.submit_all("weights_ref")

@@ -27,13 +27,14 @@ def pin_process(cpus: list[int]) -> None:
             pin_thread(cpus, int(tid))
 
 
-def pin_thread(cpus: list[int], tid: int = 0) -> None:
-    """Pin one thread (0: the caller) to `cpus`, or say which cores exist."""
+def pin_thread(cpus: list[int], tid: int = 0, key: str = "cpu_affinity") -> None:
+    """Pin one thread (0: the caller) to `cpus`, or say which config key asked for which
+    cores, and which cores exist."""
     try:
         os.sched_setaffinity(tid, cpus)
     except OSError as e:
-        raise ValueError(f"cannot pin to cores {cpus}: {e.strerror} (this machine has "
-                         f"cores 0..{(os.cpu_count() or 1) - 1})") from None
+        raise ValueError(f"{key}={cpus}: cannot pin ({e.strerror}); this machine has "
+                         f"cores 0..{(os.cpu_count() or 1) - 1}") from None
 
 
 class RoleWorker:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from flywheel.workers.role_worker import pin_process
+from flywheel.workers.role_worker import pin_process, pin_thread
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
@@ -32,3 +32,9 @@ def test_threads_started_earlier_are_pinned_too():
         stop.set()
         thread.join()
         pin_process(sorted(everything))
+
+
+def test_a_core_that_does_not_exist_names_the_key_and_the_cores_there_are():
+    with pytest.raises(ValueError, match=r"prefetch_cpu_affinity=\[4096\]: cannot pin .*"
+                                         r"this machine has cores 0\.\."):
+        pin_thread([4096], key="prefetch_cpu_affinity")
