@@ -50,17 +50,24 @@ class ModelArgs:
 
 @dataclass
 class TrainingArgs:
+    # Peak learning rate of the AdamW optimizer (after warmup).
     learning_rate: float = 1.0e-6
+    # AdamW decoupled weight decay.
     weight_decay: float = 0.0
     # Samples per micro-batch on one data-parallel rank.
     per_device_train_batch_size: int = 8
     # Micro-batches summed before one optimizer step. One optimizer step consumes
     # per_device_train_batch_size * gradient_accumulation_steps * dp_size samples.
     gradient_accumulation_steps: int = 1
+    # Optimizer steps of linear warmup from 0 to learning_rate (applied with every
+    # lr_scheduler_type).
     warmup_steps: int = 0
+    # Learning-rate schedule after warmup, over the run's optimizer steps.
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
     # Global gradient-norm clip; 0 disables.
     max_grad_norm: float = 1.0
+    # AdamW moment decay rates (adam_beta1, adam_beta2) and denominator epsilon
+    # (adam_epsilon).
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_epsilon: float = 1.0e-8
@@ -68,7 +75,9 @@ class TrainingArgs:
 
 @dataclass
 class GeneratingArgs:
+    # Most tokens generated per response (per turn, in agentic episodes).
     max_new_tokens: int = 128
+    # Sampling temperature; log-probs used in training are those of this distribution.
     temperature: float = 1.0
     # Nucleus sampling; 1.0 disables.
     top_p: float = 1.0
@@ -80,7 +89,10 @@ class GeneratingArgs:
     num_return_sequences: int = 1
     # false means greedy decoding (validation usually wants this).
     do_sample: bool = True
+    # Accepted for ROLL configs; not applied by flywheel's backends today.
     repetition_penalty: float = 1.0
+    # Accepted for ROLL configs; not applied by flywheel's backends today (generation
+    # stops at the tokenizer's end-of-sequence token or max_new_tokens).
     stop_strings: list[str] | None = None
 
 
@@ -91,7 +103,9 @@ class DataArgs:
     template: str = "native"
     # JSONL files; `builtin://arithmetic` names the built-in synthetic math set.
     file_name: list[str] = field(default_factory=list)
+    # JSONL field holding the prompt text.
     prompt_key: str = "prompt"
+    # JSONL field holding the reference answer the reward compares against.
     answer_key: str = "answer"
     # Records tagged with a domain route to the reward whose tag_included holds it.
     tag_key: str = "tag"
@@ -103,11 +117,17 @@ class DataArgs:
 class WorkerConfig:
     """One role: which model, which backend, which devices, and its knobs."""
 
+    # Accepted for ROLL configs (a display name); flywheel names roles by their key.
     name: str | None = None
+    # Which weights this role loads, in which dtype.
     model_args: ModelArgs = field(default_factory=ModelArgs)
+    # Optimizer and batch sizes (training roles).
     training_args: TrainingArgs = field(default_factory=TrainingArgs)
+    # Sampling settings (generation roles).
     generating_args: GeneratingArgs = field(default_factory=GeneratingArgs)
+    # Training prompts (read from actor_train's block).
     data_args: DataArgs = field(default_factory=DataArgs)
+    # Backend by name and its own settings.
     strategy_args: StrategyArgs = field(default_factory=StrategyArgs)
     # Devices this role owns: a YAML list of ints or ROLL's string forms
     # "list(range(0,4))", "list(range(0,2))+list(range(14,16))", "[1]" (parsed by a
@@ -141,11 +161,13 @@ class ActorTrainConfig(WorkerConfig):
     # tis: importance ratio truncated to [tis_lower_bound, tis_upper_bound].
     tis_lower_bound: float = 0.0
     tis_upper_bound: float = 1.0
-    # topr: weights of the positive-score and non-positive-score terms.
+    # topr: weights of the positive-score (topr_positive_weight) and non-positive-score
+    # (topr_negative_weight) terms.
     topr_positive_weight: float = 1.0
     topr_negative_weight: float = 1.0
-    # cispo: ratio clip bounds 1-low .. 1+high, and whether to drop tokens already
-    # outside the trust region in the direction of the advantage.
+    # cispo: ratio clip bounds 1-cispo_epsilon_low .. 1+cispo_epsilon_high, and
+    # (cispo_use_unified_mask) whether to drop tokens already outside the trust region in
+    # the direction of the advantage.
     cispo_epsilon_low: float = 0.1
     cispo_epsilon_high: float = 0.1
     cispo_use_unified_mask: bool = False
@@ -159,6 +181,7 @@ class ActorInferConfig(WorkerConfig):
     written without strategy_args (a default_factory on the PipelineConfig field would only
     apply when the whole block is left out)."""
 
+    # Backend by name and its settings; hf_infer unless named.
     strategy_args: StrategyArgs = field(default_factory=lambda: StrategyArgs("hf_infer"))
 
 
@@ -180,7 +203,9 @@ class ValidationGeneratingArgs(GeneratingArgs):
 
 @dataclass
 class ValidationConfig:
+    # Validation prompts (RLVR): file_name, keys, max_samples.
     data_args: DataArgs = field(default_factory=DataArgs)
+    # Sampling for validation; greedy unless do_sample is set.
     generating_args: ValidationGeneratingArgs = field(default_factory=ValidationGeneratingArgs)
 
 
@@ -259,6 +284,7 @@ class TrackingConfig:
     mlflow: bool = True
     # Any mlflow tracking URI (http://127.0.0.1:5000, sqlite:///path.db, file:/dir).
     mlflow_uri: str | None = None
+    # mlflow experiment the run is filed under; unset: exp_name.
     experiment_name: str | None = None
 
 
@@ -278,7 +304,10 @@ class PipelineConfig:
 
     # Which pipeline runs this file: rlvr (prompts scored by verifiers) or agentic.
     pipeline_type: Literal["rlvr", "agentic"] = "rlvr"
+    # Experiment name: the runs/<exp_name>/ folder and the mlflow experiment.
     exp_name: str = "flywheel"
+    # Seeds the prompt order, each generation request's sampling and the workers' random
+    # state; the same seed and config (async_generation_ratio 0) give the same metrics.
     seed: int = 42
     # Where the run writes config, metrics.jsonl and checkpoints; unset means
     # runs/<exp_name>/<timestamp> (chosen when the run starts).
@@ -290,19 +319,26 @@ class PipelineConfig:
 
     # Policy model for every role that does not name its own.
     pretrain: str = "builtin://tiny-qwen2-arith"
+    # Model for reward roles that load one; the built-in math_rule reward loads none.
     reward_pretrain: str | None = None
 
     # Prompts per training step (before num_return_sequences_in_group expansion).
     rollout_batch_size: int = 32
     val_batch_size: int = 0  # 0 = the whole validation set
+    # Accepted for ROLL configs; not enforced today (prompts are not truncated).
     prompt_length: int = 256
+    # Response budget in tokens; examples pass it on with
+    # `max_new_tokens: ${response_length}`, which is what bounds generation.
     response_length: int = 128
-    # Accepted for ROLL configs (agentic); prompt_length + response_length bound RLVR.
+    # Accepted for ROLL configs (agentic); not used by flywheel today.
     sequence_length: int | None = None
 
+    # Training steps in the run (one step = one rollout batch trained and synced).
     max_steps: int = 100
     # Checkpoint every N steps (0 = only at the end).
     save_steps: int = 0
+    # Print the console progress line every N steps (metrics.jsonl and mlflow get every
+    # step).
     logging_steps: int = 1
     # Validate every N steps and after the last (0 = never).
     eval_steps: int = 0
@@ -334,23 +370,32 @@ class PipelineConfig:
     num_return_sequences_in_group: int = 1
     # ROLL key: expand prompts before sending (n requests of 1) instead of n samples.
     is_num_return_sequences_expand: bool = False
+    # Passes over each rollout batch (each pass = its mini-batches' optimizer steps).
     ppo_epochs: int = 1
 
     # Advantages: grpo (group mean/std), reinforce (REINFORCE/REINFORCE++ with the
     # normalisation below) or gae (needs a critic).
     adv_estimator: Literal["grpo", "reinforce", "gae"] = "grpo"
+    # reinforce: subtract the batch or group mean score (norm_mean_type) and divide by the
+    # batch or group std (norm_std_type), or skip either with none; batch/batch is
+    # REINFORCE++, group/none Dr. GRPO. grpo always uses group/group.
     norm_mean_type: NormType = "group"
     norm_std_type: NormType = "group"
+    # Normalise advantages to zero mean and unit variance over the batch's response tokens.
     whiten_advantages: bool = False
-    # Clip scores / advantages to [-x, x]; unset disables.
+    # Clip scores (reward_clip) / advantages (advantage_clip) to [-x, x]; unset disables.
     reward_clip: float | None = None
     advantage_clip: float | None = None
+    # Discount factor (gae; agentic turn_level_returns).
     gamma: float = 1.0
+    # GAE lambda (gae only).
     lambd: float = 1.0
 
     # PPO ratio clip; with use_pg_clip_range the asymmetric low/high bounds apply.
     pg_clip: float = 0.2
     use_pg_clip_range: bool = False
+    # Ratio clipped to [1 - pg_clip_low, 1 + pg_clip_high] when use_pg_clip_range is set
+    # (DAPO's clip-higher).
     pg_clip_low: float = 0.2
     pg_clip_high: float = 0.28
     # Dual clip (Ye et al. 2020): for A < 0 the loss is capped at -dual_clip_c * A.
@@ -359,34 +404,48 @@ class PipelineConfig:
     # Critic value clip (gae only); unset disables.
     value_clip: float | None = None
 
-    # KL to the reference policy, either as a loss term ...
+    # KL to the reference policy, either as a loss term (use_kl_loss) with weight
+    # kl_loss_coef and estimator kl_loss_type (k1 log-ratio, k2 half squared, k3
+    # Schulman's unbiased, abs) ...
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.0
     kl_loss_type: KlEstimator = "k3"
     # ... or as a token-level reward penalty (init_kl_coef > 0), fixed or adaptive.
     init_kl_coef: float = 0.0
+    # Estimator of the reward-penalty KL (as kl_loss_type).
     kl_penalty: KlEstimator = "k1"
+    # Set: the penalty coefficient adapts toward this KL (Ziegler et al. 2019) over
+    # kl_horizon samples; unset: it stays init_kl_coef.
     target_kl: float | None = None
     kl_horizon: int = 10000
+    # Entropy bonus: entropy_loss_coef * entropy is subtracted from the loss (0 disables).
     entropy_loss_coef: float = 0.0
 
     # Correct for train/infer log-prob mismatch with an importance weight.
     infer_is_correction: Literal["none", "token-truncate", "seq-truncate",
                                  "token-mask", "seq-mask"] = "none"
+    # Bounds of that weight: truncate caps it at infer_is_upper_bound; mask zeroes tokens
+    # (or sequences) whose weight is outside [infer_is_lower_bound, infer_is_upper_bound].
     infer_is_lower_bound: float = 0.5
     infer_is_upper_bound: float = 2.0
 
+    # The policy being trained.
     actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)
+    # The policy copy that generates; gets actor_train's weights after each sync.
     actor_infer: ActorInferConfig = field(default_factory=ActorInferConfig)
     # Reference policy for KL; unset means no reference role is started.
     reference: WorkerConfig | None = None
+    # Value model for adv_estimator gae; unset means no critic role.
     critic: WorkerConfig | None = None
+    # Reward workers by name (RLVR); each scores the records its tag_included selects.
     rewards: dict[str, RewardConfig] = field(
         default_factory=lambda: {"math_rule": RewardConfig()}
     )
+    # Validation set and sampling (RLVR); unset: no validation.
     validation: ValidationConfig | None = None
 
     # ---- agentic (pipeline_type: agentic); rollout_batch_size counts trajectories ----
+    # Env pools of training (train_env_manager) and validation (val_env_manager).
     train_env_manager: EnvManagerArgs = field(default_factory=EnvManagerArgs)
     val_env_manager: EnvManagerArgs = field(default_factory=EnvManagerArgs)
     # Env tags by name; train/val_env_manager.tags pick from them.
@@ -404,5 +463,7 @@ class PipelineConfig:
     # credit; more, shorter rows; needs turn_level_returns for per-turn advantages).
     step_level_samples: bool = False
 
+    # Where metrics go besides metrics.jsonl (mlflow).
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    # Local Ray start or the cluster to join.
     ray: RayConfig = field(default_factory=RayConfig)
