@@ -1,9 +1,17 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete reads this marker: `platform` supports tab completion)
 """`platform`: the command line (`platform ...` or `python -m flywheel ...`).
 
     platform run --config F.yaml [--address ADDR] [key.path=value ...]
     platform validate --config F.yaml [key.path=value ...]
     platform show-config --config F.yaml [key.path=value ...]
-    platform runs [--runs-dir runs]
+    platform runs [--runs-dir runs]          status, steps, reward, checkpoint, resume command
+    platform ui [--runs-dir runs] [--port P] the mlflow UI on 127.0.0.1 for those runs
+    platform plot RUN_DIR [RUN_DIR ...] [-o out.png]   one run's plots, or runs overlaid
+    platform examples                        the shipped example configs, a line each
+
+Tab completion of subcommands, options and config key paths (`max_st<TAB>` gives
+`max_steps=`) comes from argcomplete: `eval "$(register-python-argcomplete platform)"`
+in a bash or zsh profile turns it on.
 
 A user sees one line per problem, never a traceback: a config mistake is
 `error: <file>: <key.path>: <message>` and exit status 2; any other failure (the pipeline
@@ -21,13 +29,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import argcomplete
 import yaml
 
+from flywheel.cli_completion import config_key_completer
 from flywheel.platform.config import (
     ConfigError,
     PipelineConfig,
@@ -44,7 +55,9 @@ EXIT_FAILURE = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers a shell's completion request, else nothing
+    args = parser.parse_args(argv)
     return _report_errors(args.handler, args)
 
 
@@ -56,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="validate a config and run its pipeline")
     _add_config_arguments(run)
     run.add_argument("--address", default=None,
-                     help="join this Ray cluster ('auto' or host:port) instead of starting one")
+                     help="join this Ray cluster ('auto' or host:port) instead of starting "
+                          "one; default: $RAY_ADDRESS, then ray.address in the config")
     run.set_defaults(handler=cmd_run)
 
     validate = commands.add_parser("validate", help="check a config; print warnings")
@@ -67,18 +81,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(show)
     show.set_defaults(handler=cmd_show_config)
 
-    runs = commands.add_parser("runs", help="list runs and how to open the mlflow UI")
-    runs.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
-                      help=f"where runs are written (default: {DEFAULT_RUNS_DIR}/)")
+    runs = commands.add_parser(
+        "runs", help="list runs: status, steps, last reward and validation, newest "
+                     "checkpoint and the command that resumes it")
+    _add_runs_dir(runs)
     runs.set_defaults(handler=cmd_runs)
+
+    ui = commands.add_parser("ui", help="start the mlflow UI on 127.0.0.1 for the runs folder")
+    _add_runs_dir(ui)
+    ui.add_argument("--port", type=int, default=5000, help="port (default: 5000)")
+    ui.set_defaults(handler=cmd_ui)
+
+    plot = commands.add_parser("plot", help="draw a run's metrics, or overlay several runs")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=Path)
+    plot.add_argument("-o", "--output", type=Path, default=None, metavar="OUT.png",
+                      help="picture to write (default: RUN_DIR/plots.png for one run, "
+                           "./plots_overlay.png for several)")
+    plot.set_defaults(handler=cmd_plot)
+
+    examples = commands.add_parser("examples", help="list the shipped example configs")
+    examples.set_defaults(handler=cmd_examples)
     return parser
+
+
+def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, type=Path,
+                        help=f"where runs are written (default: {DEFAULT_RUNS_DIR}/)")
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="FILE.yaml", help="pipeline config")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
                         help="override a config value, e.g. max_steps=20 "
-                             "actor_train.training_args.learning_rate=1e-5")
+                             "actor_train.training_args.learning_rate=1e-5"
+                        ).completer = config_key_completer
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -108,18 +144,79 @@ def cmd_show_config(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs_dir = Path(args.runs_dir)
-    print("open the mlflow UI with:")
-    print(f"  mlflow ui --backend-store-uri sqlite:///{runs_dir.as_posix()}/{MLFLOW_DB} "
-          f"--host 127.0.0.1 --port 5000")
-    found = sorted(p.parent for p in runs_dir.rglob("metrics.jsonl")) if runs_dir.is_dir() else []
+    from flywheel.platform.run_status import find_runs, summarize
+
+    runs_dir: Path = args.runs_dir
+    found = find_runs(runs_dir)
     if not found:
-        print(f"no runs with metrics.jsonl under {runs_dir}/")
+        print(f"no runs under {runs_dir.as_posix()}/")
         return 0
-    print(f"runs with metrics.jsonl under {runs_dir}/:")
+    print(f"{'STATUS':<12} {'STEPS':>9} {'REWARD':>7} {'VAL':>7}  {'CHECKPOINT':<16} RUN")
     for run_dir in found:
-        print(f"  {run_dir.as_posix()}")
+        s = summarize(run_dir)
+        steps = f"{s.steps}/{s.max_steps}" if s.max_steps else str(s.steps)
+        print(f"{s.status:<12} {steps:>9} {_figure(s.reward):>7} {_figure(s.validation):>7}  "
+              f"{s.checkpoint.name if s.checkpoint else '-':<16} {run_dir.as_posix()}")
+        if s.resume_command() and s.status != "finished":
+            print(f"  resume: {s.resume_command()}")
+    print(f"mlflow UI: platform ui --runs-dir {runs_dir.as_posix()}")
     return 0
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    store = args.runs_dir / MLFLOW_DB
+    if not store.exists():
+        raise FileNotFoundError(f"no mlflow store at {store.as_posix()} (runs write it there; "
+                                f"pick the folder with --runs-dir)")
+    uri = f"sqlite:///{store.resolve().as_posix()}"
+    print(f"mlflow UI for {store.as_posix()} at http://127.0.0.1:{args.port} (Ctrl-C stops it)",
+          flush=True)
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+               "--host", "127.0.0.1", "--port", str(args.port)]
+    return subprocess.call(command, env={**os.environ,
+                                         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from flywheel.platform.plots import PLOT_FILE, draw
+
+    for run_dir in args.run_dirs:
+        if not (run_dir / "metrics.jsonl").exists():
+            raise FileNotFoundError(f"{run_dir.as_posix()}: no metrics.jsonl (not a run "
+                                    f"directory)")
+    single = len(args.run_dirs) == 1
+    out = args.output or (args.run_dirs[0] / PLOT_FILE if single
+                          else Path("plots_overlay.png"))
+    print(f"wrote {draw(args.run_dirs, out).as_posix()}")
+    return 0
+
+
+def cmd_examples(args: argparse.Namespace) -> int:
+    folder = Path(__file__).resolve().parents[1] / "examples"
+    found = sorted(folder.glob("*.yaml"))
+    if not found:
+        raise FileNotFoundError(f"no examples at {folder} (they ship with the source checkout)")
+    width = max(len(p.name) for p in found)
+    for path in found:
+        print(f"{path.name:<{width}}  {_first_comment(path)}")
+    print(f"run one: platform run --config {(folder / found[0].name).as_posix()}")
+    return 0
+
+
+def _first_comment(path: Path) -> str:
+    """The first sentence of an example's opening comment: what it runs."""
+    words = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        words += line.lstrip("#").split()
+    text = " ".join(words)
+    end = text.find(". ")
+    return text[: end + 1] if end >= 0 else text
 
 
 def _count_roles(cfg: PipelineConfig) -> int:

@@ -3,7 +3,9 @@
 Order matters: the output directory and resolved config are written first (so a failed
 run still says what it was), built-in models are built in the driver before any worker
 starts (so workers never race to build them), then Ray, roles, tracking, the loop.
-Whatever happens, roles, Ray and the mlflow run are closed on the way out.
+Whatever happens, roles, Ray and the trackers are closed on the way out, and the run
+leaves `status.json` (finished / failed / interrupted, and where each role ran) and its
+plots (`plots.png`, also redrawn at every checkpoint) for `platform runs` and a reader.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from flywheel.pipelines.agentic import AgenticPipeline
 from flywheel.pipelines.agentic_rollout import start_env_workers
 from flywheel.pipelines.prompt_data import load_records
 from flywheel.pipelines.rlvr import RLVRPipeline
-from flywheel.pipelines.roles import num_slots, start_roles
+from flywheel.pipelines.roles import Roles, num_slots, start_roles
+from flywheel.pipelines.sample_texts import SampleTextLog
 from flywheel.platform.checkpoint import resolve_checkpoint
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import start_ray, stop_ray
+from flywheel.platform.run_status import write_status
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -52,14 +57,14 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     val_records = (load_records(cfg.validation.data_args, "validation")
                    if rlvr and cfg.validation and cfg.eval_steps else [])
 
+    write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
     roles = tracker = None
-    status = "FAILED"
+    status = "failed"
     try:
-        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps * cfg.ppo_epochs)
-        tracker = Tracker.open(output_dir, cfg.tracking, cfg.exp_name, output_dir.name,
-                               total_steps=cfg.max_steps, logging_steps=cfg.logging_steps,
-                               params=config_dict,
+        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps)
+        write_status(output_dir, "running", nodes=role_nodes(roles))
+        tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default))
         if rlvr:
             pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
@@ -69,18 +74,40 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
             roles.all.append(env_workers)  # shut down with the roles
             pipeline = AgenticPipeline.create(cfg, roles, tokenizer, tracker, output_dir,
                                               env_workers)
+        pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
         if cfg.resume_from_checkpoint:
             checkpoint = resolve_checkpoint(cfg.resume_from_checkpoint)
             pipeline.load_checkpoint(checkpoint)
             print(f"resumed from {checkpoint} at step {pipeline.step}", flush=True)
         pipeline.run()
-        status = "FINISHED"
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
     finally:
-        if tracker is not None:
-            tracker.close(status)
-        if roles is not None:
-            roles.shutdown()
-        if owns_ray:
-            stop_ray()
-    print(f"done: metrics in {output_dir / 'metrics.jsonl'}", flush=True)
+        try:
+            if tracker is not None:
+                tracker.close(MLFLOW_STATUS[status])
+            if roles is not None:
+                roles.shutdown()
+            if owns_ray:
+                stop_ray()
+        finally:
+            write_status(output_dir, status)
+            refresh_run_plots(output_dir)
+    print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
+          f"{output_dir / 'plots.png'}", flush=True)
     return output_dir
+
+
+# How a run's end is named in status.json, and in mlflow.
+MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+
+
+def role_nodes(roles: Roles) -> dict[str, list[str]]:
+    """Ray node id of each role's workers, by rank (devices map to placement bundles)."""
+    nodes = roles.placement.device_nodes()
+    return {cluster.role: [nodes.get(cluster.devices.worker_device(rank), "")
+                           for rank in range(cluster.world_size)]
+            for cluster in (roles.actor_train, roles.actor_infer, roles.reference,
+                            roles.critic) if cluster is not None}

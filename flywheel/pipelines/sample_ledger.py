@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from flywheel.pipelines.rollout import Group
@@ -22,6 +23,9 @@ class SampleLedger:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
         self._lock = threading.Lock()
         self._open: dict[int, Group] = {}  # generated, fate not yet written
+        # Told of every trained batch, after it is recorded (sample texts for the trackers:
+        # `launch.run` sets it to `SampleTextLog.trained`).
+        self.on_trained: Callable[[list[Group], int], None] | None = None
 
     def generated(self, groups: list[Group]) -> None:
         with self._lock:
@@ -30,6 +34,8 @@ class SampleLedger:
 
     def trained(self, groups: list[Group], step: int) -> None:
         self._close(groups, "trained", step)
+        if self.on_trained is not None:
+            self.on_trained(groups, step)
 
     def dropped(self, groups: list[Group], reason: str, step: int) -> None:
         self._close(groups, reason, step)

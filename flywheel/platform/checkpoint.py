@@ -3,7 +3,9 @@
 A checkpoint is written into `checkpoint-<step>.tmp` and renamed to `checkpoint-<step>`
 only after every file (and a `COMPLETE` marker) is on disk, so killing the process at any
 moment leaves the previous complete checkpoint as the newest loadable one. What goes
-inside is the caller's business (model, optimizer, pipeline cursor).
+inside is the caller's business (model, optimizer, pipeline cursor). Once a checkpoint is
+complete the run's plots.png is redrawn (`plots.refresh_run_plots`), so a long run's
+pictures are never older than its newest checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+from flywheel.platform.plots import refresh_run_plots
 
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -37,6 +41,7 @@ def writing_checkpoint(output_dir: Path, step: int) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    refresh_run_plots(output_dir)
 
 
 def complete_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:

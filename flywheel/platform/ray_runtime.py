@@ -2,7 +2,14 @@
 
 A local Ray gets a capped object store (Ray's default claims ~30% of RAM in /dev/shm),
 no dashboard, and `num_slots` logical device slots so `device_mapping` works without
-GPUs. Joining an existing cluster (`--address` or `ray.address`) uses what is there.
+GPUs. Joining an existing cluster uses what is there: the address is `--address`, else
+`RAY_ADDRESS` (as `ray job submit` and Ray's own scripts set it), else `ray.address` in
+the YAML. "auto" finds a cluster started on this machine by `ray start --head`; an explicit
+host:port joins the same way, token authentication included: Ray itself turns token auth
+on for "auto" when a token exists (~/.ray/auth_token, RAY_AUTH_TOKEN[_PATH]) but not for
+host:port, so `ray start --head` followed by `--address 127.0.0.1:6379` failed with an
+authentication error. A joined cluster needs devices for every device_mapping index:
+GPUs, or `flywheel_slot` resources on CPU nodes (see resources.missing_devices_message).
 """
 
 from __future__ import annotations
@@ -34,10 +41,12 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> boo
     """
     if ray.is_initialized():
         return False
-    address = address or cfg.address
+    address = cluster_address(cfg, address)
     runtime_env = {"env_vars": {**WORKER_ENV, **_passthrough_env()}}
     if address:
         log.info("joining Ray cluster at %s", address)
+        if address != "auto":
+            _token_auth_as_for_auto()
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
         return True
     ray.init(
@@ -50,6 +59,24 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> boo
         log_to_driver=True,
     )
     return True
+
+
+def cluster_address(cfg: RayConfig, address: str | None = None) -> str | None:
+    """The cluster to join: the argument, RAY_ADDRESS, then the config; None: start one."""
+    return address or os.environ.get("RAY_ADDRESS") or cfg.address
+
+
+def _token_auth_as_for_auto() -> None:
+    """Enable Ray's token authentication when a token is available and RAY_AUTH_MODE is
+    unset: what ray.init does for address="auto" (Ray 2.60's private helper; a Ray
+    without it has no token auth to set up)."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _passthrough_env() -> dict[str, str]:

@@ -62,6 +62,11 @@ class DevicePlacement:
             return {"num_gpus": share, "num_cpus": 0}
         return {"num_cpus": 0, "resources": {SLOT_RESOURCE: share}}
 
+    def device_nodes(self) -> dict[int, str]:
+        """Ray node id holding each device's bundle (which machine a role landed on)."""
+        table = ray.util.placement_group_table(self.group)
+        return {int(b): node for b, node in table.get("bundles_to_node_id", {}).items()}
+
     def release(self) -> None:
         remove_placement_group(self.group)
 
@@ -70,16 +75,29 @@ def slots_needed(roles: list[RoleDevices]) -> int:
     return 1 + max((d for r in roles for d in r.device_mapping), default=0)
 
 
+def missing_devices_message(n: int, resource: str, available: float) -> str:
+    """What to do when a joined cluster is short of devices: GPUs on a GPU cluster; on
+    CPU nodes, `flywheel_slot` resources given to `ray start` (a local Ray started by
+    `platform run` sizes them itself)."""
+    if resource == "GPU":
+        return (f"device_mapping names device {n - 1} but the Ray cluster has "
+                f"{int(available)} GPUs: join a cluster with {n} GPUs in all (`ray start "
+                f"--num-gpus=K` on each node), or use fewer devices in device_mapping")
+    return (f"device_mapping names device {n - 1} but the Ray cluster has {int(available)} "
+            f"device slots (no GPUs, {SLOT_RESOURCE}={int(available)}): start its nodes with "
+            f"{n} slots in all, e.g. `ray start --head "
+            f"--resources='{{\"{SLOT_RESOURCE}\": {n}}}'` (each worker node: "
+            f"`ray start --address=HEAD:6379 --resources='{{\"{SLOT_RESOURCE}\": K}}'` "
+            f"for the K slots it holds), or run without --address to start a local Ray")
+
+
 def place_devices(roles: list[RoleDevices]) -> DevicePlacement:
     """Reserve every named device and count how many workers share each one."""
     resource = "GPU" if ray.cluster_resources().get("GPU", 0) > 0 else SLOT_RESOURCE
     available = ray.cluster_resources().get(resource, 0)
     n = slots_needed(roles)
     if n > available:
-        raise RuntimeError(
-            f"device_mapping names device {n - 1} but the Ray cluster has {int(available)} "
-            f"{'GPUs' if resource == 'GPU' else 'device slots'}"
-        )
+        raise RuntimeError(missing_devices_message(n, resource, available))
     sharing: Counter = Counter()
     for role in roles:
         for rank in range(role.num_workers):

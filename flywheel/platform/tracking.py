@@ -1,29 +1,30 @@
-"""Where a run's numbers go: metrics.jsonl, mlflow, and a progress line on the console.
+"""Where a run's numbers go: metrics.jsonl, the tracker backends, and a progress line.
 
 `metrics.jsonl` is the source of truth (one JSON object per logged step, flushed as
-written, so a killed run keeps every finished step); mlflow gets the same numbers in one
-batched call per step; the console gets one line per `logging_steps` with step, reward,
-rate and ETA. The mlflow store defaults to a sqlite file beside the runs
-(`runs/mlruns.db` for the default `runs/<exp_name>/<timestamp>` layout) so
-`mlflow ui --backend-store-uri sqlite:///runs/mlruns.db` shows every run; its artifacts
-(the run's config.yaml) go to `runs/mlartifacts/`.
+written, so a killed run keeps every finished step; plots and `platform runs` read it).
+Every step is also handed to the backends `tracking.backends` names (mlflow by default;
+tensorboard, wandb offline; see `platform/trackers/`), with the same metric names and
+only finite numbers. The console gets one line per `logging_steps` with step, reward,
+rate and ETA. Sample texts (prompt, response, reward) go to `sample_texts.jsonl` in the
+run directory and to every backend, every `tracking.sample_text_steps` steps.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from flywheel.platform.config.schema import TrackingConfig
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.trackers import SampleText, TrackerBackend, TrackerRun, open_backend
 
 # Shown on the progress line when present, in this order.
 PROGRESS_KEYS = ("reward/mean", "val/accuracy", "staleness/mean", "env/success",
                  "val/env/success")
+SAMPLE_TEXTS_FILE = "sample_texts.jsonl"
 
 
 def default_mlflow_uri(output_dir: Path, output_dir_was_default: bool) -> str:
@@ -31,10 +32,14 @@ def default_mlflow_uri(output_dir: Path, output_dir_was_default: bool) -> str:
     return f"sqlite:///{(root / 'mlruns.db').resolve()}"
 
 
-def sqlite_artifact_uri(sqlite_uri: str) -> str:
-    """`mlartifacts/` beside a sqlite store's database file."""
-    db = Path(sqlite_uri.removeprefix("sqlite:///"))
-    return (db.parent / "mlartifacts").resolve().as_uri()
+def backend_names(cfg: PipelineConfig) -> list[str]:
+    """tracking.backends, else ROLL's track_with, else mlflow; `tracking.mlflow: false`
+    removes mlflow; jsonl (metrics.jsonl) is always written and needs no backend."""
+    names = cfg.tracking.backends
+    if names is None:
+        names = [cfg.track_with] if cfg.track_with else ["mlflow"]
+    return [n for n in dict.fromkeys(names)
+            if n not in ("jsonl", "stdout") and (n != "mlflow" or cfg.tracking.mlflow)]
 
 
 @dataclass
@@ -42,47 +47,63 @@ class Tracker:
     output_dir: Path
     total_steps: int
     logging_steps: int = 1
-    mlflow_run: object | None = None
+    sample_text_steps: int = 0
+    sample_text_count: int = 0
+    backends: dict[str, TrackerBackend] = field(default_factory=dict)
     _file: object | None = field(default=None, repr=False)
+    _texts: object | None = field(default=None, repr=False)
     _start: float = field(default_factory=time.monotonic, repr=False)
     _first_step: int | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, output_dir: Path, cfg: TrackingConfig, exp_name: str, run_name: str,
-             total_steps: int, logging_steps: int, params: dict, mlflow_uri: str) -> Tracker:
+    def open(cls, output_dir: Path, cfg: PipelineConfig, run_name: str, params: dict,
+             mlflow_uri: str) -> Tracker:
         output_dir.mkdir(parents=True, exist_ok=True)
-        tracker = cls(output_dir=output_dir, total_steps=total_steps,
-                      logging_steps=max(1, logging_steps))
+        tracking = cfg.tracking
+        tracker = cls(output_dir=output_dir, total_steps=cfg.max_steps,
+                      logging_steps=max(1, cfg.logging_steps),
+                      sample_text_steps=tracking.sample_text_steps,
+                      sample_text_count=tracking.sample_text_count)
         tracker._file = open(output_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        if cfg.mlflow:
-            import mlflow
-
-            os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-            uri = cfg.mlflow_uri or mlflow_uri
-            mlflow.set_tracking_uri(uri)
-            name = cfg.experiment_name or exp_name
-            if uri.startswith("sqlite:///") and mlflow.get_experiment_by_name(name) is None:
-                # A sqlite store has no artifact root of its own: without one, mlflow
-                # writes artifacts to ./mlruns in whatever directory the run started from.
-                mlflow.create_experiment(name, artifact_location=sqlite_artifact_uri(uri))
-            mlflow.set_experiment(name)
-            tracker.mlflow_run = mlflow.start_run(run_name=run_name)
-            mlflow.log_params(_flatten(params))
-            mlflow.log_artifact(str(output_dir / "config.yaml"))
+        run = TrackerRun(output_dir=output_dir,
+                         experiment=tracking.experiment_name or cfg.exp_name,
+                         run_name=run_name, params=params, options=dict(cfg.tracker_kwargs),
+                         mlflow_uri=tracking.mlflow_uri or mlflow_uri)
+        try:
+            for name in backend_names(cfg):
+                tracker.backends[name] = open_backend(name, run)
+        except BaseException:
+            tracker.close("FAILED")
+            raise
         return tracker
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self.mlflow_run is not None:
-            import mlflow
-
-            finite = {k.replace("@", "_at_"): float(v) for k, v in record.items()
-                      if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
-            mlflow.log_metrics(finite, step=step)
+        finite = {k.replace("@", "_at_"): float(v) for k, v in record.items()
+                  if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
+        for backend in self.backends.values():
+            backend.log_metrics(step, finite)
         if step % self.logging_steps == 0 or step == self.total_steps:
             print(self.progress_line(step, metrics), flush=True, file=sys.stdout)
+
+    def wants_texts(self, step: int) -> bool:
+        return step > 0 and self.sample_text_steps > 0 and step % self.sample_text_steps == 0
+
+    def log_texts(self, step: int, samples: list[SampleText]) -> None:
+        """The first `sample_text_count` samples, to sample_texts.jsonl and every backend."""
+        samples = samples[: self.sample_text_count]
+        if not samples:
+            return
+        if self._texts is None:
+            self._texts = open(self.output_dir / SAMPLE_TEXTS_FILE, "a",  # noqa: SIM115
+                               encoding="utf-8")
+        for sample in samples:
+            self._texts.write(json.dumps({"step": step, **asdict(sample)}) + "\n")
+        self._texts.flush()
+        for backend in self.backends.values():
+            backend.log_texts(step, samples)
 
     def progress_line(self, step: int, metrics: dict[str, float]) -> str:
         if step == 0:  # the evaluation before training
@@ -101,14 +122,20 @@ class Tracker:
         return " | ".join(parts)
 
     def close(self, status: str = "FINISHED") -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self.mlflow_run is not None:
-            import mlflow
-
-            mlflow.end_run(status=status)
-            self.mlflow_run = None
+        """status: FINISHED, FAILED or KILLED. Every backend is closed, even if one fails."""
+        for handle in (self._file, self._texts):
+            if handle is not None:
+                handle.close()
+        self._file = self._texts = None
+        backends, self.backends = self.backends, {}
+        failures = []
+        for backend in backends.values():
+            try:
+                backend.close(status)
+            except Exception as error:  # noqa: BLE001 (close the others, then raise)
+                failures.append(error)
+        if failures:
+            raise failures[0]
 
 
 def _plain(v):
@@ -120,14 +147,3 @@ def _duration(seconds: float) -> str:
         return "?"
     m, s = divmod(int(seconds), 60)
     return f"{m}m{s:02d}s"
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = str(v)[:500]  # mlflow caps param values
-    return out

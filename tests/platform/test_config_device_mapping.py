@@ -93,6 +93,7 @@ def test_loader_error_names_file_and_key_path():
 
 def test_a_key_named_device_mapping_in_free_form_config_is_left_alone():
     cfg = load_config_dict({"actor_train": {"strategy_args": {
+        "strategy_name": "deepspeed_train",  # hf_train takes no strategy_config keys
         "strategy_config": {"device_mapping": "anything"}}}})
     assert cfg.actor_train.strategy_args.strategy_config == {"device_mapping": "anything"}
 

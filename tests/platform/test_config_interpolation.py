@@ -17,7 +17,7 @@ def test_whole_value_reference_keeps_the_type():
 
 def test_reference_to_a_mapping_copies_it():
     cfg = load_config_dict({
-        "actor_train": {"strategy_args": {"strategy_name": "hf_train",
+        "actor_train": {"strategy_args": {"strategy_name": "deepspeed_train",
                                           "strategy_config": {"zero": 1}}},
         "reference": {"strategy_args": "${actor_train.strategy_args}"},
     })

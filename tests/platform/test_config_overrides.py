@@ -60,6 +60,7 @@ def test_override_creates_an_absent_block():
 
 def test_override_creates_keys_in_free_form_mappings():
     cfg = load_config_dict({}, overrides=[
+        "actor_train.strategy_args.strategy_name=deepspeed_train",  # hf_train takes no keys
         "actor_train.strategy_args.strategy_config.zero_stage=3",
         "actor_train.strategy_args.strategy_config.offload.params=true",
         "rewards.code.reward_type=math_rule",

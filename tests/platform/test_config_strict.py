@@ -56,8 +56,8 @@ def test_unknown_key_is_reported_before_references_resolve():
     ({"actor_train": []}, "actor_train", "expected a mapping of ActorTrainConfig keys"),
     ({"rewards": ["math_rule"]}, "rewards", ("expected a mapping of str to a mapping of "
                                              "RewardConfig keys")),
-    ({"actor_train": {"data_args": {"file_name": "x.jsonl"}}}, "actor_train.data_args.file_name",
-     "expected a list of str, got str 'x.jsonl'"),
+    ({"actor_train": {"data_args": {"file_name": 7}}}, "actor_train.data_args.file_name",
+     "expected a list of str, got int 7"),
     ({"actor_train": {"data_args": {"file_name": ["a", 3]}}},
      "actor_train.data_args.file_name[1]", "expected str, got int 3"),
     ({"actor_train": {"strategy_args": {"strategy_config": [1]}}},

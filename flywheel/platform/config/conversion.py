@@ -12,7 +12,8 @@ fixes exactly those, and does the two conversions the schema asks for:
 
 - float fields take ints and float-looking strings (`1e-5`, which PyYAML reads as a string;
   `1.0e-6` it reads as a float already); bools are never numbers;
-- `device_mapping` fields go through the grammar in `device_mapping.py`.
+- `device_mapping` fields go through the grammar in `device_mapping.py`;
+- a string where `file_name` wants a list is a one-file list (ROLL writes one file so).
 
 Nothing else is coerced: "8" is not an int and 8.0 is not an int. Literal fields list their
 allowed values. `field_type_at` answers "what type lives at this key path" for overrides.
@@ -42,6 +43,8 @@ from flywheel.platform.config.schema import PipelineConfig
 FLOAT_TEXT = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 # Fields parsed by the device_mapping grammar rather than by their declared type alone.
 DEVICE_MAPPING_FIELDS = frozenset({"device_mapping"})
+# list[str] fields where a single string means a one-item list.
+ONE_OR_MORE_FIELDS = frozenset({"file_name"})
 # Unknown-key messages list every valid key when a dataclass has at most this many.
 _LIST_KEYS_UP_TO = 12
 
@@ -128,6 +131,8 @@ def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
     if origin is Literal:
         return _normalize_literal(value, inner, path)
     if origin is list:
+        if isinstance(value, str) and path and path[-1] in ONE_OR_MORE_FIELDS:
+            value = [value]
         if not isinstance(value, list):
             raise _wrong_type(type_, value, path)
         item_type = typing.get_args(inner)[0]

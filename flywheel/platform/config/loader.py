@@ -26,16 +26,33 @@ from typing import Any
 from flywheel.platform.config.checks import check_config
 from flywheel.platform.config.conversion import check_keys, to_config
 from flywheel.platform.config.errors import ConfigError, parse_key_path
+from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
+from flywheel.platform.config.length_defaults import check_max_new_tokens, fill_max_new_tokens
 from flywheel.platform.config.layering import Layered, copy_tree, merge_layer, origin_of
 from flywheel.platform.config.overrides import apply_overrides
+from flywheel.platform.config.resolvers import ResolverContext
+from flywheel.platform.config.roll_keys import looks_like_roll
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.config.yaml_source import DEFAULTS_KEY, load_layers
 
 
-def load_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> PipelineConfig:
+def load_config(path: str | os.PathLike, overrides: Iterable[str] = (),
+                context: ResolverContext | None = None) -> PipelineConfig:
     """Load, compose, override, interpolate, convert strictly and check one config file."""
-    return _build(load_layers(path), overrides)
+    return _build(load_layers(path), overrides, context)
+
+
+def load_config_with_section(path: str | os.PathLike, section: str,
+                             overrides: Iterable[str] = ()) -> tuple[PipelineConfig, Any]:
+    """`load_config` for a file that also holds one extra top-level block (`section`), which
+    is taken out before the strict checks and returned as written (None when absent).
+
+    For files that wrap a normal config with data for another tool, such as the regression
+    expectations of `configs/ci/*.yaml`; everything else in the file is checked as usual."""
+    layered = load_layers(path)
+    extra = layered.data.pop(section, None)
+    return _build(layered, overrides), extra
 
 
 def load_config_dict(data: dict[str, Any], source: str = "<dict>",
@@ -52,15 +69,32 @@ def load_config_dict(data: dict[str, Any], source: str = "<dict>",
     return _build(layered, overrides)
 
 
-def _build(layered: Layered, overrides: Iterable[str]) -> PipelineConfig:
+def _build(layered: Layered, overrides: Iterable[str],
+           context: ResolverContext | None = None) -> PipelineConfig:
     apply_overrides(layered, overrides)
+    helpers = helper_keys(layered.data)
     try:
-        check_keys(layered.data)
-        cfg = to_config(resolve_references(layered.data))
+        check_keys(without(layered.data, helpers))
+        response_written = "response_length" in layered.data
+        written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
+        cfg = to_config(without(resolve_references(layered.data, context), helpers))
         check_config(cfg)
+        check_max_new_tokens(cfg, written, response_written)
     except ConfigError as error:
-        raise error.with_file(origin_of(layered.origins, parse_key_path(error.key_path))) from None
+        error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
+        raise _with_roll_hint(error, layered.data) from None
     return cfg
+
+
+def _with_roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
+    """An unknown key in a ROLL-shaped file: say which command maps ROLL's keys to ours."""
+    if not error.message.startswith("unknown key") or not looks_like_roll(data):
+        return error
+    source = error.file if error.file and error.file != "command line" else "ROLL.yaml"
+    return ConfigError(error.file, error.key_path,
+                       f"{error.message}; this looks like a ROLL config: `platform convert "
+                       f"--from roll {source} -o flywheel.yaml` maps ROLL's keys to "
+                       f"flywheel's and reports what it cannot")
 
 
 def config_to_dict(cfg: PipelineConfig) -> dict[str, Any]:

@@ -24,6 +24,7 @@ LossAggMode = Literal[
 ]
 KlEstimator = Literal["k1", "k2", "k3", "abs"]
 NormType = Literal["batch", "group", "none"]
+TrackerName = Literal["mlflow", "tensorboard", "wandb", "jsonl"]
 
 
 @dataclass
@@ -75,7 +76,9 @@ class TrainingArgs:
 
 @dataclass
 class GeneratingArgs:
-    # Most tokens generated per response (per turn, in agentic episodes).
+    # Most tokens generated per response (per turn, in agentic episodes). Unset in
+    # actor_infer / validation: the top-level response_length (length_defaults.py); written
+    # beside a written response_length, the two must agree.
     max_new_tokens: int = 128
     # Sampling temperature; log-probs used in training are those of this distribution.
     temperature: float = 1.0
@@ -83,25 +86,39 @@ class GeneratingArgs:
     top_p: float = 1.0
     # Top-k sampling; 0 or -1 disables.
     top_k: int = -1
-    # Only 1 is supported for RL sampling; kept so ROLL configs load.
+    # Must be 1 (checked): RL trains on sampled responses and their sampling log-probs,
+    # which beam search does not give; kept so ROLL configs (num_beams: 1) load.
     num_beams: int = 1
     # Samples per prompt. RLVR sets it from `num_return_sequences_in_group`.
     num_return_sequences: int = 1
     # false means greedy decoding (validation usually wants this).
     do_sample: bool = True
-    # Accepted for ROLL configs; not applied by flywheel's backends today.
+    # CTRL repetition penalty (> 0; 1.0 off) on every token already in prompt or response,
+    # applied the same way by hf_infer, vllm and sglang. The model's own
+    # generation_config.json never applies: only what is written here.
     repetition_penalty: float = 1.0
-    # Accepted for ROLL configs; not applied by flywheel's backends today (generation
-    # stops at the tokenizer's end-of-sequence token or max_new_tokens).
+    # A response ends (finish "stop") at the token that completes any of these strings,
+    # kept in the response; every infer backend honours them, beside the tokenizer's eos.
     stop_strings: list[str] | None = None
 
 
 @dataclass
 class DataArgs:
-    # Prompt template by name: "native" sends the prompt text as is; "chat" applies the
-    # tokenizer's chat template; ROLL names such as "qwen2_5" mean "chat".
-    template: str = "native"
-    # JSONL files; `builtin://arithmetic` names the built-in synthetic math set.
+    # Prompt template by name: "native" sends the prompt text as is after the tokenizer's
+    # bos (a messages-list prompt is an error); "chat" applies the tokenizer's own chat
+    # template. ROLL's names (qwen2_5, qwen3, chatml, llama3, ...; see
+    # prompt_data.TEMPLATES) mean "chat": the template always comes from the tokenizer.
+    # An unknown name is an error. Unset: native; validation: actor_train's (a validation
+    # value that differs from actor_train's is refused: both encode alike).
+    template: str | None = None
+    # System message put first by the chat template (chat templates only); unset: the
+    # template's own default, if any.
+    system_prompt: str | None = None
+    # Keyword arguments of the tokenizer's apply_chat_template (e.g. enable_thinking:
+    # false), chat templates only.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # JSONL (.jsonl/.json, one record a line) or parquet files; `builtin://arithmetic/train`
+    # and `/val` name the built-in synthetic math set. A single string is one file (ROLL).
     file_name: list[str] = field(default_factory=list)
     # JSONL field holding the prompt text.
     prompt_key: str = "prompt"
@@ -111,13 +128,26 @@ class DataArgs:
     tag_key: str = "tag"
     # Keep only the first N records (0 = all): quick runs and CI.
     max_samples: int = 0
+    # ROLL's column names, accepted beside prompt_key/answer_key/tag_key: prompt (text
+    # column), messages (a column of chat-message lists, or their JSON text), response (the
+    # reference answer), id, tag. Each replaces its flywheel key; written together with a
+    # flywheel key (not at its default) that names another column, it is an error.
+    prompt: str | None = None
+    messages: str | None = None
+    response: str | None = None
+    id: str | None = None
+    tag: str | None = None
+    # A prompt longer than the top-level prompt_length tokens (after templating): "filter"
+    # drops it when the data loads and logs how many were dropped; "error" stops the run.
+    overlong_prompts: Literal["filter", "error"] = "filter"
 
 
 @dataclass
 class WorkerConfig:
     """One role: which model, which backend, which devices, and its knobs."""
 
-    # Accepted for ROLL configs (a display name); flywheel names roles by their key.
+    # ROLL's role name; flywheel names roles by their key, so when written it must equal
+    # that key (actor_train, rewards.<name> -> <name>, ...): checked.
     name: str | None = None
     # Which weights this role loads, in which dtype.
     model_args: ModelArgs = field(default_factory=ModelArgs)
@@ -280,17 +310,31 @@ class EnvManagerArgs:
 
 @dataclass
 class TrackingConfig:
-    # Log to mlflow; the store defaults to sqlite under output_dir/../mlruns.db.
+    # Where metrics go besides the run directory's metrics.jsonl (always written: plots and
+    # `platform runs` read it). mlflow: a local sqlite store (runs/mlruns.db) unless
+    # mlflow_uri names another; tensorboard: event files in <output_dir>/tensorboard;
+    # wandb: offline run files in <output_dir>/wandb (`wandb sync` uploads them later);
+    # jsonl: metrics.jsonl alone. Every backend gets the same metric names. Unset: ROLL's
+    # `track_with` when given, else [mlflow].
+    backends: list[TrackerName] | None = None
+    # false drops mlflow from the backends (the switch configs used before `backends`).
     mlflow: bool = True
     # Any mlflow tracking URI (http://127.0.0.1:5000, sqlite:///path.db, file:/dir).
     mlflow_uri: str | None = None
-    # mlflow experiment the run is filed under; unset: exp_name.
+    # mlflow experiment / wandb project; unset: exp_name.
     experiment_name: str | None = None
+    # Every N train steps, the texts of a few trained samples (prompt, response, reward)
+    # go to sample_texts.jsonl in the run directory and to the backends that show text
+    # (mlflow table, tensorboard text, wandb table). 0 = never.
+    sample_text_steps: int = 10
+    # How many samples per logging of sample texts (the first of the step's batch).
+    sample_text_count: int = 4
 
 
 @dataclass
 class RayConfig:
     # Join an existing cluster ("auto" or host:port); unset starts a local Ray.
+    # `platform run --address` and then RAY_ADDRESS take precedence over it.
     address: str | None = None
     # CPUs for a local Ray; unset means all of this machine's.
     num_cpus: int | None = None
@@ -314,6 +358,12 @@ class PipelineConfig:
     output_dir: str | None = None
     # Accepted for ROLL configs; flywheel logs under output_dir.
     logging_dir: str | None = None
+    # ROLL's tracker switch: one of tracking.backends' names (ROLL's "stdout" means jsonl:
+    # the console line is always printed). tracking.backends wins when both are set.
+    track_with: Literal["mlflow", "tensorboard", "wandb", "jsonl", "stdout"] | None = None
+    # ROLL's tracker options, read by the chosen backend: project / name / notes / tags
+    # (wandb), log_dir (tensorboard, wandb). Keys a backend does not know are an error.
+    tracker_kwargs: dict[str, Any] = field(default_factory=dict)
     # A checkpoint directory (.../checkpoint-<step>) to continue from.
     resume_from_checkpoint: str | None = None
 
@@ -325,12 +375,15 @@ class PipelineConfig:
     # Prompts per training step (before num_return_sequences_in_group expansion).
     rollout_batch_size: int = 32
     val_batch_size: int = 0  # 0 = the whole validation set
-    # Accepted for ROLL configs; not enforced today (prompts are not truncated).
+    # Most prompt tokens (after templating) of an RLVR record; longer ones are dropped or
+    # refused by data_args.overlong_prompts. With response_length it sizes vllm's
+    # max_model_len when strategy_config leaves it unset.
     prompt_length: int = 256
-    # Response budget in tokens; examples pass it on with
-    # `max_new_tokens: ${response_length}`, which is what bounds generation.
+    # Response budget in tokens: the default of actor_infer's and validation's
+    # max_new_tokens (a different written max_new_tokens is an error).
     response_length: int = 128
-    # Accepted for ROLL configs (agentic); not used by flywheel today.
+    # Most tokens of a whole sequence. Agentic: vllm's max_model_len when strategy_config
+    # leaves it unset. RLVR: when written, prompt_length + response_length must fit in it.
     sequence_length: int | None = None
 
     # Training steps in the run (one step = one rollout batch trained and synced).
@@ -368,7 +421,8 @@ class PipelineConfig:
 
     # Samples per prompt (GRPO group size).
     num_return_sequences_in_group: int = 1
-    # ROLL key: expand prompts before sending (n requests of 1) instead of n samples.
+    # ROLL key: send each prompt num_return_sequences_in_group times with n=1 instead of
+    # once with n samples (infer_worker.py); same distribution, another request layout.
     is_num_return_sequences_expand: bool = False
     # Passes over each rollout batch (each pass = its mini-batches' optimizer steps).
     ppo_epochs: int = 1
@@ -378,7 +432,8 @@ class PipelineConfig:
     adv_estimator: Literal["grpo", "reinforce", "gae"] = "grpo"
     # reinforce: subtract the batch or group mean score (norm_mean_type) and divide by the
     # batch or group std (norm_std_type), or skip either with none; batch/batch is
-    # REINFORCE++, group/none Dr. GRPO. grpo always uses group/group.
+    # REINFORCE++, group/none Dr. GRPO. grpo always uses group/group: other values
+    # under grpo are refused (use reinforce).
     norm_mean_type: NormType = "group"
     norm_std_type: NormType = "group"
     # Normalise advantages to zero mean and unit variance over the batch's response tokens.

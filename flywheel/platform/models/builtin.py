@@ -124,7 +124,13 @@ def spec_hash(model: BuiltinModel) -> str:
 
 
 def resolve_pretrain(name: str, cache_dir: Path | None = None) -> str:
-    """`builtin://NAME` -> local checkpoint directory (built once); anything else unchanged."""
+    """`builtin://NAME` -> local checkpoint directory (built once); a `.gguf` file or a
+    packaged GGUF model -> its converted folder (sources.py); anything else unchanged."""
+    from flywheel.platform.models.sources import converted_source  # it imports this module
+
+    converted = converted_source(name, Path(cache_dir) if cache_dir else default_cache_dir())
+    if converted is not None:
+        return converted
     if not name.startswith(BUILTIN_PREFIX):
         return name
     key = name[len(BUILTIN_PREFIX) :]

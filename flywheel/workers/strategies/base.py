@@ -43,6 +43,9 @@ class SamplingParams:
     do_sample: bool = True
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int = 0
+    repetition_penalty: float = 1.0  # CTRL penalty on prompt + response tokens; 1.0 off
+    stop_strings: list[str] = field(default_factory=list)  # end at the completing token
+    expand: bool = False  # send n copies of each prompt with n=1 (infer_worker.py)
 
 
 @dataclass

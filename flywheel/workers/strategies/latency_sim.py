@@ -63,7 +63,8 @@ class _Latency:
 
 
 class SimInferStrategy(InferStrategy):
-    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
+                 context_length: int | None = None):  # no model: nothing to bound
         tokenizer = load_tokenizer(model_path)
         self.vocab = len(tokenizer)
         self.eos_id = tokenizer.eos_token_id
