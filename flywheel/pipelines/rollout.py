@@ -94,10 +94,15 @@ class Chunk:
         return f"prompts {self.first_seq}..{self.end_seq - 1} of batch {self.batch_index}"
 
 
-def sampling_params(args: GeneratingArgs, n: int, seed: int) -> SamplingParams:
+def sampling_params(args: GeneratingArgs, n: int, seed: int,
+                    expand: bool = False) -> SamplingParams:
+    """Every sampling key of `args` (num_beams and num_return_sequences are checked by the
+    config: n comes from the caller); `expand` is is_num_return_sequences_expand."""
     return SamplingParams(
         max_new_tokens=args.max_new_tokens, n=n, temperature=args.temperature,
         top_p=args.top_p, top_k=args.top_k, do_sample=args.do_sample, seed=seed,
+        repetition_penalty=args.repetition_penalty, stop_strings=list(args.stop_strings or []),
+        expand=expand,
     )
 
 

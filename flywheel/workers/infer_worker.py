@@ -3,12 +3,18 @@
 The pipeline owns policy versions; the worker keeps only the version of the weights it
 holds, so every result says which policy produced it, and when it ran (for overlap and
 idle-time metrics).
+
+`is_num_return_sequences_expand` acts here, for every backend alike: a request with
+`sampling.expand` is sent as n copies of each prompt with n=1, and the answers are folded
+back to n samples per prompt (same distribution, another request layout).
+`context_length` (prompt + response tokens the engine must hold; the pipeline derives it
+from prompt_length/response_length or sequence_length) reaches the backend when given.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ray
 import torch
@@ -31,15 +37,21 @@ class GenerateResult:
 class InferWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None,
-                 cpu_affinity: list[int] | None = None):
+                 cpu_affinity: list[int] | None = None, context_length: int | None = None):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         cls = strategy_class(cfg.strategy_args.strategy_name)
-        self.strategy = cls(model_path, cfg, seed=seed)
+        extra = {"context_length": context_length} if context_length is not None else {}
+        self.strategy = cls(model_path, cfg, seed=seed, **extra)
         self.version = 0
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> GenerateResult:
         started = time.time()
-        generations = self.strategy.generate(prompts, sampling)
+        if sampling.expand and sampling.n > 1:
+            copies = [p for p in prompts for _ in range(sampling.n)]
+            generations = [replace(g, prompt_index=g.prompt_index // sampling.n) for g in
+                           self.strategy.generate(copies, replace(sampling, n=1))]
+        else:
+            generations = self.strategy.generate(prompts, sampling)
         return GenerateResult(self.version, generations, started, time.time())
 
     def update_weights(self, weights: list[ray.ObjectRef], version: int) -> None:

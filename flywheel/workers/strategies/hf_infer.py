@@ -3,17 +3,29 @@
 Prompts are left-padded into micro-batches of `infer_batch_size` prompts; each prompt is
 sampled `n` times. The log-prob returned per token is log-softmax of the model's raw
 logits (temperature 1, no top-k/top-p filtering), the same quantity the trainer computes,
-so train/infer mismatch metrics measure the backends and not the sampling knobs.
+so train/infer mismatch metrics measure the backends and not the sampling knobs. It is
+gathered step by step: no [batch, length, vocab] tensor is ever stacked.
+
+Sampling is exactly what the config says, as in vllm: every `GenerationConfig` field that
+shapes the distribution is set on each call, and the model's own `generation_config.json`
+is replaced at load by a blank one, because transformers 5 fills any field left `None`
+from that file and then from its global defaults (top_k=50!). The ignored file settings
+are logged once. Stops: eos, `stop_token_ids`, and `stop_strings` (`stops.response_end`).
 
 Sampling is seeded per call (`SamplingParams.seed`), so the same seed and weights give the
 same responses: this is what makes a synchronous run reproducible bit for bit.
 Partial rollout asks nothing of this backend: the pipeline cuts long responses into
 segments of separate `generate` calls (rollout.py), and weights change between calls.
+
+strategy_config: hf_infer has no keys; any key is an error (it would do nothing).
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
+from transformers import GenerationConfig
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
@@ -24,28 +36,66 @@ from flywheel.workers.strategies.hf_model import (
     load_tokenizer,
     pick_device,
 )
+from flywheel.workers.strategies.stops import response_end
+from flywheel.workers.strategies.strategy_config import checked_config, require
+
+log = logging.getLogger(__name__)
+# generation_config.json fields that would change what is sampled, reported when ignored
+SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
+                   "min_p", "typical_p", "no_repeat_ngram_size", "max_new_tokens", "max_length")
 
 
 class HFInferStrategy(InferStrategy):
-    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
+                 context_length: int | None = None):
+        checked_config("hf_infer", cfg.strategy_args.strategy_config, {})
         self.cfg = cfg
+        self.context_length = context_length  # prompt + response tokens allowed, if bounded
         self.device = pick_device()
         self.model = load_causal_lm(model_path, cfg.model_args, self.device).eval()
         self.model.requires_grad_(False)
-        tokenizer = load_tokenizer(model_path)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.eos_id = tokenizer.eos_token_id
+        ignored = {k: v for k, v in self.model.generation_config.to_diff_dict().items()
+                   if k in SAMPLING_FIELDS}
+        if ignored:
+            log.warning("hf_infer: ignoring %s's generation_config.json sampling settings %s "
+                        "(only generating_args apply, as in vllm)", model_path, ignored)
+        self.model.generation_config = GenerationConfig()
+        self.tokenizer = load_tokenizer(model_path)
+        self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                       else 0)
+        self.eos_id = self.tokenizer.eos_token_id
         self.version = 0
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        generator_seed = sampling.seed
+        if self.context_length is not None:
+            longest = max(len(p) for p in prompts) + sampling.max_new_tokens
+            require(longest <= self.context_length, "context_length",
+                    f"a prompt of {longest - sampling.max_new_tokens} tokens plus "
+                    f"max_new_tokens={sampling.max_new_tokens} exceeds the run's context "
+                    f"length {self.context_length}")
         out: list[Generation] = []
         size = self.cfg.infer_batch_size
         for start in range(0, len(prompts), size):
-            torch.manual_seed(generator_seed + start)
+            torch.manual_seed(sampling.seed + start)
             out.extend(self._generate_chunk(prompts[start:start + size], start, sampling))
         return out
+
+    def generation_config(self, sampling: SamplingParams, stop_ids: list[int]
+                          ) -> GenerationConfig:
+        """Every field that shapes sampling, explicit (None would mean the model file's)."""
+        sample = sampling.do_sample
+        return GenerationConfig(
+            max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.n,
+            do_sample=sample, num_beams=1,
+            temperature=sampling.temperature if sample else 1.0,
+            top_p=sampling.top_p if sample else 1.0,
+            top_k=sampling.top_k if sample and sampling.top_k > 0 else 0,  # 0: off
+            repetition_penalty=sampling.repetition_penalty,
+            stop_strings=sampling.stop_strings or None,
+            eos_token_id=stop_ids, pad_token_id=self.pad_id,
+            output_logits=True, return_dict_in_generate=True,
+        )
 
     def _generate_chunk(self, prompts: list[list[int]], offset: int,
                         sampling: SamplingParams) -> list[Generation]:
@@ -56,38 +106,24 @@ class HFInferStrategy(InferStrategy):
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
         stop_ids = [self.eos_id, *sampling.stop_token_ids]
-        kwargs = dict(
-            max_new_tokens=sampling.max_new_tokens,
-            num_return_sequences=sampling.n,
-            do_sample=sampling.do_sample,
-            eos_token_id=stop_ids,
-            pad_token_id=self.pad_id,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-        if sampling.do_sample:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k if sampling.top_k > 0 else None)
         result = self.model.generate(
             input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-            **kwargs,
+            generation_config=self.generation_config(sampling, stop_ids),
+            tokenizer=self.tokenizer,  # stop_strings need it
         )
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
-        logits = torch.stack(result.logits, dim=1).float().cpu()  # [B*n, T, V]
-        token_lp = torch.log_softmax(logits, -1).gather(-1, new_tokens[..., None]).squeeze(-1)
+        token_lp = torch.stack([  # [B*n, T], one [B*n, V] step at a time
+            torch.log_softmax(step.float(), -1).gather(-1, new_tokens[:, t, None].to(
+                step.device)).squeeze(-1).cpu() for t, step in enumerate(result.logits)], dim=1)
         gens = []
         for row in range(new_tokens.shape[0]):
             ids = new_tokens[row].tolist()
-            end, reason = len(ids), "length"
-            for t, tok in enumerate(ids):
-                if tok in stop_ids:
-                    end, reason = t + 1, "stop"
-                    break
+            end = response_end(ids, set(stop_ids), sampling.stop_strings, self.tokenizer.decode)
             gens.append(Generation(
                 prompt_index=offset + row // sampling.n,
                 token_ids=ids[:end],
                 log_probs=token_lp[row, :end].tolist(),
-                finish_reason=reason,
+                finish_reason="length" if end is None else "stop",
             ))
         return gens
 

@@ -17,7 +17,9 @@ explicitly, as for vllm. Partial rollout needs nothing here: the pipeline cuts r
 into segments of separate `generate` calls and swaps weights between them (rollout.py).
 
 strategy_config: any field of `sglang.srt.server_args.ServerArgs` (mem_fraction_static,
-tp_size, context_length, ...); unknown keys are an error.
+tp_size, context_length, ...); unknown keys are an error. context_length unset: the run's
+(as vllm's max_model_len). Sampling as vllm: repetition_penalty, stop token ids and stop
+strings (cut at the completing token, `stops.response_end`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
+from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
 from flywheel.workers.strategies.vllm_infer import request_seed
 
@@ -43,8 +46,10 @@ OWNED_KEYS = {"model_path": "the role's model_args.model_name_or_path (or pretra
               "skip_tokenizer_init": "flywheel (token ids in, token ids out)"}
 
 
-def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int) -> dict[str, Any]:
+def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int,
+                  context_length: int | None = None) -> dict[str, Any]:
     fields = {f.name: None for f in dataclasses.fields(ServerArgs)}
+    fields["context_length"] = context_length  # the run's, unless strategy_config sets it
     merged = checked_config("sglang", cfg.strategy_args.strategy_config, fields,
                             owned=OWNED_KEYS, known="the fields of sglang ServerArgs")
     kwargs = {k: v for k, v in merged.items() if v is not None}
@@ -62,15 +67,16 @@ def _succeeded(result: Any, what: str) -> None:
 
 
 class SGLangInferStrategy(InferStrategy):
-    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
+                 context_length: int | None = None):
         for name in ("SGLANG_RETURN_ORIGINAL_LOGPROB", "RETURN_ORIGINAL_LOGPROB"):
             os.environ.setdefault(name, "1")  # the name moved between 0.4 and 0.5
         self.cfg = cfg
-        self.engine = sglang.Engine(**engine_kwargs(cfg, model_path, seed))
+        self.engine = sglang.Engine(**engine_kwargs(cfg, model_path, seed, context_length))
         self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
                             "fp16": torch.float16}[cfg.model_args.dtype]
-        tokenizer = load_tokenizer(model_path)
-        self.eos_id = tokenizer.eos_token_id
+        self.tokenizer = load_tokenizer(model_path)
+        self.eos_id = self.tokenizer.eos_token_id
         self.version = 0
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
@@ -85,6 +91,8 @@ class SGLangInferStrategy(InferStrategy):
                     "temperature": sampling.temperature if sample else 0.0,
                     "top_p": sampling.top_p if sample else 1.0,
                     "top_k": sampling.top_k if sample and sampling.top_k > 0 else -1,
+                    "repetition_penalty": sampling.repetition_penalty,
+                    "stop": list(sampling.stop_strings) or None,
                     "sampling_seed": request_seed(sampling.seed, i * sampling.n + j),
                 })
         outputs = self.engine.generate(input_ids=requests, sampling_params=params,
@@ -93,9 +101,11 @@ class SGLangInferStrategy(InferStrategy):
         for index, out in enumerate(outputs):
             meta = out["meta_info"]
             pairs = meta["output_token_logprobs"]  # [(logprob, token_id, text|None), ...]
+            ids = [int(p[1]) for p in pairs]
+            end = response_end(ids, set(), sampling.stop_strings, self.tokenizer.decode)
             gens.append(Generation(
-                prompt_index=index // sampling.n, token_ids=[int(p[1]) for p in pairs],
-                log_probs=[float(p[0]) for p in pairs],
+                prompt_index=index // sampling.n, token_ids=ids[:end],
+                log_probs=[float(p[0]) for p in pairs][:end],
                 finish_reason=(meta.get("finish_reason") or {}).get("type", "abort"),
             ))
         return gens

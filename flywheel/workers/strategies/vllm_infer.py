@@ -29,6 +29,16 @@ calls, each segment re-reading its prefix (a prefill, cheap beside decoding). Pa
 request mid-decode instead (pause/resume/abort on `AsyncLLM`) would save those prefills;
 it is not wired.
 
+Sampling: exactly the generating_args (temperature, top-p/k, repetition_penalty), the
+same distribution hf_infer samples; stops are eos, `stop_token_ids` and `stop_strings`,
+and a response ends at the token completing a stop string (`stops.response_end`), as in
+hf_infer. vLLM's own `generation_config.json` defaults are switched off
+(`generation_config="vllm"`).
+
+Context: `max_model_len` unset in strategy_config takes the run's `context_length`
+(RLVR: prompt_length + response_length; agentic: sequence_length). The model's own limit
+(8192 for SmolLM2) would not fit the CPU's 256 MiB KV cache.
+
 strategy_config: any `vllm.EngineArgs` field (gpu_memory_utilization, tensor_parallel_size,
 enforce_eager, block_size, max_model_len, kv_cache_memory_bytes, ...); unknown keys are an
 error. CPU defaults: enforce_eager, and a 256 MiB KV cache (`kv_cache_memory_bytes`)
@@ -54,32 +64,34 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
+from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 OWNED_KEYS = {"model": "the role's model_args.model_name_or_path (or pretrain)",
               "dtype": "model_args.dtype", "seed": "the top-level seed",
-              "logprobs_mode": "flywheel (raw_logprobs, the trainer's quantity)"}
+              "logprobs_mode": "flywheel (raw_logprobs, the trainer's quantity)",
+              "generation_config": "flywheel (generating_args only, never the model's file)"}
 CPU_KV_CACHE_BYTES = 256 << 20
 SHM_DIR = "/dev/shm"
 
 
-def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool
-                  ) -> dict[str, Any]:
+def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
+                  context_length: int | None = None) -> dict[str, Any]:
     """LLM(...) arguments: checked strategy_config over flywheel's defaults."""
     fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)
               if not f.name.startswith("_")}
     given = cfg.strategy_args.strategy_config
     # No progress bar per weight reload: a sync every step would print one per step.
     defaults: dict[str, Any] = {**fields, "enforce_eager": not on_gpu,
-                                "use_tqdm_on_load": False}
+                                "use_tqdm_on_load": False, "max_model_len": context_length}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS,
                             known=f"the fields of vllm.EngineArgs ({vllm.__version__})")
     kwargs = {k: v for k, v in merged.items() if v is not None}
     kwargs.update(model=model_path, dtype=VLLM_DTYPES[cfg.model_args.dtype], seed=seed,
-                  logprobs_mode="raw_logprobs")
+                  logprobs_mode="raw_logprobs", generation_config="vllm")
     return kwargs
 
 
@@ -90,16 +102,19 @@ def request_seed(seed: int, index: int) -> int:
 
 
 class VLLMInferStrategy(InferStrategy):
-    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int):
+    def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
+                 context_length: int | None = None):
         self.cfg = cfg
-        kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=torch.cuda.is_available())
+        kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=torch.cuda.is_available(),
+                               context_length=context_length)
         if kwargs.get("tensor_parallel_size", 1) == 1:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(**kwargs)
         self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
                             "fp16": torch.float16}[cfg.model_args.dtype]
         self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
-        self.eos_id = load_tokenizer(model_path).eos_token_id
+        self.tokenizer = load_tokenizer(model_path)
+        self.eos_id = self.tokenizer.eos_token_id
         self.version = 0
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
@@ -113,10 +128,15 @@ class VLLMInferStrategy(InferStrategy):
         for request, out in enumerate(outputs):  # vLLM returns requests in submission order
             for sample in sorted(out.outputs, key=lambda c: c.index):
                 ids = list(sample.token_ids)
+                reason = sample.finish_reason or "abort"
+                if sampling.stop_strings:  # cut where hf_infer cuts (the completing token)
+                    end = response_end(ids, set(), sampling.stop_strings,
+                                       self.tokenizer.decode)
+                    ids, reason = (ids, reason) if end is None else (ids[:end], "stop")
                 gens.append(Generation(
                     prompt_index=request // copies, token_ids=ids,
                     log_probs=[step[tok].logprob for step, tok in zip(sample.logprobs, ids)],
-                    finish_reason=sample.finish_reason or "abort",
+                    finish_reason=reason,
                 ))
         return gens
 
@@ -130,7 +150,9 @@ class VLLMInferStrategy(InferStrategy):
             temperature=sampling.temperature if sample else 0.0,
             top_p=sampling.top_p if sample else 1.0,
             top_k=sampling.top_k if sample and sampling.top_k > 0 else 0,
-            stop_token_ids=stop, logprobs=0, detokenize=False,
+            repetition_penalty=sampling.repetition_penalty,
+            stop_token_ids=stop, stop=list(sampling.stop_strings) or None, logprobs=0,
+            detokenize=bool(sampling.stop_strings),  # stop strings are matched on text
         )
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
