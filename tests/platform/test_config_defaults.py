@@ -72,7 +72,8 @@ def test_recursive_alias_is_an_error_not_a_hang(tmp_path):
         load_config(path)
 
 
-def test_empty_file_is_all_defaults(tmp_path):
+def test_empty_file_is_an_error_not_all_defaults(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("# nothing\n")
-    assert load_config(path).pipeline_type == "rlvr"
+    with pytest.raises(ConfigError, match="empty config file"):
+        load_config(path)

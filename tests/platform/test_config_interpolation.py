@@ -99,7 +99,7 @@ def test_missing_key_inside_a_free_form_mapping():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("${oc.env:HOME}", "resolvers are not supported"),
+    ("${eval:1+1}", "unknown resolver 'eval'"),
     ("${a b}", "is not a key path"),
     ("${}", "is not a key path"),
     ("x-${seed", "a '${' without its '}'"),

@@ -12,8 +12,10 @@ for it (the same default dacite would fill in), so `${response_length}` works wi
 writing response_length down.
 
 Deliberately small: a path is dotted keys and list indices (`a.b`, `a.b[0]` or `a.b.0`).
-There are no resolvers (`${oc.env:HOME}`, `${eval:...}`): loading a config reads no
-environment and runs no code. A literal `${` cannot be written; no config needs one yet.
+Two resolvers exist, `${oc.env:VAR[,default]}` and `${now:FORMAT}` (`resolvers.py`, which
+says why they are the one exception to "loading reads only YAML files"); anything else
+after a colon is an error, and no resolver runs code. A literal `${` cannot be written; no
+config needs one yet.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from flywheel.platform.config.errors import (
     format_key_path,
     parse_key_path,
 )
+from flywheel.platform.config.resolvers import ResolverContext, resolve_call
 
 _REFERENCE = re.compile(r"\$\{([^${}]*)\}")
 _SEGMENT = r"(?:[A-Za-z_][\w-]*|\d+)(?:\[\d+\])*"
@@ -38,14 +41,16 @@ _PATH = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
 _MISSING = object()
 
 
-def resolve_references(data: dict[str, Any]) -> dict[str, Any]:
+def resolve_references(data: dict[str, Any],
+                       context: ResolverContext | None = None) -> dict[str, Any]:
     """A copy of `data` with every `${...}` replaced; ConfigError naming the key otherwise."""
-    return _Resolver(data).resolve(data, ())
+    return _Resolver(data, context or ResolverContext()).resolve(data, ())
 
 
 class _Resolver:
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], context: ResolverContext) -> None:
         self.data = data
+        self.context = context
         self.done: dict[KeyPath, Any] = {}  # fully resolved values by key path
         self.stack: list[KeyPath] = []  # paths being resolved, outermost first
 
@@ -83,9 +88,9 @@ class _Resolver:
         where = format_key_path(path)
         ref = reference.strip()
         if not _PATH.fullmatch(ref):
-            if ":" in ref:
-                raise ConfigError("", where, f"${{{reference}}}: resolvers are not supported, "
-                                             f"only ${{key.path}} references to other keys")
+            name, colon, args = ref.partition(":")
+            if colon:
+                return resolve_call(name.strip(), args, self.context, where)
             raise ConfigError("", where, f"${{{reference}}} is not a key path like ${{a.b}}")
         target = tuple(int(p) if isinstance(p, str) and p.isdigit() else p
                        for p in parse_key_path(ref))

@@ -5,15 +5,20 @@ The stages, in order, each in its own module:
 1. `yaml_source`: read the file with `yaml.safe_load`, merge its `defaults:` underneath;
 2. `overrides`: apply `key.path=value` overrides on top;
 3. `conversion.check_keys`: every key must be a schema field (so a misspelt key is reported
-   as such, not as a reference that fails to resolve);
-4. `interpolation`: resolve `${key.path}` references in the merged data;
+   as such, not as a reference that fails to resolve), except top-level helper variables
+   that some `${...}` references (`helpers.py`);
+4. `interpolation`: resolve `${key.path}` references (and the `oc.env` / `now` resolvers)
+   in the merged data, then drop the helpers;
 5. `conversion.to_config`: check every type against the schema, build dataclasses (dacite);
 6. `checks`: cross-field rules.
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
-the layer that set the offending key (`layering.origin_of`). Loading reads the YAML files
-and nothing else: no environment variables, no model or data access, no derived fields
-filled in. Machine-dependent problems are warnings from `environment_checks`, run separately.
+the layer that set the offending key (`layering.origin_of`). An unknown key in a file that
+looks like one of ROLL's points at `platform convert --from roll`. Loading reads the YAML
+files and, only where a config uses `${oc.env:...}` or `${now:...}`, the environment and the
+clock (`resolvers.py`: why, and how a run records the values); no model or data access, no
+derived fields filled in. Machine-dependent problems are warnings from
+`environment_checks`, run separately.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from flywheel.platform.config.conversion import check_keys, to_config
 from flywheel.platform.config.errors import ConfigError, parse_key_path
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
-from flywheel.platform.config.length_defaults import check_max_new_tokens, fill_max_new_tokens
 from flywheel.platform.config.layering import Layered, copy_tree, merge_layer, origin_of
 from flywheel.platform.config.overrides import apply_overrides
 from flywheel.platform.config.resolvers import ResolverContext
@@ -75,11 +79,8 @@ def _build(layered: Layered, overrides: Iterable[str],
     helpers = helper_keys(layered.data)
     try:
         check_keys(without(layered.data, helpers))
-        response_written = "response_length" in layered.data
-        written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
         cfg = to_config(without(resolve_references(layered.data, context), helpers))
         check_config(cfg)
-        check_max_new_tokens(cfg, written, response_written)
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
         raise _with_roll_hint(error, layered.data) from None

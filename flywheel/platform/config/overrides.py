@@ -9,7 +9,9 @@ a command line meaning text; quote it (`'"1e-5"'`) to keep a string.
 The path is checked against the schema before anything is set, with the same unknown-key
 error and suggestions as the file gets, naming "command line" and the override. Inside a
 free-form mapping (`strategy_config`, and `rewards.<name>`, whose names are the user's) an
-override may create new keys. Intermediate mappings are created as needed, so
+override may create new keys, and so may one of a top-level helper variable the files
+reference (`max_actions_per_traj=5`; `helpers.py`). Intermediate mappings are created as
+needed, so
 `reference.device_mapping=[2]` adds a reference role that was not in the file.
 """
 
@@ -22,6 +24,7 @@ import yaml
 
 from flywheel.platform.config.conversion import FLOAT_TEXT, field_type_at
 from flywheel.platform.config.errors import ConfigError, KeyPath, parse_key_path
+from flywheel.platform.config.helpers import helper_keys
 from flywheel.platform.config.layering import Layered, copy_tree, set_origin
 from flywheel.platform.config.yaml_source import DEFAULTS_KEY
 
@@ -53,10 +56,12 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
 
 def apply_overrides(layered: Layered, overrides: Iterable[str]) -> None:
     """Set each override in `layered`, in order, after checking its path against the schema."""
+    helpers = helper_keys(layered.data)
     for text in overrides:
         path, value = parse_override(text)
         try:
-            field_type_at(path)
+            if path[0] not in helpers:
+                field_type_at(path)
         except ConfigError as error:
             raise ConfigError(SOURCE, error.key_path,
                               f"override {text!r}: {error.message}") from None

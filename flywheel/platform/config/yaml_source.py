@@ -9,7 +9,17 @@ YAML reader.
 `defaults:` (a list of paths, relative to the file that names them) composes files the way
 Hydra's defaults list does, without Hydra: each default is read with its own defaults first,
 the defaults are merged in order, and the file itself goes on top. A file that (indirectly)
-includes itself is an error naming the chain.
+includes itself is an error naming the chain. ROLL's spelling of an entry works as written:
+`../config/traj_envs@_here_` (Hydra's "merge at the top level", the only placement flywheel
+has, so `@_here_` is accepted and any other `@package` is an error) and a path without
+`.yaml` (looked up as `.yaml`, then `.yml`).
+
+A top-level `hydra:` block (Hydra's own run-directory settings, in nearly every ROLL file)
+is accepted and ignored: it configures Hydra, which flywheel does not use, not the run.
+
+An empty file (nothing, or only comments) is an error rather than "every default": it is
+almost always a wrong path or an unsaved editor buffer, and running 100 default steps on
+the built-in model is not what its author meant.
 
 Reading a config opens these files and nothing else.
 """
@@ -25,6 +35,11 @@ from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.layering import Layered, copy_tree, merge_layer
 
 DEFAULTS_KEY = "defaults"
+# Hydra's own settings block: accepted in any file, dropped when the file is read.
+HYDRA_KEY = "hydra"
+# A defaults entry `path@_here_` merges at the top level, like every entry here.
+HERE_PACKAGE = "@_here_"
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def read_yaml_mapping(path: str) -> dict[str, Any]:
@@ -45,7 +60,8 @@ def read_yaml_mapping(path: str) -> dict[str, Any]:
     except yaml.YAMLError as error:
         raise ConfigError(path, "", _describe_yaml_error(error)) from None
     if data is None:
-        return {}
+        raise ConfigError(path, "", "empty config file (nothing but comments or whitespace); "
+                                    "a config sets at least one key, e.g. pipeline_type: rlvr")
     if not isinstance(data, dict):
         raise ConfigError(path, "", f"the top level must be a mapping of keys, got "
                                     f"{type(data).__name__}")
@@ -79,13 +95,27 @@ def _merge_file(layered: Layered, path: str, chain: tuple[str, ...]) -> None:
         raise ConfigError(path, DEFAULTS_KEY, f"defaults include each other in a cycle: {names}")
     data = read_yaml_mapping(path)
     for index, default in enumerate(_defaults_list(data, path)):
-        child = os.path.normpath(os.path.join(os.path.dirname(path), default))
-        if not os.path.isfile(child):
-            raise ConfigError(path, f"{DEFAULTS_KEY}[{index}]",
-                              f"default file '{default}' not found (looked for {child})")
+        child = _default_path(path, default, f"{DEFAULTS_KEY}[{index}]")
         _merge_file(layered, child, chain + (real,))
     data.pop(DEFAULTS_KEY, None)
+    data.pop(HYDRA_KEY, None)
     merge_layer(layered, data, path)
+
+
+def _default_path(path: str, default: str, key: str) -> str:
+    """The file a defaults entry names: relative to `path`, `@_here_` and `.yaml` optional."""
+    name, at, package = default.partition("@")
+    if at and f"@{package}" != HERE_PACKAGE:
+        raise ConfigError(path, key, f"'{default}': only '{HERE_PACKAGE}' placement is "
+                                     f"supported (a default always merges at the top level)")
+    base = os.path.normpath(os.path.join(os.path.dirname(path), name.strip()))
+    candidates = [base] if base.endswith(YAML_SUFFIXES) else [
+        base] + [base + suffix for suffix in YAML_SUFFIXES]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    looked = " or ".join(candidates)
+    raise ConfigError(path, key, f"default file '{default}' not found (looked for {looked})")
 
 
 def _defaults_list(data: dict[str, Any], path: str) -> list[str]:

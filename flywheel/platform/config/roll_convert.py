@@ -1,0 +1,308 @@
+"""`platform convert --from roll`: a ROLL config, read with ROLL's leniency, as a strict
+flywheel config plus a report of everything that did not carry over unchanged.
+
+Reading is ROLL's: `defaults:` with `@_here_`, the `hydra:` block dropped, every `${...}`
+(and the `oc.env` / `now` resolvers) resolved over the whole merged tree, and no schema
+check. Then each block is walked beside two tables: `roll_keys` (what ROLL reads: a key
+outside it is one ROLL ignores too, so the user learns it never did anything) and
+`roll_rules` (what each key ROLL reads becomes here). Keys ROLL ignores that some `${...}`
+referenced are reported as helpers. Where ROLL's default differs from flywheel's and
+flywheel has the key, ROLL's value is written out, so the converted run means the same.
+
+Nothing is dropped silently: the report lists every key ignored, mapped, dropped (with why
+it makes no difference) and every ROLL feature flywheel lacks. A config that needs a
+missing feature is not written (`Conversion.missing` non-empty): the run would not be the
+one the file describes. The output is checked by the strict loader before it is returned.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from flywheel.platform.config import roll_keys as keys
+from flywheel.platform.config import roll_rules as rules
+from flywheel.platform.config.agentic_checks import BUILTIN_ENVS
+from flywheel.platform.config.errors import ConfigError
+from flywheel.platform.config.helpers import helper_keys
+from flywheel.platform.config.interpolation import resolve_references
+from flywheel.platform.config.loader import load_config_dict
+from flywheel.platform.config.yaml_source import load_layers
+
+ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
+AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
+# ROLL defaults written out when the file leaves the key unset and flywheel's differs.
+ROLL_DEFAULTS_WRITTEN = ("adv_estimator", "lambd", "pg_clip_high")
+
+
+@dataclass
+class Conversion:
+    """The converted data (valid when `missing` is empty) and what the report says."""
+
+    source: str
+    pipeline_type: str = "rlvr"
+    data: dict[str, Any] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)  # keys ROLL ignores too
+    helpers: list[str] = field(default_factory=list)  # referenced by ${...}, then dropped
+    mapped: list[str] = field(default_factory=list)  # "roll.key -> flywheel.key (note)"
+    dropped: list[str] = field(default_factory=list)  # "key: why it makes no difference"
+    missing: list[str] = field(default_factory=list)  # "feature (key = value)"
+
+
+def convert_roll(path: str | os.PathLike) -> Conversion:
+    """Read a ROLL config file and map it; raises ConfigError only for unreadable input."""
+    path = os.fspath(path)
+    layered = load_layers(path)
+    raw = layered.data
+    out = Conversion(source=path)
+    out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
+    data = resolve_references(raw)
+    agentic = any(k in data for k in AGENTIC_MARKERS)
+    out.pipeline_type = "agentic" if agentic else "rlvr"
+    out.data["pipeline_type"] = out.pipeline_type
+    _top(data, out, agentic)
+    if not out.missing:
+        _validate(out)
+    return out
+
+
+def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
+    for key, value in data.items():
+        if key in out.helpers:
+            continue
+        if key not in keys.TOP or (key == "rewards" and agentic) or (
+                key in AGENTIC_MARKERS and not agentic):
+            out.ignored.append(str(key))
+        elif key in ROLE_BLOCKS:
+            table = rules.ACTOR_TRAIN if key == "actor_train" else rules.WORKER
+            _role(value, key, table, out)
+        elif key == "rewards":
+            for name, reward in (value or {}).items():
+                _reward(reward, f"rewards.{name}", out)
+        elif key == "validation":
+            _validation(value, out)
+        elif key in ("train_env_manager", "val_env_manager"):
+            _env_manager(value, key, out)
+        elif key == "custom_envs":
+            _custom_envs(value, data, out)
+        elif key == "reward_normalization":
+            _reward_normalization(value, out)
+        else:
+            _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
+                   ("",), key, out)
+    for key in ROLL_DEFAULTS_WRITTEN:
+        if key not in data:
+            out.data[key] = keys.TOP[key]
+            out.mapped.append(f"{key}: unset, ROLL's default {keys.TOP[key]!r} written out")
+
+
+def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],
+           where: str, out: Conversion) -> None:
+    """One key under the flywheel block `block` (a path of keys from the top)."""
+    if isinstance(rule, rules.Same):
+        if value is None:
+            out.mapped.append(f"{where}: null, flywheel's default used")
+        else:
+            _put(out.data, block + (key,), value)
+    elif isinstance(rule, rules.To):
+        target = tuple(rule.path.strip("/").split("/"))
+        target = target if rule.path.startswith("/") else block + target
+        converted = rule.convert(value) if rule.convert else value
+        if converted is None:
+            out.mapped.append(f"{where}: null, flywheel's default used")
+            return
+        _put(out.data, target, converted)
+        note = f" ({rule.note})" if rule.note else ""
+        out.mapped.append(f"{where} -> {'.'.join(p for p in target if p)}{note}")
+    elif isinstance(rule, rules.Drop):
+        out.dropped.append(f"{where}: {rule.reason}")
+    elif _is_off(value, roll_default):
+        out.dropped.append(f"{where}: off ({_show(value)})")
+    else:
+        out.missing.append(f"{rule.feature} ({where} = {_show(value)})")
+
+
+def _block(value: Any, table: dict[str, rules.Rule], known: dict[str, Any],
+           block: tuple[str, ...], where: str, out: Conversion) -> None:
+    """A ROLL sub-block (model_args, ...) whose keys map into flywheel's `block`."""
+    for key, item in (value or {}).items():
+        child = f"{where}.{key}"
+        if key not in known:
+            out.ignored.append(child)
+        else:
+            _apply(table.get(key, rules.Missing(key)), key, item, known.get(key), block,
+                   child, out)
+
+
+def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
+          known: dict[str, Any] = keys.WORKER) -> None:
+    if value is None:
+        out.mapped.append(f"{name}: null, role not declared")
+        return
+    block = tuple(name.split("."))
+    node = out.data
+    for part in block:  # the role is declared even when none of its keys carries over
+        node = node.setdefault(part, {})
+    for key, item in value.items():
+        where = f"{name}.{key}"
+        if key not in known:
+            out.ignored.append(where)
+        elif key == "strategy_args":
+            _strategy(item or {}, block, where, out)
+        elif key in SUB_BLOCKS:
+            sub_table, sub_known = SUB_BLOCKS[key]
+            _block(item, sub_table, sub_known, block + (key,), where, out)
+        else:
+            _apply(table.get(key, rules.Missing(key)), key, item, known.get(key), block, where,
+                   out)
+
+
+def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Conversion) -> None:
+    for key in value:
+        if key not in keys.STRATEGY_ARGS:
+            out.ignored.append(f"{where}.{key}")
+    name = value.get("strategy_name")
+    if name is None:
+        return
+    flywheel_name, note = rules.STRATEGY_NAMES.get(name, (None, ""))
+    if flywheel_name is None:
+        out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
+        return
+    strategy: dict[str, Any] = {"strategy_name": flywheel_name}
+    if not note and value.get("strategy_config"):
+        strategy["strategy_config"] = value["strategy_config"]
+    _put(out.data, block + ("strategy_args",), strategy)
+    if flywheel_name != name:
+        out.mapped.append(f"{where}.strategy_name: {name} -> {flywheel_name} ({note})")
+
+
+def _reward(value: Any, name: str, out: Conversion) -> None:
+    known = {**keys.WORKER, **keys.REWARD_EXTRA}
+    worker_cls = str((value or {}).get("worker_cls") or "")
+    reward_type = rules.REWARD_WORKERS.get(worker_cls.rsplit(".", 1)[-1])
+    if reward_type is None:
+        out.missing.append(f"the reward worker {worker_cls.rsplit('.', 1)[-1] or '(none)'} "
+                           f"({name}.worker_cls = {worker_cls or 'null'})")
+        return
+    _role(value, name, rules.REWARD, out, known)
+    _put(out.data, tuple(name.split(".")) + ("reward_type",), reward_type)
+    out.mapped.append(f"{name}.worker_cls -> {name}.reward_type: {reward_type}")
+
+
+def _validation(value: Any, out: Conversion) -> None:
+    if value is None:
+        return
+    for key, item in value.items():
+        where = f"validation.{key}"
+        if key not in keys.WORKER:
+            out.ignored.append(where)
+        elif key in ("data_args", "generating_args"):
+            _block(item, *SUB_BLOCKS[key], ("validation", key), where, out)
+        else:
+            _apply(rules.VALIDATION[key], key, item, keys.WORKER.get(key), ("validation",),
+                   where, out)
+
+
+def _env_manager(value: Any, name: str, out: Conversion) -> None:
+    known = {**keys.WORKER, **keys.ENV_MANAGER_EXTRA}
+    for key, item in (value or {}).items():
+        where = f"{name}.{key}"
+        if key not in known:
+            out.ignored.append(where)
+        elif key == "generating_args" and name == "train_env_manager":
+            _block(item, rules.GENERATING_ARGS, keys.GENERATING_ARGS,
+                   ("actor_infer", "generating_args"), where, out)
+            out.mapped.append(f"{where} -> actor_infer.generating_args (flywheel's agentic "
+                              f"turns are generated by actor_infer with its generating_args)")
+        elif key == "generating_args":
+            out.dropped.append(f"{where}: flywheel's validation episodes decode greedily")
+        else:
+            _apply(rules.ENV_MANAGER.get(key, rules.Missing(key)), key, item, known.get(key),
+                   (name,), where, out)
+
+
+def _custom_envs(value: Any, data: dict[str, Any], out: Conversion) -> None:
+    played = {t for m in ("train_env_manager", "val_env_manager")
+              for t in ((data.get(m) or {}).get("tags") or [])}
+    for tag, env in (value or {}).items():
+        where = f"custom_envs.{tag}"
+        if tag not in played:
+            out.dropped.append(f"{where}: no env manager plays this tag")
+            continue
+        env = env or {}
+        env_type = env.get("env_type")
+        if env_type not in BUILTIN_ENVS:
+            out.missing.append(f"the {env_type} environment ({where}.env_type = {env_type})")
+            continue
+        _custom_env(env, tag, where, out)
+
+
+def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> None:
+    target: dict[str, Any] = {}
+    for key, item in env.items():
+        if key in rules.CUSTOM_ENV_SAME:
+            if item is not None:
+                target[key] = item
+        elif key == "env_manager_cls" and str(item).rsplit(".", 1)[-1] != "TrajEnvManager":
+            out.missing.append(f"the env manager {item} ({where}.{key})")
+        elif key == "agent_runner_cls" and item is not None:
+            out.missing.append(f"an agent runner ({where}.{key} = {item})")
+        elif key in rules.CUSTOM_ENV_DROPS:
+            out.dropped.append(f"{where}.{key}: {rules.CUSTOM_ENV_DROPS[key]}")
+        else:
+            out.dropped.append(f"{where}.{key}: not read by flywheel's env manager")
+    env_config = dict(target.get("env_config") or {})
+    if "max_steps" in env_config:  # ROLL repeats the turn limit inside env_config
+        env_config.pop("max_steps")
+        out.mapped.append(f"{where}.env_config.max_steps -> {where}.max_steps")
+    if "env_config" in target:
+        target["env_config"] = env_config
+    out.data.setdefault("custom_envs", {})[tag] = target
+
+
+def _reward_normalization(value: Any, out: Conversion) -> None:
+    value = value or {}
+    grouping, method = value.get("grouping", "state"), value.get("method", "identity")
+    scope = {"traj_group_id": "group", "batch": "batch"}.get(grouping)
+    if scope is None or method not in ("mean_std", "mean", "identity"):
+        out.missing.append(f"reward normalisation by {grouping} with {method} "
+                           f"(reward_normalization)")
+        return
+    out.data["norm_mean_type"] = scope if method in ("mean_std", "mean") else "none"
+    out.data["norm_std_type"] = scope if method == "mean_std" else "none"
+    out.mapped.append(f"reward_normalization ({grouping}, {method}) -> norm_mean_type: "
+                      f"{out.data['norm_mean_type']}, norm_std_type: {out.data['norm_std_type']}")
+
+
+def _validate(out: Conversion) -> None:
+    try:
+        load_config_dict(out.data, source=f"{out.source} (converted)")
+    except ConfigError as error:
+        out.missing.append(f"a value flywheel rejects: {error.key_path}: {error.message}")
+
+
+def _is_off(value: Any, roll_default: Any) -> bool:
+    return value in (None, False, 0, "", {}, []) or (
+        roll_default is not keys._NO_DEFAULT and value == roll_default)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    path = tuple(p for p in path if p)
+    node = data
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+SUB_BLOCKS: dict[str, tuple[dict[str, rules.Rule], dict[str, Any]]] = {
+    "model_args": (rules.MODEL_ARGS, keys.MODEL_ARGS),
+    "training_args": (rules.TRAINING_ARGS, keys.TRAINING_ARGS),
+    "data_args": (rules.DATA_ARGS, keys.DATA_ARGS),
+    "generating_args": (rules.GENERATING_ARGS, keys.GENERATING_ARGS),
+}
