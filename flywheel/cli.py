@@ -101,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     examples = commands.add_parser("examples", help="list the shipped example configs")
     examples.set_defaults(handler=cmd_examples)
+
+    convert = commands.add_parser("convert", help="turn a ROLL config into a flywheel config "
+                                                  "and report what did not carry over")
+    convert.add_argument("--from", dest="source_format", choices=["roll"], required=True,
+                         help="the format of FILE (only ROLL's, today)")
+    convert.add_argument("file", metavar="FILE.yaml", help="the ROLL config")
+    convert.add_argument("-o", "--output", default=None, metavar="OUT.yaml",
+                         help="where to write the flywheel config (default: stdout)")
+    convert.set_defaults(handler=cmd_convert)
     return parser
 
 
@@ -192,6 +201,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = args.output or (args.run_dirs[0] / PLOT_FILE if single
                           else Path("plots_overlay.png"))
     print(f"wrote {draw(args.run_dirs, out).as_posix()}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from flywheel.platform.config.roll_report import convert_file
+
+    convert_file(args.file, args.output)
     return 0
 
 

@@ -59,6 +59,12 @@ def load_config_with_section(path: str | os.PathLike, section: str,
     return _build(layered, overrides), extra
 
 
+def load_config_layers(layered: Layered, overrides: Iterable[str] = ()) -> PipelineConfig:
+    """`load_config` for files already read and merged (`yaml_source.load_layers`), e.g. by
+    a tool that edits the merged data before the strict checks (bench/roll_check.py)."""
+    return _build(layered, overrides)
+
+
 def load_config_dict(data: dict[str, Any], source: str = "<dict>",
                      overrides: Iterable[str] = ()) -> PipelineConfig:
     """`load_config` for data already in memory (tests, programmatic use); no `defaults:`."""

@@ -24,6 +24,8 @@ from typing import Any
 from flywheel.platform.config import roll_keys as keys
 from flywheel.platform.config import roll_rules as rules
 from flywheel.platform.config.agentic_checks import BUILTIN_ENVS
+from flywheel.platform.config.checks import ALL_STRATEGIES, REWARD_TYPES
+from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
 from flywheel.platform.config.interpolation import resolve_references
@@ -99,7 +101,15 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
 
 def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],
            where: str, out: Conversion) -> None:
-    """One key under the flywheel block `block` (a path of keys from the top)."""
+    """One key under the flywheel block `block` (a path of keys from the top).
+
+    The rules follow flywheel's schema as it grows: a dropped key that has become a field
+    of the same block is copied, and a copied key the schema lacks is reported missing."""
+    has_field = _is_field(block + (key,))
+    if isinstance(rule, rules.Drop) and has_field:
+        rule = rules.SAME
+    if isinstance(rule, rules.Same) and not has_field:
+        rule = rules.Missing(f"flywheel has no {key} here")
     if isinstance(rule, rules.Same):
         if value is None:
             out.mapped.append(f"{where}: null, flywheel's default used")
@@ -150,6 +160,9 @@ def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
             out.ignored.append(where)
         elif key == "strategy_args":
             _strategy(item or {}, block, where, out)
+        elif key == "data_args" and name != "actor_train":
+            out.dropped.append(f"{where}: only actor_train's data_args are read (prompts and "
+                               f"their template)")
         elif key in SUB_BLOCKS:
             sub_table, sub_known = SUB_BLOCKS[key]
             _block(item, sub_table, sub_known, block + (key,), where, out)
@@ -165,7 +178,8 @@ def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Co
     name = value.get("strategy_name")
     if name is None:
         return
-    flywheel_name, note = rules.STRATEGY_NAMES.get(name, (None, ""))
+    same = (name, "") if name in ALL_STRATEGIES else (None, "")  # a flywheel name already
+    flywheel_name, note = rules.STRATEGY_NAMES.get(name, same)
     if flywheel_name is None:
         out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
         return
@@ -181,7 +195,7 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
     known = {**keys.WORKER, **keys.REWARD_EXTRA}
     worker_cls = str((value or {}).get("worker_cls") or "")
     reward_type = rules.REWARD_WORKERS.get(worker_cls.rsplit(".", 1)[-1])
-    if reward_type is None:
+    if reward_type not in REWARD_TYPES:
         out.missing.append(f"the reward worker {worker_cls.rsplit('.', 1)[-1] or '(none)'} "
                            f"({name}.worker_cls = {worker_cls or 'null'})")
         return
@@ -252,6 +266,8 @@ def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> N
             out.dropped.append(f"{where}.{key}: {rules.CUSTOM_ENV_DROPS[key]}")
         else:
             out.dropped.append(f"{where}.{key}: not read by flywheel's env manager")
+    for name in ("agent_template", "agent_system_template"):
+        _map_placeholders(target, name, f"{where}.{name}", out)
     env_config = dict(target.get("env_config") or {})
     if "max_steps" in env_config:  # ROLL repeats the turn limit inside env_config
         env_config.pop("max_steps")
@@ -261,10 +277,27 @@ def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> N
     out.data.setdefault("custom_envs", {})[tag] = target
 
 
+def _map_placeholders(target: dict[str, Any], name: str, where: str, out: Conversion) -> None:
+    """ROLL's template placeholders in flywheel's terms: {state} is the observation and
+    {max_response_length} the turn's token budget (max_tokens_per_step), a constant."""
+    text = target.get(name)
+    if not isinstance(text, str):
+        return
+    mapped = text.replace("{state}", "{observation}")
+    if "{max_response_length}" in mapped and "max_tokens_per_step" in target:
+        mapped = mapped.replace("{max_response_length}", str(target["max_tokens_per_step"]))
+    if mapped != text:
+        target[name] = mapped
+        out.mapped.append(f"{where}: ROLL placeholders {{state}} -> {{observation}}, "
+                          f"{{max_response_length}} -> max_tokens_per_step")
+
+
 def _reward_normalization(value: Any, out: Conversion) -> None:
     value = value or {}
     grouping, method = value.get("grouping", "state"), value.get("method", "identity")
     scope = {"traj_group_id": "group", "batch": "batch"}.get(grouping)
+    if method == "identity":  # no normalisation: the grouping does not matter
+        scope = "none"
     if scope is None or method not in ("mean_std", "mean", "identity"):
         out.missing.append(f"reward normalisation by {grouping} with {method} "
                            f"(reward_normalization)")
@@ -280,6 +313,14 @@ def _validate(out: Conversion) -> None:
         load_config_dict(out.data, source=f"{out.source} (converted)")
     except ConfigError as error:
         out.missing.append(f"a value flywheel rejects: {error.key_path}: {error.message}")
+
+
+def _is_field(path: tuple[str, ...]) -> bool:
+    try:
+        field_type_at(tuple(p for p in path if p))
+        return True
+    except ConfigError:
+        return False
 
 
 def _is_off(value: Any, roll_default: Any) -> bool:

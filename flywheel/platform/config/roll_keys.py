@@ -21,7 +21,8 @@ TOP: dict[str, Any] = {
     "generate_opt_level": 1, "is_num_return_sequences_expand": False,
     "max_running_requests": 128, "is_use_additional_prompts": False,
     "max_additional_running_prompts": 16,
-    "user_defined_rollout_loop_cls": "roll.distributed.scheduler.user_defined_rollout_loop.UserDefinedRolloutLoop",
+    "user_defined_rollout_loop_cls": (
+        "roll.distributed.scheduler.user_defined_rollout_loop.UserDefinedRolloutLoop"),
     "router_args": None, "exp_name": _NO_DEFAULT, "seed": 42, "rpc_timeout": 3600,
     "output_dir": "./output", "base_dir": "./output", "logging_dir": "./output/logs",
     "rollout_dump_dir": None, "track_with": "tensorboard", "tracker_kwargs": _NO_DEFAULT,

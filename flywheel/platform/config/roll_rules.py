@@ -113,7 +113,8 @@ TOP: dict[str, Rule] = {
                        "validation.generating_args.do_sample is set"),
     "val_n_sample": Missing("several samples per validation prompt (val_n_sample)"),
     "exp_mode": Drop("ROLL's run-mode label"),
-    "is_use_additional_prompts": Missing("additional prompts in flight (is_use_additional_prompts)"),
+    "is_use_additional_prompts": Missing("additional prompts in flight "
+                                         "(is_use_additional_prompts)"),
     "user_defined_rollout_loop_cls": Missing("a user-defined rollout loop class"),
     "rollout_mock": Missing("rollout dump/mock (rollout_mock)"),
     "val_prompt_length": Missing("a separate validation prompt length"),
@@ -220,9 +221,10 @@ ENV_MANAGER: dict[str, Rule] = {
 MODEL_ARGS: dict[str, Rule] = {
     **{k: SAME for k in ("model_name_or_path", "dtype", "attn_implementation",
                          "disable_gradient_checkpointing")},
-    "lora_rank": Missing("LoRA (lora_rank)"),
+    # ROLL turns LoRA on by naming target modules; the other lora_* keys only shape it.
+    "lora_target": Missing("LoRA (lora_target)"),
     "lora_alpha": Drop("LoRA only"), "lora_dropout": Drop("LoRA only"),
-    "lora_target": Drop("LoRA only"), "additional_target": Drop("LoRA only"),
+    "lora_rank": Drop("LoRA only"), "additional_target": Drop("LoRA only"),
     "autocast_adapter_dtype": Drop("LoRA only"),
     "adapter_name_or_path": Missing("loading an adapter (adapter_name_or_path)"),
     "moe_aux_loss_coef": Missing("an MoE auxiliary loss (moe_aux_loss_coef)"),
@@ -254,15 +256,12 @@ TRAINING_ARGS: dict[str, Rule] = {
 DATA_ARGS: dict[str, Rule] = {
     "template": SAME,
     "file_name": To("file_name", as_list, "a string is a one-file list"),
-    "prompt": To("prompt_key"),
-    "tag": To("tag_key"),
+    # ROLL's column names are flywheel DataArgs fields too (prompt_data reads either).
+    **{k: SAME for k in ("prompt", "messages", "response", "id", "tag")},
     "domain_interleave_probs": Missing("sampling domains by weight (domain_interleave_probs)"),
     "preprocessing_num_workers": Drop(_PERF),
     "eval_file_name": Missing("an eval file in data_args (flywheel: validation.data_args)"),
-    "dataset_type": Drop("flywheel reads JSONL"),
-    "id": Drop("flywheel numbers records itself"),
-    "response": Drop("an SFT column"),
-    "messages": Missing("chat-message prompts (messages)"),
+    "dataset_type": Drop("flywheel reads JSONL and parquet by file suffix"),
     "custom_data_kwargs_func": Missing("a custom data function (custom_data_kwargs_func)"),
     **{k: Missing(f"vision/audio inputs ({k})") for k in (
         "image_folder", "video_folder", "audio_folder")},
@@ -290,8 +289,12 @@ STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
                                        "the same way; strategy_config dropped"),
     "deepspeed_infer": ("deepspeed_train", "forward-only roles run on deepspeed_train"),
 }
-# ROLL reward worker class (last dotted name) -> flywheel reward_type.
-REWARD_WORKERS: dict[str, str] = {"MathRuleRewardWorker": "math_rule"}
+# ROLL reward worker class (last dotted name) -> the flywheel reward_type of the same job;
+# converted only while that name is in `checks.REWARD_TYPES` (so a reward type added there
+# is picked up here without an edit).
+REWARD_WORKERS: dict[str, str] = {"MathRuleRewardWorker": "math_rule",
+                                  "CodeSandboxRewardWorker": "code_sandbox",
+                                  "LLMJudgeRewardWorker": "llm_judge"}
 # custom_envs.<tag> keys flywheel has no use for (ROLL's env manager plumbing).
 CUSTOM_ENV_DROPS: dict[str, str] = {
     "use_thread_lock": _PERF, "max_env_step_concurrent": _PERF,

@@ -1,0 +1,149 @@
+"""How ROLL's own example configs fare in flywheel: natively, and through `platform convert`.
+
+    python bench/roll_check.py /path/to/ROLL [--json out.json] [--list]
+
+Takes a ROLL checkout (a work tree with examples/) and, for every RLVR or agentic config
+under examples/ (files under examples/config/ are fragments; SFT, DPO and distillation
+configs are other pipelines), reports:
+
+- whether ROLL itself could load it, judged by reading it with ROLL's leniency (a missing
+  `defaults:` fragment, an unset `${oc.env:...}` or an empty file fails there too);
+- native: whether flywheel's strict loader reads it, or would with only its unknown keys
+  removed ("unknown keys only"), or fails for another reason (named);
+- convert: whether `platform convert --from roll` turns it into a config that validates, or
+  which flywheel-missing features stop it (counted by feature over all files).
+
+Figures, not a test: ROLL's files change, so this prints counts and writes JSON. The test
+suite exercises each mechanism on small fixtures under tests/data/configs/roll/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+from flywheel.platform.config.conversion import field_type_at
+from flywheel.platform.config.errors import ConfigError
+from flywheel.platform.config.helpers import helper_keys
+from flywheel.platform.config.loader import load_config, load_config_layers
+from flywheel.platform.config.roll_convert import AGENTIC_MARKERS, convert_roll
+from flywheel.platform.config.yaml_source import load_layers
+
+OTHER_PIPELINES = ("sft", "dpo", "distill")
+
+
+def kind_of(path: Path) -> str | None:
+    """rlvr, agentic, or None (a fragment or another pipeline's config)."""
+    if "config" in path.parts[-2:-1] or any(k in path.name.lower() for k in OTHER_PIPELINES):
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if any(f"\n{k}:" in f"\n{text}" for k in AGENTIC_MARKERS):
+        return "agentic"
+    if "\nrewards:" in f"\n{text}" and "teacher" not in text:
+        return "rlvr"
+    return None
+
+
+def native(path: Path) -> tuple[str, str]:
+    """("ok" | "unknown keys only" | "error", detail)."""
+    try:
+        load_config(path)
+        return "ok", ""
+    except ConfigError as error:
+        first = str(error)
+    try:
+        layered = load_layers(path)
+    except ConfigError as error:
+        return "error", str(error)
+    removed = _remove_unknown(layered.data, helper_keys(layered.data))
+    if not removed:
+        return "error", first
+    try:
+        load_config_layers(layered)
+        return "unknown keys only", f"{len(removed)} unknown keys"
+    except ConfigError as error:
+        return "error", f"{len(removed)} unknown keys, then: {error}"
+
+
+def _remove_unknown(data: dict, helpers: set[str], path: tuple = ()) -> list[str]:
+    removed = []
+    for key in list(data):
+        child = path + (key,)
+        if not path and key in helpers:
+            continue
+        try:
+            type_ = field_type_at(child)
+        except ConfigError:
+            del data[key]
+            removed.append(".".join(map(str, child)))
+            continue
+        if isinstance(data[key], dict) and type_ is not dict:
+            removed += _remove_unknown(data[key], helpers, child)
+    return removed
+
+
+def check(root: Path) -> dict:
+    rows = []
+    for path in sorted((root / "examples").rglob("*.y*ml")):
+        kind = kind_of(path)
+        if kind is None:
+            continue
+        row = {"file": str(path.relative_to(root)), "kind": kind}
+        try:
+            conversion = convert_roll(path)
+        except ConfigError as error:  # unreadable with ROLL's leniency: ROLL fails too
+            row.update(roll_loads=False, reason=str(error))
+            rows.append(row)
+            continue
+        row.update(roll_loads=True, converted=not conversion.missing,
+                   missing=conversion.missing, ignored=conversion.ignored)
+        row["native"], row["native_detail"] = native(path)
+        rows.append(row)
+    return {"rows": rows, "summary": summarize(rows)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    loads = [r for r in rows if r["roll_loads"]]
+    features = collections.Counter(m.split(" (")[0] for r in loads for m in r["missing"])
+    per_kind = {k: sum(1 for r in loads if r["kind"] == k) for k in ("rlvr", "agentic")}
+    return {
+        "candidates": len(rows), "roll_loads": len(loads), "roll_loads_by_kind": per_kind,
+        "roll_fails": [f"{r['file']}: {r['reason']}" for r in rows if not r["roll_loads"]],
+        "native_ok": sum(r["native"] == "ok" for r in loads),
+        "native_unknown_keys_only": sum(r["native"] == "unknown keys only" for r in loads),
+        "native_other_errors": sum(r["native"] == "error" for r in loads),
+        "converted_and_valid": sum(r["converted"] for r in loads),
+        "converted_by_kind": {k: sum(1 for r in loads if r["kind"] == k and r["converted"])
+                              for k in ("rlvr", "agentic")},
+        "not_converted_missing_features": dict(features.most_common()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("roll", type=Path, help="a ROLL checkout (with examples/)")
+    parser.add_argument("--json", type=Path, default=None, help="write every row here")
+    parser.add_argument("--list", action="store_true", help="print one line per file")
+    args = parser.parse_args(argv)
+    if not (args.roll / "examples").is_dir():
+        print(f"error: {args.roll}: no examples/ folder (expected a ROLL checkout)",
+              file=sys.stderr)
+        return 2
+    result = check(args.roll)
+    if args.list:
+        for r in result["rows"]:
+            status = ("ROLL fails" if not r["roll_loads"] else
+                      f"native {r['native']}; " + ("converts" if r["converted"] else
+                                                   f"{len(r['missing'])} missing"))
+            print(f"{r['kind']:8} {status:55} {r['file']}")
+    print(json.dumps(result["summary"], indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
