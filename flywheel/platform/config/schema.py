@@ -216,13 +216,49 @@ class ActorInferConfig(WorkerConfig):
 
 
 @dataclass
+class CodeSandboxArgs:
+    """code_sandbox: how a response's program is run against the record's tests. Every
+    test case runs in its own bubblewrap sandbox (no network, read-only system, private
+    tmpfs, PID namespace, an unprivileged user); these are its limits."""
+
+    # Score: "fraction" of test cases passed, or "all_or_nothing" (1 only if all pass).
+    scoring: Literal["fraction", "all_or_nothing"] = "fraction"
+    # Wall-clock seconds per test case; the sandbox's whole process tree is killed after.
+    test_timeout_s: float = 5.0
+    # CPU seconds per test case (RLIMIT_CPU); at most test_timeout_s is useful.
+    cpu_seconds: int = 4
+    # Address space per process in MiB (RLIMIT_AS); CPython needs about 30.
+    memory_mb: int = 512
+    # Processes and threads the sandbox user may have (RLIMIT_NPROC).
+    max_processes: int = 32
+    # Largest file a program may write, stdout and stderr included, in MiB (RLIMIT_FSIZE);
+    # also the size of the private /tmp.
+    max_file_mb: int = 8
+    # Open file descriptors per process (RLIMIT_NOFILE).
+    max_open_files: int = 64
+    # Test cases run per sample, at most (the first N); 0: all.
+    max_tests: int = 0
+
+
+@dataclass
 class RewardConfig(WorkerConfig):
-    # Reward by name: "math_rule" compares the final answer (math-verify where it parses).
+    # Reward by name: "math_rule" compares the final answer (math-verify where it parses);
+    # "code_sandbox" runs the response's last fenced code block against the record's
+    # stdin/stdout tests in a bubblewrap sandbox (code_sandbox below).
     reward_type: str = "math_rule"
     # Record tags this reward scores; empty means every record.
     tag_included: list[str] = field(default_factory=list)
     # Number of reward workers (ROLL key); device_mapping may stay unset for rule rewards.
     world_size: int = 1
+    # Hard limit in seconds on scoring one sample, enforced from outside: the reward runs
+    # in a child process that is killed at the limit (even inside C code), and the sample
+    # scores 0 with `timed_out` counted (reward/timed_out). Covers all of a code sample's
+    # test cases, so keep it above code_sandbox.test_timeout_s times the tests run.
+    sample_timeout_s: float = 30.0
+    # Child processes per reward worker scoring samples in parallel (each has the limit).
+    scoring_processes: int = 1
+    # Limits of the code_sandbox reward (ignored by other reward types).
+    code_sandbox: CodeSandboxArgs = field(default_factory=CodeSandboxArgs)
 
 
 @dataclass

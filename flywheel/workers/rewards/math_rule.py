@@ -1,26 +1,26 @@
 """math_rule: 1 if the response's final answer equals the reference, else 0.
 
-The final answer is the last `\\boxed{...}`, else what follows `####`, else the last number
-in the text. Plain numbers compare numerically (so "046" == "46" == "46.0"); anything else
-goes to math-verify, which knows LaTeX and symbolic equivalence. math-verify guards itself
-with signal.alarm, which only works on the main thread, so off it the timeout is dropped.
+The final answer is the last `\\boxed{...}`, else what follows `####`; with neither, the
+whole response goes to math-verify, which finds an answer in free text and LaTeX (an
+unboxed `$\\frac{1}{2}$`, "the answer is 12"); only if it finds none, the last number.
+Plain numbers compare numerically (so "046" == "46" == "46.0"); anything else goes to
+math-verify, which knows LaTeX and symbolic equivalence. math-verify guards itself with
+signal.alarm, which only works on the main thread and not inside C code: the reward
+worker runs this in a killable process under the hard per-sample limit (time_limit.py).
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from fractions import Fraction
+
+from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.result import RewardResult
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
 _BOXED = "\\boxed{"
-
-
-@dataclass
-class RewardResult:
-    score: float
-    metadata: dict = field(default_factory=dict)
 
 
 def last_boxed(text: str) -> str | None:
@@ -46,15 +46,6 @@ def marked_answer(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str) -> str | None:
-    """A response's final answer: the marked one, else its last number."""
-    marked = marked_answer(text)
-    if marked is not None:
-        return marked
-    numbers = _NUMBER.findall(text.replace(",", ""))
-    return numbers[-1] if numbers else None
-
-
 def reference_answer(reference: str) -> str:
     """A reference is the answer itself, unless it is a worked solution (boxed / ####)."""
     marked = marked_answer(reference)
@@ -71,26 +62,61 @@ def _as_number(text: str) -> Fraction | None:
         return None
 
 
-def _math_verify_equal(gold: str, pred: str) -> bool:
-    from math_verify import parse, verify
+def _math_verify_parse(text: str) -> list:
+    """math-verify's reading of `text` ([] if it finds no answer). Its own timeout works
+    only on the main thread (where the scoring process calls it); the hard limit around
+    every reward (time_limit.py) covers the rest, C code included."""
+    from math_verify import parse
 
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     try:
-        gold_parsed = parse(f"${gold}$", parsing_timeout=timeout)
-        pred_parsed = parse(f"${pred}$", parsing_timeout=timeout)
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
-    except Exception:  # math-verify raises on unparseable input: that answer is wrong
+        return parse(text, parsing_timeout=timeout)
+    except Exception:  # math-verify raises on some malformed input: no answer found
+        return []
+
+
+def _math_verify_equal(gold: list, pred: list) -> bool:
+    from math_verify import verify
+
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    try:
+        return bool(verify(gold, pred, timeout_seconds=timeout))
+    except Exception:  # a comparison math-verify cannot make: not shown equal
         return False
 
 
-def score(prompt: str, response: str, reference: str) -> RewardResult:
-    pred = extract_answer(response)
-    if pred is None:
-        return RewardResult(0.0, {"parsed": False})
-    gold = reference_answer(reference)
+def answers_equal(gold: str, pred: str) -> bool:
+    """Plain numbers numerically (exact, fast); anything else by math-verify."""
     gold_num, pred_num = _as_number(gold), _as_number(pred)
     if gold_num is not None and pred_num is not None:
-        correct = gold_num == pred_num
-    else:
-        correct = _math_verify_equal(gold, pred)
-    return RewardResult(1.0 if correct else 0.0, {"parsed": True})
+        return gold_num == pred_num
+    return _math_verify_equal(_math_verify_parse(f"${gold}$"), _math_verify_parse(f"${pred}$"))
+
+
+def score(prompt: str, response: str, reference: str) -> RewardResult:
+    """`parsed` in the metadata says whether any answer was found (the parse rate);
+    `answer_from` where: marked (boxed / ####), math_verify (the whole response), number."""
+    gold = reference_answer(reference)
+    marked = marked_answer(response)
+    if marked is not None:
+        return RewardResult(float(answers_equal(gold, marked)),
+                            {"parsed": True, "answer_from": "marked"})
+    found = _math_verify_parse(response)
+    if found:  # [sympy expression, the text it was read from]
+        pred = found[-1]
+        correct = (answers_equal(gold, pred) if _as_number(pred) is not None
+                   else _math_verify_equal(_math_verify_parse(f"${gold}$"), found))
+        return RewardResult(float(correct), {"parsed": True, "answer_from": "math_verify"})
+    numbers = _NUMBER.findall(response.replace(",", ""))
+    if numbers:
+        return RewardResult(float(answers_equal(gold, numbers[-1])),
+                            {"parsed": True, "answer_from": "number"})
+    return RewardResult(0.0, {"parsed": False})
+
+
+def build(cfg: RewardConfig) -> Callable[[str, str, str], RewardResult]:
+    """The reward as built in a scoring process: math-verify imported now (about a second),
+    not inside the first sample's time limit."""
+    import math_verify  # noqa: F401
+
+    return score

@@ -1,0 +1,55 @@
+"""A reward's scoring process (the child side of time_limit.py).
+
+Reads a pickled RewardConfig, builds the reward and answers {"ready": true} (or
+{"error": "..."} if it cannot be built, e.g. no sandbox), then scores one
+(prompt, response, reference) triple per message until its input closes. It asks the
+kernel to kill it when its parent dies, so a reward worker that dies leaves no scorer
+behind. Anything the reward prints goes to stderr: stdout carries only the answers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import signal
+import sys
+
+from flywheel.workers.rewards.time_limit import read_frame, write_frame
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before the request took effect
+            os._exit(1)
+
+
+def main() -> None:
+    die_with_parent()
+    stdin, answers = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr
+    cfg = pickle.loads(read_frame(stdin))
+    from flywheel.workers.rewards.registry import reward_fn
+
+    try:
+        score = reward_fn(cfg.reward_type, cfg)
+    except Exception as e:  # sent to the worker, which raises it as its own start error
+        write_frame(answers, json.dumps({"error": str(e).splitlines()[0]}).encode())
+        return
+    write_frame(answers, json.dumps({"ready": True}).encode())
+    while (request := read_frame(stdin)) is not None:
+        prompt, response, reference = pickle.loads(request)
+        try:
+            result = score(prompt, response, reference)
+            answer = {"score": result.score, "metadata": result.metadata}
+        except Exception as e:
+            answer = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+        write_frame(answers, json.dumps(answer).encode())
+
+
+if __name__ == "__main__":
+    main()

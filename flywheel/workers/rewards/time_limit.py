@@ -1,0 +1,171 @@
+"""The hard per-sample time limit every reward runs under (issues 14 and 17).
+
+A reward is never called in the reward worker's own process. `TimeLimitedScorer` keeps
+`scoring_processes` children (`python -m flywheel.workers.rewards.scoring_process`), each
+with the reward built once, and hands them one sample at a time. A sample whose answer has
+not come back within `sample_timeout_s` has its child's whole process group killed with
+SIGKILL, which stops C code too (math-verify's signal.alarm cannot interrupt sympy or a
+big-integer power; a sandboxed program's bwrap dies with its parent), and scores 0 with
+`timed_out` in its metadata; a fresh child takes the next sample. A child that dies on its
+own (a segfault, the OOM killer) costs its sample the same way (`crashed`). An exception
+raised by the reward itself is a bug, not a verdict on the sample: it is re-raised here.
+
+Why processes kept alive, not one per sample: importing math-verify (sympy) takes about a
+second, paid again only after a kill. Why not threads or signals: neither stops C code.
+
+Wire format: the parent sends pickles (it is trusted), the child answers in JSON (it has
+read model output). Each message is a 4-byte big-endian length and the payload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.result import RewardResult
+
+START_TIMEOUT_S = 120.0  # a child's start: imports and building the reward (a sandbox probe)
+
+
+class ScorerError(RuntimeError):
+    """A reward could not be started or raised while scoring (one line: what and why)."""
+
+
+def write_frame(fd: int, payload: bytes) -> None:
+    data = struct.pack(">I", len(payload)) + payload
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def read_frame(fd: int) -> bytes | None:
+    """One message, or None at end of file (the other side is gone)."""
+    header = _read_exact(fd, 4)
+    return None if header is None else _read_exact(fd, struct.unpack(">I", header)[0])
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+@dataclass
+class _Child:
+    proc: subprocess.Popen
+    item: int = -1  # index of the sample it is scoring; -1: idle
+    deadline: float = 0.0
+
+    @property
+    def out_fd(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def send(self, obj: object) -> None:
+        write_frame(self.proc.stdin.fileno(), pickle.dumps(obj))
+
+    def kill(self) -> None:
+        """SIGKILL the child's process group (it leads its own session), then reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
+def start_child(cfg: RewardConfig) -> _Child:
+    """A child with `cfg`'s reward built, or ScorerError with the child's own reason."""
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.workers.rewards.scoring_process"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            start_new_session=True)
+    child = _Child(proc)
+    child.send(cfg)
+    ready, _, _ = select.select([child.out_fd], [], [], START_TIMEOUT_S)
+    answer = read_frame(child.out_fd) if ready else None
+    if answer is None or "error" in (msg := json.loads(answer)):
+        child.kill()
+        why = (msg["error"] if answer is not None else
+               f"its scoring process did not start within {START_TIMEOUT_S:.0f}s" if not ready
+               else f"its scoring process exited with code {proc.returncode}")
+        raise ScorerError(f"reward '{cfg.reward_type}' cannot start: {why}")
+    return child
+
+
+class TimeLimitedScorer:
+    """Scores samples with `cfg`'s reward in killable children, `sample_timeout_s` each."""
+
+    def __init__(self, cfg: RewardConfig):
+        if cfg.sample_timeout_s <= 0 or cfg.scoring_processes < 1:
+            raise ValueError(f"rewards: sample_timeout_s must be > 0 and scoring_processes "
+                             f">= 1 (got {cfg.sample_timeout_s}, {cfg.scoring_processes})")
+        self.cfg = cfg
+        # Started now, so a reward that cannot run here (no sandbox) fails the worker's start.
+        self._children: list[_Child | None] = [start_child(cfg)
+                                               for _ in range(cfg.scoring_processes)]
+
+    def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
+        """(prompt, response, reference) triples scored in parallel, results in order."""
+        results: list[RewardResult | None] = [None] * len(items)
+        todo = deque(range(len(items)))
+        while todo or any(c is not None and c.item >= 0 for c in self._children):
+            self._hand_out(items, todo)
+            busy = [c for c in self._children if c is not None and c.item >= 0]
+            wait_s = max(0.0, min(c.deadline for c in busy) - time.monotonic())
+            ready, _, _ = select.select([c.out_fd for c in busy], [], [], wait_s)
+            for slot, child in enumerate(self._children):
+                if child is None or child.item < 0:
+                    continue
+                item = child.item
+                if child.out_fd in ready:
+                    results[item] = self._answer(slot, child)
+                elif time.monotonic() >= child.deadline:
+                    results[item] = RewardResult(0.0, {"timed_out": True})
+                    self._replace(slot)
+        return results
+
+    def close(self) -> None:
+        for child in self._children:
+            if child is not None:
+                child.kill()
+        self._children = [None] * len(self._children)
+
+    def _hand_out(self, items: list[tuple[str, str, str]], todo: deque[int]) -> None:
+        for slot, child in enumerate(self._children):
+            if not todo:
+                return
+            if child is None:
+                child = self._children[slot] = start_child(self.cfg)
+            if child.item < 0:
+                child.item = todo.popleft()
+                child.send(items[child.item])
+                child.deadline = time.monotonic() + self.cfg.sample_timeout_s
+
+    def _answer(self, slot: int, child: _Child) -> RewardResult:
+        answer = read_frame(child.out_fd)
+        child.item = -1
+        if answer is None:  # died by itself: the sample is lost, the worker is not
+            self._replace(slot)
+            return RewardResult(0.0, {"crashed": True})
+        msg = json.loads(answer)
+        if "error" in msg:
+            raise ScorerError(f"reward '{self.cfg.reward_type}' raised: {msg['error']}")
+        return RewardResult(float(msg["score"]), msg["metadata"])
+
+    def _replace(self, slot: int) -> None:
+        """Kill the child in `slot`; a fresh one starts when the next sample needs it."""
+        child, self._children[slot] = self._children[slot], None
+        child.kill()
