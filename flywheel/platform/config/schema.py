@@ -60,8 +60,7 @@ class TrainingArgs:
     # Micro-batches summed before one optimizer step. One optimizer step consumes
     # per_device_train_batch_size * gradient_accumulation_steps * dp_size samples.
     gradient_accumulation_steps: int = 1
-    # Optimizer steps of linear warmup from 0 to learning_rate (applied with every
-    # lr_scheduler_type).
+    # Optimizer steps of linear warmup from 0 to learning_rate.
     warmup_steps: int = 0
     # Learning-rate schedule after warmup, over the run's optimizer steps.
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
