@@ -62,9 +62,9 @@ def bench_backend(name: str, model_path: str, prompts: list[list[int]], n: int, 
         result[f"{call}_tokens_per_s"] = generated / seconds
     result["generated_tokens"] = generated
     batch = pack_sequences([prompts[g.prompt_index] for g in gens], [g.token_ids for g in gens],
-                           pad_id=0, response_values={"sampled": [g.log_probs for g in gens]})
+                           pad_id=0, infer_log_probs=[g.log_probs for g in gens])
     mask = batch.response_mask.bool()
-    gap = (trainer.forward_logprobs(batch) - batch.token["sampled"])[mask].abs().max()
+    gap = (trainer.forward_logprobs(batch) - batch.infer_log_probs)[mask].abs().max()
     result["logprob_gap_vs_hf_train"] = float(gap)
     weights = trainer.state_dict_for_sync()
     times = []

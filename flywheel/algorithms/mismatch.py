@@ -108,12 +108,11 @@ class MismatchCorrection:
     upper: float = 2.0
     apply: bool = False  # False: report the mismatch metrics, leave the loss unweighted
 
-    def __call__(self, token: dict[str, Tensor], mask: Tensor) -> dict[str, float]:
-        """Metrics; with `apply`, also token['is_weights'] from token['old_log_probs'] and
-        token['infer_log_probs'] [B, T]."""
+    def __call__(self, old_log_probs: Tensor, infer_log_probs: Tensor, mask: Tensor
+                 ) -> tuple[Tensor | None, dict[str, float]]:
+        """The per-token weights [B, T] to put on the loss (None without `apply`) from the
+        old and the sampled log-probs [B, T], and the metrics."""
         weights, metrics = train_infer_mismatch_weights(
-            token["old_log_probs"], token["infer_log_probs"], mask, level=self.level,
+            old_log_probs, infer_log_probs, mask, level=self.level,
             mode=self.mode, lower=self.lower, upper=self.upper)
-        if self.apply:
-            token["is_weights"] = weights
-        return metrics
+        return (weights if self.apply else None), metrics

@@ -35,7 +35,7 @@ EPS = 1e-6
 
 
 def pack_trajectories(groups: list[EpisodeGroup], pad_id: int, gamma: float) -> TokenBatch:
-    """One row per episode; token["returns"] holds G_t on the tokens of turn t."""
+    """One row per episode; `returns` holds G_t on the tokens of turn t."""
     episodes = [t for g in groups for t in g.trajectories]
     width = max(len(t.input_ids) for t in episodes)
     rows = len(episodes)
@@ -53,10 +53,10 @@ def pack_trajectories(groups: list[EpisodeGroup], pad_id: int, gamma: float) -> 
         for (start, end), g_t in zip(t.turn_spans, discounted_returns(t.rewards, gamma)):
             returns[b, start:end] = g_t
     batch = TokenBatch(input_ids, attention_mask, response_mask,
-                       token={"infer_log_probs": infer_lp, "returns": returns})
-    batch.sample["scores"] = torch.tensor([t.score for t in episodes])
-    batch.sample["version"] = torch.tensor([g.version for g in groups for _ in g.trajectories])
-    batch.sample["episode_return"] = _episode_returns(groups, gamma)
+                       infer_log_probs=infer_lp, returns=returns)
+    batch.scores = torch.tensor([t.score for t in episodes])
+    batch.version = torch.tensor([g.version for g in groups for _ in g.trajectories])
+    batch.episode_return = _episode_returns(groups, gamma)
     return batch
 
 
@@ -81,12 +81,12 @@ def pack_steps(groups: list[EpisodeGroup], pad_id: int, gamma: float, turn_level
     prompts += [prompts[0][:1]] * padding  # one real token, no response: no loss
     responses += [[]] * padding
     logprobs += [[]] * padding
-    batch = pack_sequences(prompts, responses, pad_id, {"infer_log_probs": logprobs})
-    batch.sample["scores"] = torch.tensor(scores + [0.0] * padding)
-    batch.sample["version"] = torch.tensor(versions + [versions[0]] * padding)
-    batch.sample["episode"] = torch.tensor(episode + [-1] * padding)
-    batch.sample["episode_return"] = _episode_returns(groups, gamma)[
-        batch.sample["episode"].clamp(min=0)]
+    batch = pack_sequences(prompts, responses, pad_id, logprobs)
+    batch.scores = torch.tensor(scores + [0.0] * padding)
+    batch.version = torch.tensor(versions + [versions[0]] * padding)
+    batch.episode = torch.tensor(episode + [-1] * padding)
+    batch.episode_return = _episode_returns(groups, gamma)[
+        batch.episode.clamp(min=0)]
     return batch
 
 
@@ -98,7 +98,7 @@ def _episode_returns(groups: list[EpisodeGroup], gamma: float) -> torch.Tensor:
 
 def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                        kl_coef: float) -> dict[str, float]:
-    """Fill batch.token['advantages'] [B, L] (see the module docstring); metrics out."""
+    """Fill batch.advantages [B, L] (see the module docstring); metrics out."""
     if not cfg.turn_level_returns and not cfg.step_level_samples:
         return add_advantages(batch, cfg, group_size, kl_coef)
     mask = batch.response_mask  # [B, L]
@@ -107,30 +107,30 @@ def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     mean = grouped.mean(-1).repeat_interleave(group_size)  # [E]
     std = grouped.std(-1, correction=0).repeat_interleave(group_size)  # [E]
     if cfg.step_level_samples:
-        episode = batch.sample["episode"].clamp(min=0)  # [B]
-        value = batch.sample["scores"].float()[:, None].expand_as(mask)  # [B, L]
+        episode = batch.episode.clamp(min=0)  # [B]
+        value = batch.scores.float()[:, None].expand_as(mask)  # [B, L]
     else:
         episode = torch.arange(len(batch))  # [B]
-        value = batch.token["returns"]  # [B, L]
+        value = batch.returns  # [B, L]
     mu, sigma = mean[episode][:, None], std[episode][:, None]  # [B, 1]
     advantages = torch.where(sigma < EPS, torch.zeros_like(value), (value - mu) / (sigma + EPS))
     if cfg.whiten_advantages:
         advantages = whiten_advantages(advantages, mask)
     if cfg.advantage_clip is not None:
         advantages = advantage_clip(advantages, cfg.advantage_clip)
-    batch.token["advantages"] = advantages * mask  # [B, L]
+    batch.advantages = advantages * mask  # [B, L]
     valid = mask.bool()
-    return {"advantages/mean": float(batch.token["advantages"][valid].mean()),
-            "advantages/abs_mean": float(batch.token["advantages"][valid].abs().mean())}
+    return {"advantages/mean": float(batch.advantages[valid].mean()),
+            "advantages/abs_mean": float(batch.advantages[valid].abs().mean())}
 
 
 def _episode_returns_by_episode(batch: TokenBatch) -> torch.Tensor:
     """G_0 per episode [E], whichever view the batch is in."""
-    if "episode" not in batch.sample:
-        return batch.sample["episode_return"].float()
-    g0 = torch.zeros(int(batch.sample["episode"].max()) + 1)
-    rows = batch.sample["episode"] >= 0
-    g0[batch.sample["episode"][rows]] = batch.sample["episode_return"][rows].float()
+    if batch.episode is None:
+        return batch.episode_return.float()
+    g0 = torch.zeros(int(batch.episode.max()) + 1)
+    rows = batch.episode >= 0
+    g0[batch.episode[rows]] = batch.episode_return[rows].float()
     return g0
 
 

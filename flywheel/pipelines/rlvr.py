@@ -6,8 +6,9 @@ One training step, in order:
   2. log-probs    reference log-probs (and critic values); the old log-probs (pre-update
                   policy) too when the KL reward penalty needs them here
   3. advantages   grpo / reinforce (+ KL penalty, whitening, clipping)
-  4. train        actor_train.train_step with the configured pg_variant loss; it computes
-                  the old log-probs and the train/infer mismatch first when step 2 did not
+  4. train        actor_train's train step with the configured pg_variant loss (and the
+                  critic's beside it); it computes the old log-probs and the train/infer
+                  mismatch first when step 2 did not
   5. sync         publish the new weights to actor_infer (every model_update_frequency);
                   the weights are asked for right behind the train call
   6. log / validate (generation paused) / checkpoint
@@ -27,13 +28,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
 from flywheel.pipelines.actor_loss_config import build_actor_loss
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.prompt_data import PromptOrder, PromptRecord, encode_prompt
 from flywheel.pipelines.replay_buffer import ReplayBuffer
+from flywheel.pipelines.role_handles import Pending
 from flywheel.pipelines.roles import Roles
 from flywheel.pipelines.rollout import (
     Chunk,
@@ -111,13 +111,16 @@ class RLVRPipeline:
     buffer: ReplayBuffer = field(init=False)
     ledger: SampleLedger = field(init=False)
     first_batch: int = 0  # batch index the generator starts from (moves on resume)
-    weights_ahead: list | None = None  # weights_ref calls queued behind this step's train call
+    weights_ahead: Pending | None = None  # weights queued behind this step's train call
+    old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
 
     def __post_init__(self) -> None:
         cfg = self.cfg
         self.order = PromptOrder(self.train_records, seed=cfg.seed)
         self.loss_fn = build_actor_loss(cfg)
         self.correction = mismatch_correction(cfg)
+        # Only the KL reward penalty needs the old log-probs before the train call.
+        self.old_in_train = cfg.init_kl_coef == 0
         self.kl_ctl = (AdaptiveKLController(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
                        if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
         self.buffer = ReplayBuffer(max_staleness(cfg), cfg.drop_uniform_groups)
@@ -162,19 +165,19 @@ class RLVRPipeline:
         started = time.time()
         with timer.phase("step"):
             with timer.phase("wait_for_batch"):
-                taken = generator.take(self.step)
+                taken = generator.take(self.step)  # 1. batch
             self.step += 1
             self.ledger.dropped(taken.stale, "stale", self.step)
             self.ledger.dropped(taken.filtered, "filtered", self.step)
-            metrics = self.train_on(taken.groups, timer)
+            metrics = self.train_on(taken.groups, timer)  # 2-4. log-probs, advantages, train
             if self.step % cfg.model_update_frequency == 0:
-                with timer.phase("weight_sync"):
+                with timer.phase("weight_sync"):  # 5. sync
                     self.version = self.step
                     generator.publish_weights(self.weights(), self.version)
             generator.release(len(taken.groups))
             self.ledger.trained(taken.groups, self.step)
             if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
-                with timer.phase("validate"), generator.paused():
+                with timer.phase("validate"), generator.paused():  # 6. validate
                     metrics.update(self.validate())
         seconds = timer.seconds
         infer_busy = generator.busy_seconds(started, time.time())
@@ -195,45 +198,46 @@ class RLVRPipeline:
         return metrics
 
     def train_on(self, groups: list[Group], timer: StepTimer) -> dict[str, float]:
-        cfg, roles = self.cfg, self.roles
+        """Steps 2-4 of the module docstring on one batch of scored groups."""
         batch = self.pack(groups)
         metrics = rollout_metrics(batch)
-        # The old log-probs are needed here before training only by the KL reward penalty;
-        # otherwise actor_train computes them inside its train call (one trip, not two).
-        old_in_train = cfg.init_kl_coef == 0
         with timer.phase("logprobs"):
-            refs = {}
-            if not old_in_train:
-                refs["old_log_probs"] = (roles.actor_train, roles.actor_train.submit_scatter(
-                    "forward_logprobs", batch.shard(roles.actor_train.world_size)))
-            if roles.reference is not None:
-                refs["ref_log_probs"] = (roles.reference, roles.reference.submit_scatter(
-                    "forward_logprobs", batch.shard(roles.reference.world_size)))
-            if roles.critic is not None:
-                refs["values"] = (roles.critic, roles.critic.submit_scatter(
-                    "forward_values", batch.shard(roles.critic.world_size)))
-            for name, (cluster, parts) in refs.items():
-                batch.token[name] = torch.cat(cluster.gather(parts))
-        if not old_in_train:
-            metrics.update(self.correction(batch.token, batch.response_mask))
-        metrics.update(self.add_advantages(batch))
+            metrics |= self.compute_logprobs(batch)  # 2. log-probs
+        metrics |= self.add_advantages(batch)  # 3. advantages
         with timer.phase("train"):
-            critic_refs = []
-            if roles.critic is not None:  # trains beside the actor, on its own devices
-                batch.token["old_values"] = batch.token["values"]
-                critic_refs = roles.critic.submit_scatter(
-                    "train_step", batch.shard(roles.critic.world_size),
-                    loss_fn=CriticLoss(cfg.value_clip), ppo_epochs=cfg.ppo_epochs)
-            shards = batch.shard(roles.actor_train.world_size)
-            train_refs = roles.actor_train.submit_scatter(
-                "train_step", shards, loss_fn=self.loss_fn, ppo_epochs=cfg.ppo_epochs,
-                old_log_probs=self.correction if old_in_train else None)
-            if self.step % cfg.model_update_frequency == 0:  # a sync follows this step:
-                # queue it on the same actors now, so it runs with no round trip between
-                self.weights_ahead = roles.actor_train.submit_all("weights_ref")
-            results = roles.actor_train.gather(train_refs)
-            results += roles.critic.gather(critic_refs) if critic_refs else []
-        metrics.update(mean_over_ranks(results))
+            metrics |= self.update(batch)  # 4. train
+        return metrics
+
+    def compute_logprobs(self, batch: TokenBatch) -> dict[str, float]:
+        """Reference log-probs and critic values, on their own devices at once; the old
+        log-probs too when the KL reward penalty needs them here (otherwise actor_train
+        computes them inside its train call: one trip of the batch, not two)."""
+        roles = self.roles
+        old = None if self.old_in_train else roles.actor_train.forward_logprobs(batch)
+        ref = roles.reference.forward_logprobs(batch) if roles.reference else None
+        values = roles.critic.forward_values(batch) if roles.critic else None
+        batch.ref_log_probs = ref.result() if ref else None
+        batch.values = values.result() if values else None
+        if old is None:
+            return {}
+        batch.old_log_probs = old.result()
+        batch.is_weights, metrics = self.correction(batch.old_log_probs, batch.infer_log_probs,
+                                                    batch.response_mask)
+        return metrics
+
+    def update(self, batch: TokenBatch) -> dict[str, float]:
+        """actor_train's (and the critic's, beside it) train step; the new weights are
+        asked for right behind it when a sync follows this step."""
+        cfg, roles = self.cfg, self.roles
+        critic = (roles.critic.train(batch, CriticLoss(cfg.value_clip), cfg.ppo_epochs)
+                  if roles.critic else None)
+        actor = roles.actor_train.train(batch, self.loss_fn, cfg.ppo_epochs,
+                                        self.correction if self.old_in_train else None)
+        if self.step % cfg.model_update_frequency == 0:  # a sync follows this step:
+            # queue it on the same actors now, so it runs with no round trip between
+            self.weights_ahead = roles.actor_train.weights()
+        results = actor.result() + (critic.result() if critic else [])
+        metrics = mean_over_ranks(results)
         metrics["loss/policy"] = metrics.get("pg/loss", float("nan"))
         if "kl/mean" in metrics:
             self.kl_ctl.update(metrics["kl/mean"], n_steps=len(batch))
@@ -254,10 +258,8 @@ class RLVRPipeline:
         return group_from_dict(state)
 
     def weights(self) -> list:
-        refs, self.weights_ahead = self.weights_ahead, None
-        if refs is None:
-            refs = self.roles.actor_train.submit_all("weights_ref")
-        return self.roles.actor_train.gather(refs)[0]
+        pending, self.weights_ahead = self.weights_ahead, None
+        return (pending or self.roles.actor_train.weights()).result()
 
     def chunks_for_batch(self, batch_index: int) -> list[Chunk]:
         """The prompts of batch `batch_index`, cut into generation chunks (generator thread)."""
@@ -294,9 +296,9 @@ class RLVRPipeline:
         """Pause generation so the checkpoint holds every finished group: a resumed run
         continues with exactly the batches the uninterrupted one would have trained."""
         with generator.paused(), writing_checkpoint(self.output_dir, self.step) as tmp:
-            self.roles.actor_train.call_all("save", str(tmp / "actor_train"))
+            self.roles.actor_train.save(str(tmp / "actor_train"))
             if self.roles.critic is not None:
-                self.roles.critic.call_all("save", str(tmp / "critic"))
+                self.roles.critic.save(str(tmp / "critic"))
             state = {"step": self.step, "version": self.version,
                      "next_batch": generator.next_batch, "kl_coef": self.kl_ctl.value,
                      "buffer": [self.group_state(g) for g in self.buffer.snapshot()],
@@ -305,9 +307,9 @@ class RLVRPipeline:
 
     def load_checkpoint(self, path: Path) -> None:
         state = json.loads((path / "pipeline_state.json").read_text())
-        self.roles.actor_train.call_all("load", str(path / "actor_train"))
+        self.roles.actor_train.load(str(path / "actor_train"))
         if self.roles.critic is not None:
-            self.roles.critic.call_all("load", str(path / "critic"))
+            self.roles.critic.load(str(path / "critic"))
         # actor_infer restarts from the checkpoint's weights, whatever it held before.
         self.step = self.version = state["step"]
         self.first_batch = state["next_batch"]
@@ -315,4 +317,5 @@ class RLVRPipeline:
         restored = [self.group_from_state(d) for d in state["buffer"]]
         self.buffer.put(restored)
         self.ledger.generated(restored)
-        self.roles.actor_infer.call_all("update_weights", self.weights(), self.version)
+        self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(self.weights(),
+                                                                            self.version))

@@ -15,12 +15,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from flywheel.pipelines.role_handles import InferRole, TrainRole
 from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.checks import data_parallel_size
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
+from flywheel.workers.strategies.model_head import VALUE
 from flywheel.workers.strategies.registry import strategy_spec
+from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
 from flywheel.workers.train_worker import TrainWorker
 
 
@@ -53,10 +57,10 @@ def num_slots(cfg: PipelineConfig) -> int:
 
 @dataclass
 class Roles:
-    actor_train: Cluster
-    actor_infer: Cluster
-    reference: Cluster | None
-    critic: Cluster | None
+    actor_train: TrainRole
+    actor_infer: InferRole
+    reference: TrainRole | None
+    critic: TrainRole | None
     rewards: dict[str, Cluster]
     placement: DevicePlacement
     all: list[Cluster] = field(default_factory=list)
@@ -67,17 +71,32 @@ class Roles:
         self.placement.release()
 
 
+def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) -> int:
+    """The learning-rate schedule's length in optimizer steps: train steps x mini-batches
+    per step x ppo_epochs, as the update loop takes them (one rank's share of the batch
+    per model replica). Agentic step-level samples vary in number; the trajectory count
+    stands in for them."""
+    rows = cfg.rollout_batch_size
+    if cfg.pipeline_type == "rlvr":
+        rows *= cfg.num_return_sequences_in_group
+    per_replica = max(1, rows // data_parallel_size(wcfg))
+    return train_steps * optimizer_steps_per_train_step(wcfg.training_args, per_replica,
+                                                        cfg.ppo_epochs)
+
+
 def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles:
+    """Every role's cluster; `total_steps` is the run's number of train steps."""
     placement = place_devices(device_roles(cfg))
     cores = os.cpu_count() or 1
     default_threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
     started: list[Cluster] = []
 
-    def start(role: str, worker_cls: type, wcfg: WorkerConfig, **kwargs) -> Cluster:
+    def start(role: str, handle: type[Cluster], worker_cls: type, wcfg: WorkerConfig,
+              **kwargs) -> Cluster:
         path = wcfg.model_args.model_name_or_path or model_path
         threads = wcfg.num_threads or (len(wcfg.cpu_affinity) if wcfg.cpu_affinity
                                        else default_threads)
-        cluster = Cluster.create(role, worker_cls, role_devices(role, wcfg), placement,
+        cluster = handle.create(role, worker_cls, role_devices(role, wcfg), placement,
                                  init_kwargs=dict(model_path=path, cfg=wcfg, seed=cfg.seed,
                                                   num_threads=threads,
                                                   cpu_affinity=wcfg.cpu_affinity, **kwargs))
@@ -85,19 +104,22 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
         return cluster
 
     try:
-        actor_train = start("actor_train", TrainWorker, cfg.actor_train,
-                            total_steps=total_steps, trainable=True)
+        actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
+                            total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),
+                            trainable=True)
         join_process_group(actor_train, cfg.actor_train)
-        actor_infer = start("actor_infer", InferWorker, cfg.actor_infer)
+        actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer)
         reference = None
         if cfg.reference is not None:
-            reference = start("reference", TrainWorker, cfg.reference,
+            reference = start("reference", TrainRole, TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False)
             join_process_group(reference, cfg.reference)
         critic = None
         if cfg.critic is not None:
-            critic = start("critic", TrainWorker, cfg.critic, total_steps=total_steps,
-                           trainable=True, value_model=True)
+            critic = start("critic", TrainRole, TrainWorker, cfg.critic,
+                           total_steps=schedule_horizon(cfg, cfg.critic, total_steps),
+                           trainable=True, head=VALUE)
+            join_process_group(critic, cfg.critic)
         rewards = {}
         # Agentic episodes are scored by their envs: no reward workers.
         for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):

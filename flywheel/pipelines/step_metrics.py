@@ -15,7 +15,7 @@ from flywheel.workers.batch import TokenBatch
 
 
 def rollout_metrics(batch: TokenBatch) -> dict[str, float]:
-    scores = batch.sample["scores"].float()
+    scores = batch.scores.float()
     lengths = batch.response_mask.sum(-1)
     return {"reward/mean": float(scores.mean()), "reward/std": float(scores.std()),
             "reward/max": float(scores.max()), "reward/min": float(scores.min()),

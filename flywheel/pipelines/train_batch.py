@@ -30,33 +30,33 @@ def pack_groups(groups: list[Group], pad_id: int) -> TokenBatch:
     prompts = [g.prompt_ids for g in groups for _ in g.responses]
     responses = [r.token_ids for g in groups for r in g.responses]
     infer_lp = [r.log_probs for g in groups for r in g.responses]
-    batch = pack_sequences(prompts, responses, pad_id, {"infer_log_probs": infer_lp})
-    batch.sample["scores"] = torch.tensor([s for g in groups for s in g.scores])
-    batch.sample["version"] = torch.tensor([g.version for g in groups for _ in g.responses])
+    batch = pack_sequences(prompts, responses, pad_id, infer_lp)
+    batch.scores = torch.tensor([s for g in groups for s in g.scores])
+    batch.version = torch.tensor([g.version for g in groups for _ in g.responses])
     return batch
 
 
 def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                    kl_coef: float) -> dict[str, float]:
-    """Fill batch.token['advantages'] [B, L]; returns metrics (incl. kl/mean for the KL ctl)."""
+    """Fill batch.advantages [B, L]; returns metrics (incl. kl/mean for the KL ctl)."""
     mask = batch.response_mask  # [B, L]
-    scores = batch.sample["scores"].float()  # [B]
+    scores = batch.scores.float()  # [B]
     if cfg.reward_clip is not None:
         scores = reward_clip(scores, cfg.reward_clip)
     metrics: dict[str, float] = {}
     penalty = torch.zeros_like(mask)  # [B, L] token rewards from the KL penalty (≤ 0 for k1>0)
     if kl_coef > 0:
-        penalty, kl_metrics = apply_kl_penalty(penalty, batch.token["old_log_probs"],
-                                               batch.token["ref_log_probs"], mask, kl_coef,
+        penalty, kl_metrics = apply_kl_penalty(penalty, batch.old_log_probs,
+                                               batch.ref_log_probs, mask, kl_coef,
                                                cfg.kl_penalty)
         metrics.update(kl_metrics)
     if cfg.adv_estimator == "gae":
         # Outcome score on the last response token, KL penalty on every token, then GAE
         # against the critic's values (Schulman et al. 2016).
         token_rewards = scores_to_token_rewards(scores, mask) + penalty * mask  # [B, L]
-        advantages, returns = compute_gae(token_rewards, batch.token["values"], mask,
+        advantages, returns = compute_gae(token_rewards, batch.values, mask,
                                           cfg.gamma, cfg.lambd)
-        batch.token["returns"] = returns
+        batch.returns = returns
     else:
         adv = compute_advantages(cfg.adv_estimator, scores, group_size,
                                  norm_mean_type=cfg.norm_mean_type,
@@ -68,8 +68,8 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
         advantages = whiten_advantages(advantages, mask)
     if cfg.advantage_clip is not None:
         advantages = advantage_clip(advantages, cfg.advantage_clip)
-    batch.token["advantages"] = advantages * mask
+    batch.advantages = advantages * mask
     valid = mask.bool()
-    metrics["advantages/mean"] = float(batch.token["advantages"][valid].mean())
-    metrics["advantages/abs_mean"] = float(batch.token["advantages"][valid].abs().mean())
+    metrics["advantages/mean"] = float(batch.advantages[valid].mean())
+    metrics["advantages/abs_mean"] = float(batch.advantages[valid].abs().mean())
     return metrics

@@ -19,6 +19,7 @@ from flywheel.algorithms import (
     kl_loss,
 )
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.train_loop import Counts
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,16 @@ class ActorLoss:
         return self.entropy_loss_coef != 0.0
 
     def __call__(self, log_probs: torch.Tensor, entropy: torch.Tensor | None,
-                 micro: TokenBatch, counts: dict[str, float]
-                 ) -> tuple[torch.Tensor, dict[str, float]]:
+                 micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
         mask = micro.response_mask  # [b, L]
-        agg = dict(loss_agg_mode=self.loss_agg_mode, global_num_tokens=counts["num_tokens"],
-                   global_num_seqs=counts["num_seqs"])
+        agg = dict(loss_agg_mode=self.loss_agg_mode, global_num_tokens=counts.num_tokens,
+                   global_num_seqs=counts.num_seqs)
         loss, metrics = compute_policy_loss(
-            self.pg_variant, log_probs, micro.token["old_log_probs"],
-            micro.token["advantages"], mask, scores=micro.sample.get("scores"),
-            token_weights=micro.token.get("is_weights"), params=self.params, **agg,
+            self.pg_variant, log_probs, micro.old_log_probs, micro.advantages, mask,
+            scores=micro.scores, token_weights=micro.is_weights, params=self.params, **agg,
         )
         if self.kl_loss_coef:
-            term, kl_metrics = kl_loss(log_probs, micro.token["ref_log_probs"], mask,
+            term, kl_metrics = kl_loss(log_probs, micro.ref_log_probs, mask,
                                        self.kl_loss_coef, estimator=self.kl_loss_type, **agg)
             loss, metrics = loss + term, {**metrics, **kl_metrics}
         if self.needs_entropy:

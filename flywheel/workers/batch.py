@@ -2,19 +2,25 @@
 
 Sequences are prompt tokens followed by response tokens, right-padded, so positions are
 the natural 0..n-1 with no shift. Every per-token tensor is aligned with `input_ids`:
-`log_probs[b, t]` is log p(input_ids[b, t] | input_ids[b, :t]), and column 0 is 0.
+`old_log_probs[b, t]` is log p(input_ids[b, t] | input_ids[b, :t]), and column 0 is 0.
 `response_mask` is 1 exactly on the tokens the policy generated (the loss positions).
 
-Per-sample values (`scores`, sample ids) live in `sample` and per-token extras
-(advantages, old/ref/infer log-probs) in `token`, keyed by name; splitting a batch
-splits all of them together so a micro-batch never mixes rows.
+The optional fields are filled by the phases of a step, in order: the packer (sampled
+log-probs, scores, versions), the log-prob phase (old / reference log-probs, values), the
+advantage phase (advantages, returns) and the mismatch correction (is_weights). Each is
+named here once; splitting a batch splits all of them together, so a micro-batch never
+mixes rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+
+Rows = slice | torch.Tensor
 
 
 @dataclass
@@ -22,20 +28,36 @@ class TokenBatch:
     input_ids: torch.Tensor  # [B, L] long
     attention_mask: torch.Tensor  # [B, L] long, 1 on real tokens
     response_mask: torch.Tensor  # [B, L] float, 1 on generated tokens
-    token: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B, L]
-    sample: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
+    # ---- per token, [B, L] float, 0 off the response --------------------------------------
+    infer_log_probs: torch.Tensor | None = None  # behaviour policy: recorded by actor_infer
+    old_log_probs: torch.Tensor | None = None  # proximal policy: actor_train before the update
+    ref_log_probs: torch.Tensor | None = None  # the reference model
+    values: torch.Tensor | None = None  # critic's V(s_t) before its update
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None  # GAE / discounted returns (critic target)
+    is_weights: torch.Tensor | None = None  # train/infer mismatch weights, no gradient
+    # ---- per sample, [B] ---------------------------------------------------------------
+    scores: torch.Tensor | None = None  # reward of the whole response / episode
+    version: torch.Tensor | None = None  # policy version that started the sample (long)
+    episode: torch.Tensor | None = None  # agentic per-turn rows: episode index, -1 = padding
+    episode_return: torch.Tensor | None = None  # agentic: the episode's discounted return
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    def select(self, rows: slice | torch.Tensor) -> TokenBatch:
-        return TokenBatch(
-            input_ids=self.input_ids[rows],
-            attention_mask=self.attention_mask[rows],
-            response_mask=self.response_mask[rows],
-            token={k: v[rows] for k, v in self.token.items()},
-            sample={k: v[rows] for k, v in self.sample.items()},
-        )
+    def map(self, per_token: Callable[[torch.Tensor], torch.Tensor],
+            per_sample: Callable[[torch.Tensor], torch.Tensor]) -> TokenBatch:
+        """A new batch: `per_token` applied to every [B, L] tensor that is set (the three
+        masks included), `per_sample` to every [B] one."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = (per_sample if f.name in SAMPLE_FIELDS else per_token)(value)
+        return TokenBatch(**out)
+
+    def select(self, rows: Rows) -> TokenBatch:
+        return self.map(lambda t: t[rows], lambda t: t[rows])
 
     def chunks(self, size: int) -> list[TokenBatch]:
         """Consecutive row blocks of at most `size` rows."""
@@ -48,32 +70,24 @@ class TokenBatch:
         return self.chunks(len(self) // n)
 
     def to(self, device: torch.device) -> TokenBatch:
-        return TokenBatch(
-            self.input_ids.to(device), self.attention_mask.to(device),
-            self.response_mask.to(device),
-            token={k: v.to(device) for k, v in self.token.items()},
-            sample={k: v.to(device) for k, v in self.sample.items()},
-        )
+        return self.map(lambda t: t.to(device), lambda t: t.to(device))
 
     def trimmed(self) -> TokenBatch:
         """Drop trailing all-padding columns (saves compute on short responses)."""
         length = int(self.attention_mask.sum(dim=1).max().item())
-        return TokenBatch(
-            input_ids=self.input_ids[:, :length],
-            attention_mask=self.attention_mask[:, :length],
-            response_mask=self.response_mask[:, :length],
-            token={k: v[:, :length] for k, v in self.token.items()},
-            sample=dict(self.sample),
-        )
+        return self.map(lambda t: t[:, :length], lambda t: t)
+
+
+SAMPLE_FIELDS = frozenset({"scores", "version", "episode", "episode_return"})
 
 
 def pack_sequences(
     prompts: list[list[int]],
     responses: list[list[int]],
     pad_id: int,
-    response_values: dict[str, list[list[float]]] | None = None,
+    infer_log_probs: list[list[float]] | None = None,
 ) -> TokenBatch:
-    """Right-pad prompt+response rows; per-response-token values land on response columns.
+    """Right-pad prompt+response rows; the sampled log-probs land on the response columns.
 
     Rows are padded as Python lists and turned into each tensor with one call: the
     pipeline packs every training batch on its critical path, and a tensor per row cost
@@ -87,10 +101,11 @@ def pack_sequences(
                               for p, r in zip(prompts, responses)], dtype=torch.long)
     attention_mask = (cols < ends[:, None]).long()  # [B, L]
     response_mask = ((cols >= starts[:, None]) & (cols < ends[:, None])).float()  # [B, L]
-    token = {}
-    for k, values in (response_values or {}).items():
-        if any(len(v) != len(r) for v, r in zip(values, responses)):
-            raise ValueError(f"{k}: need one value per response token in every row")
-        token[k] = torch.tensor([[0.0] * len(p) + list(v) + [0.0] * (width - len(p) - len(v))
-                                 for p, v in zip(prompts, values)], dtype=torch.float32)
-    return TokenBatch(input_ids, attention_mask, response_mask, token=token)
+    batch = TokenBatch(input_ids, attention_mask, response_mask)
+    if infer_log_probs is not None:
+        if any(len(v) != len(r) for v, r in zip(infer_log_probs, responses)):
+            raise ValueError("infer_log_probs: need one value per response token in every row")
+        batch.infer_log_probs = torch.tensor(
+            [[0.0] * len(p) + list(v) + [0.0] * (width - len(p) - len(v))
+             for p, v in zip(prompts, infer_log_probs)], dtype=torch.float32)
+    return batch

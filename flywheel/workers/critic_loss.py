@@ -1,6 +1,7 @@
 """The critic's objective: the (optionally clipped) PPO value loss against GAE returns.
 
-Reads `old_values` and `returns` that the pipeline put on the batch; built once from
+Reads `values` (the critic's, before this update) and `returns` that the pipeline put on
+the batch; built once from
 config (`value_clip`) and handed to the critic's training backend like the actor's loss.
 """
 
@@ -12,6 +13,7 @@ import torch
 
 from flywheel.algorithms import value_loss
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.train_loop import Counts
 
 
 @dataclass(frozen=True)
@@ -21,8 +23,8 @@ class CriticLoss:
     needs_entropy: bool = False
 
     def __call__(self, values: torch.Tensor, entropy: torch.Tensor | None, micro: TokenBatch,
-                 counts: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
-        return value_loss(values, micro.token["old_values"], micro.token["returns"],
+                 counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
+        return value_loss(values, micro.values, micro.returns,
                           micro.response_mask, self.value_clip, self.loss_agg_mode,
-                          global_num_tokens=counts["num_tokens"],
-                          global_num_seqs=counts["num_seqs"])
+                          global_num_tokens=counts.num_tokens,
+                          global_num_seqs=counts.num_seqs)

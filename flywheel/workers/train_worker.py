@@ -1,8 +1,11 @@
-"""The training-side roles: actor_train (trains), reference and critic (forward only).
+"""The training-side roles: actor_train and critic (train), reference (forward only).
 
 A thin Ray-facing shell over a TrainStrategy: the pipeline decides what to compute, the
-strategy how. Weights for actor_infer are put into Ray's object store once per sync so
-every inference worker reads the same copy.
+strategy how. The roles differ by the model head (`model_head.py`: the policy's log-probs
+for actor_train and the reference, values for the critic), by whether an optimizer is
+built (the reference has none) and by the objective the pipeline hands `train_step`; the
+update loop is the same one (`strategies/train_loop.py`). Weights for actor_infer are
+put into Ray's object store once per sync so every inference worker reads the same copy.
 
 Backends whose ranks form one torch.distributed group (registry `process_group`:
 deepspeed_train, megatron_train) are built in two phases, because every rank needs rank
@@ -25,20 +28,21 @@ from flywheel.algorithms import MismatchCorrection
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
-from flywheel.workers.strategies.base import LossFn, TrainStrategy
-from flywheel.workers.strategies.registry import critic_class, strategy_class, strategy_spec
+from flywheel.workers.strategies.base import TrainStrategy
+from flywheel.workers.strategies.model_head import POLICY, ModelHead
+from flywheel.workers.strategies.registry import strategy_class, strategy_spec
+from flywheel.workers.strategies.train_loop import Objective
 
 
 class TrainWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, total_steps: int, trainable: bool,
                  num_threads: int | None = None,
-                 cpu_affinity: list[int] | None = None, value_model: bool = False):
+                 cpu_affinity: list[int] | None = None, head: ModelHead = POLICY):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         name = cfg.strategy_args.strategy_name
-        cls = critic_class(name) if value_model else strategy_class(name)
-        self.build = functools.partial(cls, model_path, cfg, seed=seed,
-                                       total_steps=total_steps, trainable=trainable)
+        self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
+                                       total_steps=total_steps, trainable=trainable, head=head)
         self._strategy: TrainStrategy | None = None
         if not strategy_spec(name).process_group:
             self._strategy = self.build()
@@ -74,7 +78,7 @@ class TrainWorker(RoleWorker):
         """The critic's V(s_t) [B, L] (critic role only)."""
         return self.strategy.forward_values(batch)
 
-    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int,
+    def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int,
                    old_log_probs: MismatchCorrection | None = None) -> dict:
         """One optimizer pass over the batch.
 
@@ -86,8 +90,9 @@ class TrainWorker(RoleWorker):
         """
         metrics = {}
         if old_log_probs is not None:
-            batch.token["old_log_probs"] = self.strategy.forward_logprobs(batch)
-            metrics = old_log_probs(batch.token, batch.response_mask)
+            batch.old_log_probs = self.strategy.forward_logprobs(batch)
+            batch.is_weights, metrics = old_log_probs(batch.old_log_probs,
+                                                      batch.infer_log_probs, batch.response_mask)
         return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
     def weights_ref(self) -> list[ray.ObjectRef]:

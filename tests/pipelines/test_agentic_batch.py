@@ -86,10 +86,10 @@ def test_trajectory_rows_train_on_model_tokens_only():
         replies = "".join(chr(int(batch.input_ids[b, i])) for i in sorted(model_tokens))
         assert replies.startswith("<answer>Nonsense</answer><answer>Right</answer>")
         assert "P" not in replies and "_" not in replies
-        lp = batch.token["infer_log_probs"][b]
+        lp = batch.infer_log_probs[b]
         assert torch.all(lp[mask == 1] == -0.5) and torch.all(lp[mask == 0] == 0)
         assert batch.attention_mask[b].sum() == len(t.input_ids)
-        assert batch.sample["scores"][b] == pytest.approx(t.score)
+        assert batch.scores[b] == pytest.approx(t.score)
     # episodes of one group started on one map, so they played the same game
     assert groups[0].trajectories[0].input_ids == groups[0].trajectories[1].input_ids
 
@@ -102,7 +102,7 @@ def test_grpo_over_a_group_of_episodes_by_hand():
             t.rewards = [0.0] * (len(t.turn_spans) - 1) + [s]
     batch = pack_trajectories(groups, pad_id=0, gamma=1.0)
     agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
-    adv = batch.token["advantages"]
+    adv = batch.advantages
     # group 0: scores 1, 0 -> mean 0.5, std 0.5 -> +1 / -1 on every model token; group 1: 0
     for b, expected in enumerate([1.0, -1.0, 0.0, 0.0]):
         on = adv[b][batch.response_mask[b] == 1]
@@ -121,7 +121,7 @@ def test_turn_level_returns_credit_each_turn_with_its_discounted_return():
     # G_t of episode 0: 0.15, 0.5, 1.0; group mean 0.075, std 0.075
     t0 = groups[0].trajectories[0]
     for (start, _), g_t in zip(t0.turn_spans, [0.15, 0.5, 1.0]):
-        assert batch.token["advantages"][0, start] == pytest.approx((g_t - 0.075) / 0.075,
+        assert batch.advantages[0, start] == pytest.approx((g_t - 0.075) / 0.075,
                                                                    rel=1e-4)
 
 
@@ -138,7 +138,7 @@ def test_step_level_rows_are_history_then_turn_padded_to_the_dp_size():
     assert row.tolist() == first.input_ids[:end]
     assert batch.response_mask[1].nonzero().flatten().tolist() == list(range(start, end))
     agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
-    assert torch.isfinite(batch.token["advantages"]).all()
+    assert torch.isfinite(batch.advantages).all()
 
 
 def test_env_metrics_per_tag_and_checkpoint_round_trip():

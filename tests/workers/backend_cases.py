@@ -20,6 +20,7 @@ from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
+from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.train_worker import TrainWorker
 
 PROMPTS = [[1, 20 + i % 10, 21, 15, 22, 23 + i % 7, 33] for i in range(16)]
@@ -50,11 +51,11 @@ def make_rl_batch(model_path: str) -> TokenBatch:
     gens = infer.generate(PROMPTS, SamplingParams(max_new_tokens=6, n=2, seed=3))
     batch = pack_sequences([PROMPTS[g.prompt_index] for g in gens],
                            [g.token_ids for g in gens], pad_id=0,
-                           response_values={"infer_log_probs": [g.log_probs for g in gens]})
-    batch.token["old_log_probs"] = hf_trainer(model_path).forward_logprobs(batch)
+                           infer_log_probs=[g.log_probs for g in gens])
+    batch.old_log_probs = hf_trainer(model_path).forward_logprobs(batch)
     generator = torch.Generator().manual_seed(0)
     advantages = torch.randn(len(batch), 1, generator=generator)  # [B, 1]
-    batch.token["advantages"] = advantages * batch.response_mask  # [B, L]
+    batch.advantages = advantages * batch.response_mask  # [B, L]
     return batch
 
 
@@ -71,13 +72,14 @@ def max_diff_on(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
 def start_train_cluster(strategy: str, model_path: str, world_size: int,
                         strategy_config: dict, per_device: int, accum: int,
                         worker_cls: type = TrainWorker,
-                        env_vars: dict[str, str] | None = None) -> Cluster:
+                        env_vars: dict[str, str] | None = None, head: ModelHead = POLICY
+                        ) -> Cluster:
     cfg = WorkerConfig(strategy_args=StrategyArgs(strategy, dict(strategy_config)),
                        training_args=training_args(per_device, accum))
     cluster = Cluster.create(
         "actor_train", worker_cls, RoleDevices("actor_train", tuple(range(world_size))),
         None, init_kwargs=dict(model_path=model_path, cfg=cfg, seed=0, total_steps=10,
-                               trainable=True, num_threads=1),
+                               trainable=True, num_threads=1, head=head),
         env_vars=env_vars)
     try:
         join_process_group(cluster, cfg)

@@ -43,7 +43,7 @@ def test_two_zero_ranks_train_like_one_hf_rank(stage, train_cluster, tiny_model_
     cluster = start_zero(train_cluster, tiny_model_path, stage)
     log_probs = torch.cat(cluster.scatter("forward_logprobs", rl_batch.shard(2)))
     assert max_diff_on(rl_batch.attention_mask, log_probs,
-                       rl_batch.token["old_log_probs"]) < PARITY_ATOL
+                       rl_batch.old_log_probs) < PARITY_ATOL
     loss, curve = actor_loss(), []
     for _ in range(STEPS):
         ref = hf.train_step(rl_batch, loss)

@@ -48,10 +48,10 @@ def test_infer_and_train_logprobs_agree(tiny_model_path):
     gens = _infer(tiny_model_path).generate(PROMPTS, SamplingParams(max_new_tokens=6, n=2))
     prompts = [PROMPTS[g.prompt_index] for g in gens]
     batch = pack_sequences(prompts, [g.token_ids for g in gens], pad_id=0,
-                           response_values={"infer": [g.log_probs for g in gens]})
+                           infer_log_probs=[g.log_probs for g in gens])
     train_lp = _train(tiny_model_path).forward_logprobs(batch)
     mask = batch.response_mask.bool()
-    assert torch.allclose(train_lp[mask], batch.token["infer"][mask], atol=1e-5)
+    assert torch.allclose(train_lp[mask], batch.infer_log_probs[mask], atol=1e-5)
     assert (train_lp[batch.attention_mask == 0] == 0).all()  # padding stays 0
 
 
@@ -59,9 +59,9 @@ def _rl_batch(path):
     gens = _infer(path).generate(PROMPTS * 8, SamplingParams(max_new_tokens=6, n=2, seed=3))
     prompts = [(PROMPTS * 8)[g.prompt_index] for g in gens]
     batch = pack_sequences(prompts, [g.token_ids for g in gens], pad_id=0)
-    batch.token["old_log_probs"] = _train(path).forward_logprobs(batch)
+    batch.old_log_probs = _train(path).forward_logprobs(batch)
     torch.manual_seed(0)
-    batch.token["advantages"] = torch.randn(len(batch))[:, None] * batch.response_mask
+    batch.advantages = torch.randn(len(batch))[:, None] * batch.response_mask
     return batch
 
 
@@ -118,8 +118,8 @@ def test_weight_update_changes_generation(tiny_model_path):
     after = infer.generate(PROMPTS, sampling)
     gens = after
     batch = pack_sequences(PROMPTS, [g.token_ids for g in gens], pad_id=0,
-                           response_values={"infer": [g.log_probs for g in gens]})
+                           infer_log_probs=[g.log_probs for g in gens])
     mask = batch.response_mask.bool()
-    assert torch.allclose(trained.forward_logprobs(batch)[mask], batch.token["infer"][mask],
+    assert torch.allclose(trained.forward_logprobs(batch)[mask], batch.infer_log_probs[mask],
                           atol=1e-5)
     assert [g.log_probs for g in before] != [g.log_probs for g in after]

@@ -31,15 +31,15 @@ def test_layout_matches_the_row_by_row_definition(seed):
     responses = [[rng.randrange(1, 50) for _ in range(rng.randrange(0, 6))] for _ in range(7)]
     responses[0] = [3, 4, 5, 6, 7, 8]  # at least one non-empty response
     values = [[rng.uniform(-5, 0) for _ in r] for r in responses]
-    batch = pack_sequences(prompts, responses, pad_id=0, response_values={"lp": values})
+    batch = pack_sequences(prompts, responses, pad_id=0, infer_log_probs=values)
     ids, attn, resp, vals = packed_row_by_row(prompts, responses, 0, values)
     assert torch.equal(batch.input_ids, ids)
     assert torch.equal(batch.attention_mask, attn)
     assert torch.equal(batch.response_mask, resp)
-    assert torch.equal(batch.token["lp"], vals)
+    assert torch.equal(batch.infer_log_probs, vals)
     assert batch.input_ids.dtype == torch.long and batch.response_mask.dtype == torch.float32
 
 
 def test_values_must_cover_every_response_token():
-    with pytest.raises(ValueError, match="lp: need one value per response token"):
-        pack_sequences([[1, 2]], [[3, 4]], pad_id=0, response_values={"lp": [[-0.1]]})
+    with pytest.raises(ValueError, match="infer_log_probs: need one value per response token"):
+        pack_sequences([[1, 2]], [[3, 4]], pad_id=0, infer_log_probs=[[-0.1]])

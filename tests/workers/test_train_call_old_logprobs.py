@@ -26,9 +26,9 @@ def batch_without_old_log_probs(path: str):
     gens = infer.generate(PROMPTS * 8, SamplingParams(max_new_tokens=6, n=2, seed=3))
     batch = pack_sequences([(PROMPTS * 8)[g.prompt_index] for g in gens],
                            [g.token_ids for g in gens], pad_id=0,
-                           response_values={"infer_log_probs": [g.log_probs for g in gens]})
+                           infer_log_probs=[g.log_probs for g in gens])
     torch.manual_seed(0)
-    batch.token["advantages"] = torch.randn(len(batch))[:, None] * batch.response_mask
+    batch.advantages = torch.randn(len(batch))[:, None] * batch.response_mask
     return batch
 
 
@@ -37,8 +37,9 @@ def test_fused_train_call_equals_forward_then_train(tiny_model_path):
     loss = ActorLoss("ppo", PolicyLossParams(), "seq-mean-token-mean")
 
     two_calls, batch = worker(tiny_model_path), batch_without_old_log_probs(tiny_model_path)
-    batch.token["old_log_probs"] = two_calls.forward_logprobs(batch)
-    want = correction(batch.token, batch.response_mask)
+    batch.old_log_probs = two_calls.forward_logprobs(batch)
+    batch.is_weights, want = correction(batch.old_log_probs, batch.infer_log_probs,
+                                         batch.response_mask)
     want |= two_calls.train_step(batch, loss, ppo_epochs=2)
 
     fused = worker(tiny_model_path)

@@ -37,7 +37,7 @@ def engine(tiny_model_path):
 
 def sampled_batch(gens, prompts):
     return pack_sequences([prompts[g.prompt_index] for g in gens], [g.token_ids for g in gens],
-                          pad_id=0, response_values={"sampled": [g.log_probs for g in gens]})
+                          pad_id=0, infer_log_probs=[g.log_probs for g in gens])
 
 
 def test_n_samples_per_prompt_in_prompt_order(engine):
@@ -72,12 +72,12 @@ def test_logprobs_match_hf_train(engine, tiny_model_path, rl_batch):
     gens = engine.generate(PROMPTS, SamplingParams(max_new_tokens=6, n=2, seed=5))
     batch = sampled_batch(gens, PROMPTS)
     trainer = hf_trainer(tiny_model_path)
-    sampled = max_diff_on(batch.response_mask, batch.token["sampled"],
+    sampled = max_diff_on(batch.response_mask, batch.infer_log_probs,
                           trainer.forward_logprobs(batch))
     prompt = max_diff_on(rl_batch.attention_mask, engine.forward_logprobs(rl_batch),
-                         rl_batch.token["old_log_probs"])
-    infer = max_diff_on(rl_batch.response_mask, rl_batch.token["infer_log_probs"],
-                        rl_batch.token["old_log_probs"])  # hf_infer vs hf_train
+                         rl_batch.old_log_probs)
+    infer = max_diff_on(rl_batch.response_mask, rl_batch.infer_log_probs,
+                        rl_batch.old_log_probs)  # hf_infer vs hf_train
     print(f"vllm sampled {sampled:.1e}, vllm prompt {prompt:.1e}, hf_infer {infer:.1e}")
     assert max(sampled, prompt, infer) < PARITY_ATOL
 
@@ -96,7 +96,7 @@ def test_weight_sync_makes_vllm_sample_from_the_trainer(engine, tiny_model_path,
         engine.update_weights(weights, version=1)
         gens = engine.generate(PROMPTS, SamplingParams(max_new_tokens=6, n=2, seed=5))
         batch = sampled_batch(gens, PROMPTS)
-        sampled = max_diff_on(batch.response_mask, batch.token["sampled"],
+        sampled = max_diff_on(batch.response_mask, batch.infer_log_probs,
                               trainer.forward_logprobs(batch))
         prompt = max_diff_on(rl_batch.attention_mask, engine.forward_logprobs(rl_batch),
                              trainer.forward_logprobs(rl_batch))

@@ -34,7 +34,8 @@ ALL_STRATEGIES = TRAIN_STRATEGIES + INFER_STRATEGIES
 # Which backends can run each role. A reward model may train-style score or generate (judge).
 ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
     "actor_train": TRAIN_STRATEGIES,
-    "critic": ("hf_train",),  # value heads exist for hf_train (workers/strategies/hf_critic.py)
+    # a value head on every real training backend (workers/strategies/model_head.py)
+    "critic": ("hf_train", "deepspeed_train", "megatron_train"),
     "actor_infer": INFER_STRATEGIES,
     "reference": TRAIN_STRATEGIES + ("hf_infer",),
     "rewards": ALL_STRATEGIES,

@@ -1,9 +1,9 @@
 """What a backend must provide. Two small ABCs; one file per backend implements one.
 
-A training backend (hf_train, deepspeed_train, megatron_train) computes log-probs and
-takes optimizer steps with a loss function it is handed; it never knows which RL loss
-that is. A generation backend (hf_infer, vllm, sglang) turns prompt token ids into
-sampled responses with per-token log-probs and accepts new weights in place.
+A training backend (hf_train, deepspeed_train, megatron_train) supplies the hooks of the
+one update loop (`train_loop.py`) and never knows which objective it minimises. A
+generation backend (hf_infer, vllm, sglang) turns prompt token ids into sampled responses
+with per-token log-probs and accepts new weights in place.
 Adding a backend: one new file here, one line in `registry.py`.
 """
 
@@ -11,26 +11,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
+from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
-
-
-class LossFn(Protocol):
-    """The objective a training backend minimises; built by the pipeline, opaque here.
-
-    `counts` holds the mini-batch's `num_tokens` and `num_seqs` (summed over micro-batches
-    and data-parallel ranks) so per-micro-batch losses add up to the mini-batch loss.
-    """
-
-    needs_entropy: bool
-
-    def __call__(
-        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, micro: TokenBatch,
-        counts: dict[str, float],
-    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+from flywheel.workers.strategies.model_head import ModelHead
+from flywheel.workers.strategies.train_loop import Counts, Objective, run_update
 
 
 @dataclass
@@ -62,14 +49,64 @@ class Generation:
 
 
 class TrainStrategy(ABC):
+    """A training backend: a model under one head (`model_head.py`: the policy's log-probs
+    or the critic's values), its optimizer and schedule when the role trains (the
+    reference does not), and the hooks the update loop (`train_loop.py`) runs. The loop
+    itself is not a backend's business: `train_step` is the same for every backend.
+
+    Subclasses set `cfg`, `head`, `optimizer` (None for a forward-only role) and
+    `scheduler` in their constructor, whose signature is
+    `(model_path, cfg, seed, total_steps, trainable=True, head=POLICY)`; `total_steps` is
+    the schedule's horizon in optimizer steps.
+    """
+
+    cfg: WorkerConfig
+    head: ModelHead
+    optimizer: object | None
+    scheduler: object | None
+
     @abstractmethod
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
+        """The head's outputs [B, L] aligned with batch.input_ids (column 0 is 0); no grad."""
+
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Log-probs [B, L] aligned with batch.input_ids (column 0 is 0); no grad."""
+        self._require_head("policy", "log-probs")
+        return self.forward(batch)
+
+    def forward_values(self, batch: TokenBatch) -> torch.Tensor:
+        self._require_head("value", "values")
+        return self.forward(batch)
+
+    def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int = 1) -> dict:
+        """Optimizer steps over `batch` (ppo_epochs passes of its mini-batches); metrics."""
+        if self.optimizer is None:
+            raise RuntimeError("train_step on a forward-only role (the reference never trains)")
+        return run_update(self, batch, loss_fn, self.cfg.training_args, ppo_epochs,
+                          self.scheduler, self.head.metric_prefix)
+
+    def _require_head(self, kind: str, what: str) -> None:
+        if self.head.kind != kind:
+            raise RuntimeError(f"this model has a {self.head.kind} head: it computes no {what}")
+
+    # ---- the update loop's hooks (see train_loop.UpdateHooks) ---------------------------
+    @abstractmethod
+    def set_training(self, training: bool) -> None: ...
 
     @abstractmethod
-    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int = 1) -> dict:
-        """Optimizer steps over `batch` (ppo_epochs passes of its mini-batches); metrics."""
+    def global_counts(self, mini: TokenBatch) -> Counts: ...
 
+    @abstractmethod
+    def forward_backward(self, micros: list[TokenBatch], objective: Objective,
+                         counts: Counts) -> list[dict[str, float]]: ...
+
+    @abstractmethod
+    def optimizer_step(self, max_grad_norm: float) -> float: ...
+
+    def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
+                            ) -> tuple[dict[str, float], int]:
+        return sums, micro_steps
+
+    # ---- weights and checkpoints --------------------------------------------------------
     @abstractmethod
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """Full (unsharded) weights in Hugging Face names, on CPU, for actor_infer."""

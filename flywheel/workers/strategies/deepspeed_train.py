@@ -5,16 +5,15 @@ CPU, NCCL on GPU). The group is formed before this class is built: `TrainWorker`
 receives rank 0's address and port from the cluster and exports MASTER_ADDR, MASTER_PORT,
 RANK, WORLD_SIZE and LOCAL_RANK (see registry `process_group`).
 
-A train step has hf_train's shape (ppo_epochs passes over mini-batches of
-per_device_train_batch_size * gradient_accumulation_steps rows of this rank's shard), with
-two differences that make N ranks equal one rank holding the same global mini-batch:
-  - `counts` (num_tokens, num_seqs) handed to the loss are all-reduced over ranks, so
-    every rank's micro-batch loss is its share of the *global* mini-batch loss;
+The update is the shared loop (`train_loop.py`); what is DeepSpeed's here:
+  - the loop's global counts are all-reduced over ranks;
   - DeepSpeed averages gradients over ranks, so each rank back-propagates its loss times
-    the data-parallel size: mean_r(dp * grad_r) = sum_r grad_r = grad of the global loss.
-Accumulation boundaries are set by hand (`set_gradient_accumulation_boundary`) and the
-loss is not rescaled by DeepSpeed (`scale_wrt_gas=False`): the loss function already
-divides by the global counts.
+    the data-parallel size: mean_r(dp * grad_r) = sum_r grad_r = grad of the global loss;
+  - accumulation boundaries are set by hand (`set_gradient_accumulation_boundary`) and
+    the loss is not rescaled by DeepSpeed (`scale_wrt_gas=False`): the objective already
+    divides by the global counts;
+  - clipping happens inside `engine.step()`; the schedule is built on DeepSpeed's basic
+    optimizer and stepped by the loop, not handed to DeepSpeed (one place steps it).
 
 strategy_config (checked at start): `zero_stage` 0-3; `offload_optimizer` /
 `offload_param` (to CPU; offload_param needs stage 3); `torch_adam` (torch's AdamW instead
@@ -25,7 +24,7 @@ precision with fp32 master weights).
 Weights for actor_infer are gathered in full on every rank (ZeRO-3: GatheredParameters;
 all ranks must call it, as the pipeline does). Checkpoints: DeepSpeed's own sharded
 format (model, optimizer, scheduler; resumable with the same world size) plus the full
-model in HF format from rank 0, plus each rank's RNG state.
+model in HF format from rank 0, plus each rank's RNG and schedule state.
 
 On CPU, DeepSpeed's shared-memory all-reduce (used when LOCAL_SIZE says every rank is on
 one host) leaves a /dev/shm/deepspeed_allreduce_buffer_* file per rank after exit; each
@@ -43,19 +42,20 @@ import os
 
 import torch
 import torch.distributed as dist
-from transformers import get_scheduler
 
-from flywheel.algorithms import count_seqs, count_tokens
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
-from flywheel.workers.strategies.base import LossFn, TrainStrategy
-from flywheel.workers.strategies.hf_model import (
-    batched_logprobs,
-    load_causal_lm,
-    pick_device,
-    sequence_logprobs,
-)
+from flywheel.workers.strategies.base import TrainStrategy
+from flywheel.workers.strategies.hf_model import batched_outputs, pick_device
+from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.strategy_config import checked_config, require
+from flywheel.workers.strategies.train_loop import (
+    Counts,
+    Objective,
+    accumulate,
+    build_schedule,
+    local_counts,
+)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed picks its accelerator
@@ -105,70 +105,55 @@ def deepspeed_config(cfg: WorkerConfig, options: dict, trainable: bool) -> dict:
 
 class DeepSpeedTrainStrategy(TrainStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
-                 trainable: bool = True):
+                 trainable: bool = True, head: ModelHead = POLICY):
         options = strategy_options(cfg)
         torch.manual_seed(seed)
-        self.cfg = cfg
+        self.cfg, self.head = cfg, head
         self.trainable = trainable
         self.device = pick_device()
         self.zero_stage = options["zero_stage"]
         deepspeed.init_distributed(dist_backend="nccl" if self.device.type == "cuda" else "gloo")
         self.rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         unlink_shm_buffer(self.rank)
-        model = load_causal_lm(model_path, cfg.model_args, self.device)
+        model = head.load_hf(model_path, cfg.model_args, self.device, seed)
         if not trainable:
             model.requires_grad_(False)
-        args = cfg.training_args
-        self.engine, _, _, self.scheduler = deepspeed.initialize(
+        self.engine, _, _, _ = deepspeed.initialize(
             model=model, config=deepspeed_config(cfg, options, trainable),
-            model_parameters=model.parameters() if trainable else None,
-            lr_scheduler=(lambda opt: get_scheduler(
-                args.lr_scheduler_type, opt, num_warmup_steps=args.warmup_steps,
-                num_training_steps=max(1, total_steps))) if trainable else None,
-        )
+            model_parameters=model.parameters() if trainable else None)
+        self.optimizer = self.engine.basic_optimizer if trainable else None
+        self.scheduler = (build_schedule(self.optimizer, cfg.training_args, total_steps)
+                          if trainable else None)
         self.engine.eval()
 
-    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        return batched_logprobs(self.engine, batch, self.cfg.infer_batch_size)
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
+        return batched_outputs(lambda micro: self.head.hf_outputs(self.engine, micro, False)[0],
+                               batch, self.cfg.infer_batch_size)
 
-    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int = 1) -> dict:
-        assert self.trainable, "train_step on a forward-only strategy"
-        args = self.cfg.training_args
-        mini_size = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        self.engine.train()
-        sums: dict[str, float] = {}
-        steps = micro_steps = 0
-        for _ in range(ppo_epochs):
-            for mini in batch.chunks(mini_size):
-                counts = self._global_counts(mini)
-                micros = mini.chunks(args.per_device_train_batch_size)
-                for i, micro in enumerate(micros):
-                    self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
-                    micro = micro.trimmed()
-                    log_probs, entropy = sequence_logprobs(self.engine, micro,
-                                                           loss_fn.needs_entropy)
-                    loss, metrics = loss_fn(log_probs, entropy, micro.to(self.device), counts)
-                    self.engine.backward(loss * self.dp_size, scale_wrt_gas=False)
-                    micro_steps += 1
-                    for k, v in metrics.items():
-                        sums[k] = sums.get(k, 0.0) + v
-                self.engine.step()
-                grad_norm = self.engine.get_global_grad_norm()
-                sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + float(grad_norm or 0.0)
-                steps += 1
-        self.engine.eval()
-        metrics = {k: v / (steps if k == "actor/grad_norm" else micro_steps)
-                   for k, v in sums.items()}
-        metrics["actor/lr"] = self.engine.get_lr()[0]
-        metrics["actor/optimizer_steps"] = float(steps)
-        return metrics
+    # ---- update-loop hooks ---------------------------------------------------------------
+    def set_training(self, training: bool) -> None:
+        self.engine.train(training)
 
-    def _global_counts(self, mini: TokenBatch) -> dict[str, float]:
-        """The mini-batch's token and sequence counts summed over data-parallel ranks."""
-        local = torch.stack([count_tokens(mini.response_mask), count_seqs(mini.response_mask)])
-        total = local.to(self.device, torch.float64)
+    def global_counts(self, mini: TokenBatch) -> Counts:
+        local = local_counts(mini)
+        total = torch.tensor([local.num_tokens, local.num_seqs], dtype=torch.float64,
+                             device=self.device)
         dist.all_reduce(total)
-        return {"num_tokens": float(total[0]), "num_seqs": float(total[1])}
+        return Counts(float(total[0]), float(total[1]))
+
+    def forward_backward(self, micros: list[TokenBatch], objective: Objective,
+                         counts: Counts) -> list[dict[str, float]]:
+        def backward(loss: torch.Tensor, last: bool) -> None:
+            self.engine.set_gradient_accumulation_boundary(last)
+            self.engine.backward(loss * self.dp_size, scale_wrt_gas=False)
+
+        return accumulate(micros, objective, counts,
+                          lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent),
+                          backward, self.device)
+
+    def optimizer_step(self, max_grad_norm: float) -> float:
+        self.engine.step()  # clips by the config's gradient_clipping, then zeroes the grads
+        return float(self.engine.get_global_grad_norm() or 0.0)
 
     def _gathered(self) -> contextlib.AbstractContextManager:
         """Full parameters on every rank for the duration (ZeRO-3); a no-op otherwise."""
@@ -185,7 +170,9 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         os.makedirs(path, exist_ok=True)
         self.engine.save_checkpoint(os.path.join(path, "deepspeed"), tag="state",
                                     save_latest=False)
-        torch.save({"rng": torch.get_rng_state()}, os.path.join(path, f"rng_{self.rank}.pt"))
+        torch.save({"rng": torch.get_rng_state(),
+                    "scheduler": self.scheduler.state_dict() if self.scheduler else None},
+                   os.path.join(path, f"rng_{self.rank}.pt"))
         weights = self.state_dict_for_sync()  # collective under ZeRO-3: every rank gathers
         if self.rank == 0:
             self.engine.module.save_pretrained(os.path.join(path, "model"), state_dict=weights)
@@ -194,9 +181,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def load(self, path: str) -> None:
         self.engine.load_checkpoint(
             os.path.join(path, "deepspeed"), tag="state",
-            load_optimizer_states=self.trainable, load_lr_scheduler_states=self.trainable)
+            load_optimizer_states=self.trainable, load_lr_scheduler_states=False)
         state = torch.load(os.path.join(path, f"rng_{self.rank}.pt"), weights_only=True)
         torch.set_rng_state(state["rng"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
 
 
 def unlink_shm_buffer(rank: int) -> None:

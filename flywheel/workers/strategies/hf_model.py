@@ -7,6 +7,8 @@ same logits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
@@ -56,11 +58,18 @@ def sequence_logprobs(
 
 
 @torch.no_grad()
-def batched_logprobs(model: torch.nn.Module, batch: TokenBatch, chunk: int) -> torch.Tensor:
-    """sequence_logprobs over micro-batches of `chunk` rows, on CPU, full width."""
+def batched_outputs(per_token: Callable[[TokenBatch], torch.Tensor], batch: TokenBatch,
+                    chunk: int) -> torch.Tensor:
+    """`per_token` ([b, L] outputs of a model) over micro-batches of `chunk` rows, each cut
+    to its own width, gathered on CPU at the batch's full width."""
     width = batch.input_ids.shape[1]
     out = []
     for micro in batch.chunks(chunk):
-        log_probs, _ = sequence_logprobs(model, micro.trimmed())
-        out.append(F.pad(log_probs.cpu(), (0, width - log_probs.shape[1])))
+        values = per_token(micro.trimmed())
+        out.append(F.pad(values.cpu(), (0, width - values.shape[1])))
     return torch.cat(out)
+
+
+def batched_logprobs(model: torch.nn.Module, batch: TokenBatch, chunk: int) -> torch.Tensor:
+    """sequence_logprobs over micro-batches of `chunk` rows, on CPU, full width."""
+    return batched_outputs(lambda micro: sequence_logprobs(model, micro)[0], batch, chunk)

@@ -31,9 +31,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import (
     Generation,
     InferStrategy,
-    LossFn,
     SamplingParams,
-    TrainStrategy,
 )
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -92,9 +90,12 @@ class SimInferStrategy(InferStrategy):
         return _uniform_logprobs(batch, self.vocab)
 
 
-class SimTrainStrategy(TrainStrategy):
+class SimTrainStrategy:
+    """Time spent as a train call, nothing learned. Not a `TrainStrategy`: it has no model,
+    so it has nothing to run the update loop on; it answers the calls a train role gets."""
+
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
-                 trainable: bool = True):
+                 trainable: bool = True, head: object = None):
         self.vocab = len(load_tokenizer(model_path))
         self.latency = _Latency(cfg, seed)
         self.steps = 0
@@ -102,7 +103,7 @@ class SimTrainStrategy(TrainStrategy):
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return _uniform_logprobs(batch, self.vocab)
 
-    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int = 1) -> dict:
+    def train_step(self, batch: TokenBatch, loss_fn: object, ppo_epochs: int = 1) -> dict:
         self.latency.spend(self.latency.knobs["seconds_per_step"], "train_step")
         self.steps += 1
         return {"pg/loss": 0.0, "actor/optimizer_steps": 1.0}

@@ -7,6 +7,7 @@ computation when they are all 1 (every collective is then over a group of one).
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 
@@ -17,7 +18,7 @@ from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region
 from safetensors.torch import load_file
 
-from flywheel.workers.batch import TokenBatch
+from flywheel.workers.batch import SAMPLE_FIELDS, TokenBatch
 from flywheel.workers.strategies.megatron_weights import tp_dim
 
 
@@ -51,18 +52,17 @@ def micro_rows(n: int, cap: int) -> int:
 
 
 def concat_batches(batches: list[TokenBatch]) -> TokenBatch:
+    """Rows of all batches in order, per-token fields padded to the widest."""
     width = max(b.input_ids.shape[1] for b in batches)
-
-    def cat(tensors: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in tensors])
-
-    return TokenBatch(
-        input_ids=cat([b.input_ids for b in batches]),
-        attention_mask=cat([b.attention_mask for b in batches]),
-        response_mask=cat([b.response_mask for b in batches]),
-        token={k: cat([b.token[k] for b in batches]) for k in batches[0].token},
-        sample={k: torch.cat([b.sample[k] for b in batches]) for k in batches[0].sample},
-    )
+    fields = {}
+    for f in dataclasses.fields(TokenBatch):
+        parts = [getattr(b, f.name) for b in batches]
+        if parts[0] is None:
+            continue
+        if f.name not in SAMPLE_FIELDS:
+            parts = [F.pad(t, (0, width - t.shape[1])) for t in parts]
+        fields[f.name] = torch.cat(parts)
+    return TokenBatch(**fields)
 
 
 def freeze_padding_row(embedding: torch.nn.Module, pad_id: int) -> None:

@@ -8,7 +8,8 @@ all-gather their shards and work on the union; each rank returns the log-probs o
 shard. One optimizer step consumes per_device_train_batch_size *
 gradient_accumulation_steps rows per replica, as `checks.data_parallel_size` assumes.
 
-Loss and gradients. Micro-batches run through megatron's schedule
+Loss and gradients. The update is the shared loop (`train_loop.py`); its
+`forward_backward` hook runs a mini-batch's micro-batches through megatron's schedule
 (`get_forward_backward_func`, which also drives PP) with `calculate_per_token_loss`, so the
 loss function's value is back-propagated as is. `counts` are all-reduced over DP, making
 each replica's loss its share of the global mini-batch loss; gradients are then *summed*
@@ -17,6 +18,7 @@ global grad norm counts TP-replicated parameters once. Log-probs are a vocab-par
 log-softmax (max, sum-exp and the target logit reduced over TP), equal to HF's. As in HF
 (`nn.Embedding(padding_idx=pad)`), the pad token's input embedding gets no gradient.
 TP needs the vocabulary and the KV heads to divide by its size (no vocab padding yet).
+The critic is the same model with `ValueOutput` in place of the output layer (untied).
 
 Deliberately plain: AdamW from torch over local parameters (fp32; bf16/fp16 in
 `model_args.dtype` run the forward under autocast), and grad all-reduce with
@@ -46,14 +48,14 @@ from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer import TransformerConfig
 from safetensors.torch import save_file
-from transformers import AutoConfig, get_scheduler
+from transformers import AutoConfig
 
-from flywheel.algorithms import count_seqs, count_tokens
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
-from flywheel.workers.strategies.base import LossFn, TrainStrategy
+from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES, pick_device
 from flywheel.workers.strategies.megatron_parallel import (
+    concat_batches,
     freeze_padding_row,
     gather_model_parallel,
     load_hf_tensors,
@@ -71,7 +73,15 @@ from flywheel.workers.strategies.megatron_weights import (
     tp_shard,
     tp_unshard,
 )
+from flywheel.workers.strategies.model_head import POLICY, ModelHead, init_value_head
 from flywheel.workers.strategies.strategy_config import checked_config, require
+from flywheel.workers.strategies.train_loop import (
+    Counts,
+    Objective,
+    build_adamw,
+    build_schedule,
+    local_counts,
+)
 
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
@@ -112,11 +122,26 @@ def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool) -> Transf
     )
 
 
+class ValueOutput(torch.nn.Module):
+    """The critic's head in place of megatron's output layer: one scalar per position.
+
+    Replicated on every TP rank (the hidden states it reads are), called the way GPTModel
+    calls its output layer, so megatron's own forward and schedules stay untouched."""
+
+    def __init__(self, hidden_size: int, seed: int):
+        super().__init__()
+        self.score = torch.nn.Linear(hidden_size, 1)
+        init_value_head(self.score, seed)
+
+    def forward(self, hidden: torch.Tensor, weight=None, runtime_gather_output=None):
+        return self.score(hidden), None  # [L, B, 1] like megatron's logits, and no bias
+
+
 class MegatronTrainStrategy(TrainStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
-                 trainable: bool = True):
+                 trainable: bool = True, head: ModelHead = POLICY):
         options = strategy_options(cfg)
-        self.cfg, self.trainable, self.device = cfg, trainable, pick_device()
+        self.cfg, self.head, self.trainable, self.device = cfg, head, trainable, pick_device()
         self.model_path = model_path
         if not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
@@ -133,34 +158,38 @@ class MegatronTrainStrategy(TrainStrategy):
         self.tp_rank, self.tp_size = ps.get_tensor_model_parallel_rank(), tp
         self.first, self.last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
+        # A critic's head is its own; only the policy ties its output layer to the embedding.
+        self.tied = self.spec.tied and head.kind == "policy"
         self.model = GPTModel(
             transformer_config(self.spec, options, self.device.type == "cpu"),
             get_gpt_layer_local_spec(normalization="RMSNorm"),
             vocab_size=self.spec.vocab_size, max_sequence_length=self.spec.max_positions,
             pre_process=self.first, post_process=self.last,
-            share_embeddings_and_output_weights=self.spec.tied,
+            share_embeddings_and_output_weights=self.tied,
             position_embedding_type="rope", rotary_base=int(self.spec.rope_theta),
         ).to(self.device)
-        self._load_megatron_state(hf_to_megatron(load_hf_tensors(model_path), self.spec))
+        full = hf_to_megatron(load_hf_tensors(model_path), self.spec)
+        if head.kind == "value":
+            full = {k: v for k, v in full.items() if not k.startswith("output_layer.")}
+            if self.last:
+                self.model.output_layer = ValueOutput(self.spec.hidden_size, seed).to(self.device)
+                full |= {f"output_layer.{k}": v.detach().cpu() for k, v in
+                         self.model.output_layer.state_dict().items()}
+        self._load_megatron_state(full)
         if self.first and self.spec.pad_token_id is not None:
             freeze_padding_row(self.model.embedding.word_embeddings, self.spec.pad_token_id)
         self.autocast_dtype = TORCH_DTYPES[cfg.model_args.dtype]
         self.optimizer = self.scheduler = None
         if trainable:
-            args = cfg.training_args
-            self.optimizer = torch.optim.AdamW(
-                self.model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
-            self.scheduler = get_scheduler(args.lr_scheduler_type, self.optimizer,
-                                           num_warmup_steps=args.warmup_steps,
-                                           num_training_steps=max(1, total_steps))
+            self.optimizer = build_adamw(self.model.parameters(), cfg.training_args)
+            self.scheduler = build_schedule(self.optimizer, cfg.training_args, total_steps)
         else:
             self.model.requires_grad_(False)
         self.model.eval()
 
     # ---- weights -----------------------------------------------------------------------
     def _load_megatron_state(self, full: dict[str, torch.Tensor]) -> None:
-        local = to_local_layers(full, self.layers, self.first, self.last, self.spec.tied)
+        local = to_local_layers(full, self.layers, self.first, self.last, self.tied)
         shards = {k: tp_shard(k, v, self.tp_rank, self.tp_size) for k, v in local.items()}
         missing, unexpected = self.model.load_state_dict(shards, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]
@@ -169,6 +198,7 @@ class MegatronTrainStrategy(TrainStrategy):
                              f"unexpected={unexpected}")
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        self._require_head("policy", "weights for actor_infer")
         local = {k: v.detach() for k, v in self.model.state_dict().items()
                  if not k.endswith("_extra_state")}
         tp_group = ps.get_tensor_model_parallel_group()
@@ -184,54 +214,58 @@ class MegatronTrainStrategy(TrainStrategy):
         return megatron_to_hf(merged, self.spec)
 
     # ---- compute -----------------------------------------------------------------------
-    def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
         union, mine = gather_model_parallel(batch)
         rows = micro_rows(len(union), self.cfg.infer_batch_size)
         union = union.trimmed()
-        results = self._run(union.chunks(rows), None, {}, forward_only=True)
+        results = self._run(union.chunks(rows), None, None, forward_only=True)
         width = union.input_ids.shape[1]
-        log_probs = torch.zeros((len(union), width), dtype=torch.float32, device=self.device)
+        outputs = torch.zeros((len(union), width), dtype=torch.float32, device=self.device)
         if self.last:
-            log_probs = torch.cat([r["log_probs"] for r in results]).to(self.device)
-        dist.broadcast(log_probs, ps.get_pipeline_model_parallel_last_rank(),
+            outputs = torch.cat([r["outputs"] for r in results]).to(self.device)
+        dist.broadcast(outputs, ps.get_pipeline_model_parallel_last_rank(),
                        group=ps.get_pipeline_model_parallel_group())
-        out = log_probs.cpu()[mine]
+        out = outputs.cpu()[mine]
         return F.pad(out, (0, batch.input_ids.shape[1] - width))
 
-    def train_step(self, batch: TokenBatch, loss_fn: LossFn, ppo_epochs: int = 1) -> dict:
-        assert self.optimizer is not None, "train_step on a forward-only strategy"
-        args = self.cfg.training_args
+    def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int = 1) -> dict:
+        """The loop over the union of the model replica's shards (see the module doc)."""
         union, _ = gather_model_parallel(batch)
-        self.model.train()
-        sums: dict[str, float] = {}
-        steps = micro_steps = 0
-        for _ in range(ppo_epochs):
-            for mini in union.chunks(args.per_device_train_batch_size
-                                     * args.gradient_accumulation_steps):
-                counts = self._global_counts(mini)
-                self.optimizer.zero_grad(set_to_none=True)
-                results = self._run(mini.trimmed().chunks(args.per_device_train_batch_size),
-                                    loss_fn, counts, forward_only=False)
-                grad_norm = summed_grads_and_norm(self.model, args.max_grad_norm,
-                                                  self.spec.tied)
-                self.optimizer.step()
-                self.scheduler.step()
-                for metrics in results:
-                    for k, v in metrics.items():
-                        sums[k] = sums.get(k, 0.0) + v
-                micro_steps += len(results)
-                sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + grad_norm
-                steps += 1
-        self.model.eval()
-        sums, micro_steps = self._from_last_stage(sums, micro_steps)
-        metrics = {k: v / (steps if k == "actor/grad_norm" else micro_steps)
-                   for k, v in sums.items()}
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        metrics["actor/optimizer_steps"] = float(steps)
-        return metrics
+        return super().train_step(union, loss_fn, ppo_epochs)
 
-    def _run(self, micros: list[TokenBatch], loss_fn: LossFn | None, counts: dict,
-             forward_only: bool) -> list[dict]:
+    # ---- update-loop hooks ---------------------------------------------------------------
+    def set_training(self, training: bool) -> None:
+        self.model.train(training)
+
+    def global_counts(self, mini: TokenBatch) -> Counts:
+        local = local_counts(mini)
+        total = torch.tensor([local.num_tokens, local.num_seqs], dtype=torch.float64,
+                             device=self.device)
+        dist.all_reduce(total, group=ps.get_data_parallel_group())
+        return Counts(float(total[0]), float(total[1]))
+
+    def forward_backward(self, micros: list[TokenBatch], objective: Objective,
+                         counts: Counts) -> list[dict[str, float]]:
+        # pipeline stages pass equal shapes: one width for the whole mini-batch
+        mini = concat_batches(micros).trimmed()
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._run(mini.chunks(len(micros[0])), objective, counts, forward_only=False)
+
+    def optimizer_step(self, max_grad_norm: float) -> float:
+        norm = summed_grads_and_norm(self.model, max_grad_norm, self.tied)
+        self.optimizer.step()
+        return norm
+
+    def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
+                            ) -> tuple[dict[str, float], int]:
+        """Loss metrics exist on the last PP stage only; every rank reports the same."""
+        box = [(sums, micro_steps)]
+        dist.broadcast_object_list(box, ps.get_pipeline_model_parallel_last_rank(),
+                                   group=ps.get_pipeline_model_parallel_group())
+        return box[0]
+
+    def _run(self, micros: list[TokenBatch], objective: Objective | None,
+             counts: Counts | None, forward_only: bool) -> list[dict]:
         """Megatron's schedule over `micros` (equal shapes); per-micro results (last stage)."""
         width = micros[0].input_ids.shape[1]
         causal = torch.triu(torch.ones(width, width, dtype=torch.bool, device=self.device),
@@ -243,7 +277,7 @@ class MegatronTrainStrategy(TrainStrategy):
             with self._autocast():
                 logits = model(input_ids=micro.input_ids, attention_mask=causal,
                                position_ids=positions.expand(len(micro), -1))
-            return logits, partial(self._loss, micro, loss_fn, counts)
+            return logits, partial(self._loss, micro, objective, counts)
 
         context = torch.no_grad() if forward_only else contextlib.nullcontext()
         with context:
@@ -252,35 +286,23 @@ class MegatronTrainStrategy(TrainStrategy):
                 num_microbatches=len(micros), seq_length=width,
                 micro_batch_size=len(micros[0]), forward_only=forward_only)
 
-    def _loss(self, micro: TokenBatch, loss_fn: LossFn | None, counts: dict,
+    def _loss(self, micro: TokenBatch, objective: Objective | None, counts: Counts | None,
               logits: torch.Tensor):
-        with_entropy = loss_fn is not None and loss_fn.needs_entropy
-        log_probs, entropy = vocab_parallel_logprobs(logits, micro.input_ids, with_entropy)
-        if loss_fn is None:  # forward only: hand the log-probs back
+        with_entropy = objective is not None and objective.needs_entropy
+        if self.head.kind == "policy":
+            outputs, entropy = vocab_parallel_logprobs(logits, micro.input_ids, with_entropy)
+        else:  # V(s_t) from the hidden state after tokens < t, like model_head.token_values
+            outputs, entropy = F.pad(logits[:, :-1, 0].float(), (1, 0)), None  # [B, L]
+        if objective is None:  # forward only: hand the outputs back
             return torch.zeros((), device=logits.device), torch.ones((), dtype=torch.int), {
-                "log_probs": log_probs.detach().cpu()}
-        loss, metrics = loss_fn(log_probs, entropy, micro, counts)
+                "outputs": outputs.detach().cpu()}
+        loss, metrics = objective(outputs, entropy, micro, counts)
         return loss, torch.ones((), dtype=torch.int), metrics
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.autocast_dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
-
-    def _global_counts(self, mini: TokenBatch) -> dict[str, float]:
-        total = torch.stack([count_tokens(mini.response_mask), count_seqs(mini.response_mask)])
-        total = total.to(self.device, torch.float64)
-        dist.all_reduce(total, group=ps.get_data_parallel_group())
-        return {"num_tokens": float(total[0]), "num_seqs": float(total[1])}
-
-    def _from_last_stage(self, sums: dict[str, float], micro_steps: int
-                         ) -> tuple[dict[str, float], int]:
-        """Loss metrics exist on the last PP stage only; every rank reports the same."""
-        box = [(sums, micro_steps)]
-        dist.broadcast_object_list(box, ps.get_pipeline_model_parallel_last_rank(),
-                                   group=ps.get_pipeline_model_parallel_group())
-        (last_sums, last_micro), = box
-        return {**last_sums, "actor/grad_norm": sums["actor/grad_norm"]}, last_micro
 
     # ---- checkpoints -------------------------------------------------------------------
     def _shard_file(self, path: str) -> str:
@@ -297,6 +319,9 @@ class MegatronTrainStrategy(TrainStrategy):
                        self._shard_file(path))
         rank = dist.get_rank()
         torch.save({"rng": torch.get_rng_state()}, os.path.join(path, f"rng_{rank}.pt"))
+        if self.head.kind != "policy":  # a critic is resumed from its shards only
+            dist.barrier()
+            return
         weights = self.state_dict_for_sync()  # collective: every rank takes part
         if rank == 0:
             os.makedirs(os.path.join(path, "model"), exist_ok=True)
@@ -308,7 +333,11 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def load(self, path: str) -> None:
         state = torch.load(self._shard_file(path), weights_only=True)
-        self.model.load_state_dict(state["model"], strict=False)
+        missing, unexpected = self.model.load_state_dict(state["model"], strict=False)
+        missing = [k for k in missing if not k.endswith("_extra_state")]
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
+                             f"unexpected {unexpected}")
         if self.optimizer is not None and state["optimizer"] is not None:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])

@@ -56,22 +56,8 @@ STRATEGIES: dict[str, BackendSpec] = {
 }
 
 
-# Critic (value model) implementations, by the training backend the critic role names.
-CRITICS: dict[str, tuple[str, str]] = {
-    "hf_train": ("flywheel.workers.strategies.hf_critic", "HFCriticStrategy"),
-}
-
-
 class BackendMissing(RuntimeError):
     pass
-
-
-def critic_class(name: str) -> type:
-    if name not in CRITICS:
-        raise BackendMissing(f"a critic on '{name}' is not available; use hf_train "
-                             f"(critics exist for: {', '.join(sorted(CRITICS))})")
-    module, cls = CRITICS[name]
-    return getattr(importlib.import_module(module), cls)
 
 
 def strategy_spec(name: str) -> BackendSpec:

@@ -1,0 +1,88 @@
+"""Typed handles over the clusters of the roles: what a pipeline may ask each role, as methods.
+
+`Cluster` (platform/cluster.py) fans calls out by method name; it knows nothing about
+what a role does. These subclasses name the calls a pipeline makes, with their argument
+and result types, so a misspelt method or a wrong argument fails where it is written,
+and a reader sees a role's whole API in one place. Calls that run on the role while the
+pipeline does other work return a `Pending`, whose `result()` gathers every rank (and
+raises `WorkerError` naming role and rank, like every gather).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import ray
+import torch
+
+from flywheel.algorithms import MismatchCorrection
+from flywheel.platform.cluster import Cluster
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.base import SamplingParams
+from flywheel.workers.strategies.train_loop import Objective
+
+T = TypeVar("T")
+
+
+@dataclass
+class Pending(Generic[T]):
+    """Calls under way on every rank of `cluster`; `result()` waits for all of them."""
+
+    cluster: Cluster
+    refs: list[ray.ObjectRef]
+    combine: Callable[[list], T]
+
+    def result(self) -> T:
+        return self.combine(self.cluster.gather(self.refs))
+
+
+def _concat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(parts)
+
+
+class TrainRole(Cluster):
+    """actor_train, reference or critic (workers/train_worker.py). Batches are sharded
+    over the ranks in order; per-token results come back in the batch's row order."""
+
+    def forward_logprobs(self, batch: TokenBatch) -> Pending[torch.Tensor]:
+        return Pending(self, self.submit_scatter("forward_logprobs",
+                                                 batch.shard(self.world_size)), _concat)
+
+    def forward_values(self, batch: TokenBatch) -> Pending[torch.Tensor]:
+        return Pending(self, self.submit_scatter("forward_values",
+                                                 batch.shard(self.world_size)), _concat)
+
+    def train(self, batch: TokenBatch, objective: Objective, ppo_epochs: int,
+              old_log_probs: MismatchCorrection | None = None
+              ) -> Pending[list[dict[str, float]]]:
+        """One train step; each rank's metrics. With `old_log_probs`, the ranks compute the
+        old log-probs (and that mismatch correction) themselves first."""
+        kwargs = {"old_log_probs": old_log_probs} if old_log_probs is not None else {}
+        return Pending(self, self.submit_scatter(
+            "train_step", batch.shard(self.world_size), loss_fn=objective,
+            ppo_epochs=ppo_epochs, **kwargs), list)
+
+    def weights(self) -> Pending[list[ray.ObjectRef]]:
+        """The full weights, put once into the object store by rank 0 (every rank takes
+        part: gathering sharded weights is a collective)."""
+        return Pending(self, self.submit_all("weights_ref"), lambda parts: parts[0])
+
+    def save(self, path: str) -> None:
+        self.call_all("save", path)
+
+    def load(self, path: str) -> None:
+        self.call_all("load", path)
+
+
+class InferRole(Cluster):
+    """actor_infer (workers/infer_worker.py): one generation call per rank at a time."""
+
+    def generate(self, rank: int, prompts: list[list[int]],
+                 sampling: SamplingParams) -> ray.ObjectRef:
+        """A ref to rank `rank`'s list of Generation; read it with `get(ref, rank)`."""
+        return self.submit_one(rank, "generate", prompts, sampling)
+
+    def update_weights(self, weights: list[ray.ObjectRef], version: int) -> list[ray.ObjectRef]:
+        return self.submit_all("update_weights", weights, version)

@@ -1,0 +1,79 @@
+"""What a trained model outputs per token: the policy's log-probs or the critic's values.
+
+The actor, the reference and the critic run the same backends and the same update loop;
+they differ only in the head on top of the transformer and in the objective. The head
+decides which Hugging Face class is loaded and how the model's output becomes a [B, L]
+tensor aligned with `input_ids` (column 0 is 0):
+
+- policy: log p(x_t | x_<t), from the language-model head (`hf_model.sequence_logprobs`);
+- value:  V(s_t), the value of the state in which token t was chosen: a scalar head on the
+  hidden state after tokens < t, so GAE can pair it with token t's reward and log-prob.
+  Its body starts from the policy checkpoint; the head starts from `init_value_head`, the
+  same numbers on every backend (seeded from the run's seed), so backends can be compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForTokenClassification
+
+from flywheel.platform.config.schema import ModelArgs
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_causal_lm, sequence_logprobs
+
+VALUE_HEAD_STD = 0.02  # transformers' default initializer_range
+
+
+@dataclass(frozen=True)
+class ModelHead:
+    kind: Literal["policy", "value"]
+
+    @property
+    def metric_prefix(self) -> str:
+        return "actor" if self.kind == "policy" else "critic"
+
+    def load_hf(self, path: str, model_args: ModelArgs, device: torch.device,
+                seed: int) -> torch.nn.Module:
+        if self.kind == "policy":
+            return load_causal_lm(path, model_args, device)
+        # No dropout before the head (transformers' default is 0.1): the values the critic
+        # is trained on are computed in eval mode, and ranks would draw different masks.
+        config = AutoConfig.from_pretrained(path, num_labels=1)
+        config.classifier_dropout = 0.0
+        model = AutoModelForTokenClassification.from_pretrained(
+            path, config=config, dtype=TORCH_DTYPES[model_args.dtype])
+        init_value_head(model.score, seed)
+        return model.to(device)
+
+    def hf_outputs(self, model: torch.nn.Module, batch: TokenBatch, with_entropy: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.kind == "policy":
+            return sequence_logprobs(model, batch, with_entropy)
+        return token_values(model, batch), None
+
+
+POLICY = ModelHead("policy")
+VALUE = ModelHead("value")
+
+
+@torch.no_grad()
+def init_value_head(linear: torch.nn.Linear, seed: int) -> None:
+    """N(0, 0.02) weights and a zero bias from a generator of its own, so every backend
+    (and every rank) starts the critic from the same head whatever ran before."""
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(linear.weight.shape, generator=generator) * VALUE_HEAD_STD
+    linear.weight.copy_(weight.to(linear.weight.dtype))
+    if linear.bias is not None:
+        linear.bias.zero_()
+
+
+def token_values(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """V(s_t) for every position t, aligned with input_ids; column 0 is 0."""
+    device = next(model.parameters()).device
+    logits = model(input_ids=batch.input_ids.to(device),
+                   attention_mask=batch.attention_mask.to(device)).logits  # [B, L, 1]
+    return F.pad(logits[:, :-1, 0].float(), (1, 0))  # [B, L]

@@ -1,0 +1,166 @@
+"""The update loop, written once: every training backend runs this loop and only this one.
+
+A train step is `ppo_epochs` passes over the rank's shard of the batch. One mini-batch is
+one optimizer step and holds per_device_train_batch_size * gradient_accumulation_steps
+rows, cut into micro-batches of per_device_train_batch_size rows.
+
+The invariant the loop exists for: a mini-batch's gradient does not depend on how it is
+cut, into micro-batches or across data-parallel ranks. The objective is handed the
+mini-batch's *global* counts (response tokens and sequences, summed over its micro-batches
+and over ranks: `UpdateHooks.global_counts`) and divides by them, so the micro-batch losses
+of all ranks add up to the mini-batch loss. Each backend's `forward_backward` then makes the
+ranks' gradients *sum*: hf_train has one rank; deepspeed_train averages over ranks, so each
+rank back-propagates its loss times the data-parallel size; megatron_train all-reduces a
+sum.
+
+What a backend supplies is `UpdateHooks`: train/eval mode, how counts are all-reduced,
+forward + backward over one mini-batch's micro-batches, and a clipped optimizer step. What
+the loop owns: epochs, mini-batches, the counts, the learning-rate schedule (stepped here
+only, once per optimizer step, so its horizon is counted in optimizer steps: see
+`optimizer_steps_per_train_step`), the divergence check and the metrics.
+
+Metrics: each loss metric is the mean over micro-batches, `<prefix>/grad_norm` the mean
+over optimizer steps (before clipping), `<prefix>/lr` the rate after the last step, and
+`<prefix>/optimizer_steps` the count. The prefix is the role's (`actor`, `critic`, `sft`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from transformers import get_scheduler
+
+from flywheel.algorithms import count_seqs, count_tokens
+from flywheel.platform.config.schema import TrainingArgs
+from flywheel.workers.batch import TokenBatch
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A mini-batch's response tokens and sequences, summed over micro-batches and ranks."""
+
+    num_tokens: float
+    num_seqs: float
+
+
+class Objective(Protocol):
+    """What the loop minimises, per micro-batch: the actor's policy loss, the critic's value
+    loss or SFT's cross-entropy. `outputs` are the model head's per-token outputs ([b, L]
+    log-probs or values), `entropy` is given when `needs_entropy`."""
+
+    needs_entropy: bool
+
+    def __call__(self, outputs: torch.Tensor, entropy: torch.Tensor | None,
+                 micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+class UpdateHooks(Protocol):
+    def set_training(self, training: bool) -> None:
+        """Train mode during the update, eval mode outside it."""
+
+    def global_counts(self, mini: TokenBatch) -> Counts:
+        """The mini-batch's counts summed over data-parallel ranks (local ones on one rank)."""
+
+    def forward_backward(self, micros: list[TokenBatch], objective: Objective,
+                         counts: Counts) -> list[dict[str, float]]:
+        """From zero gradients, accumulate the gradient of every micro-batch's loss; each
+        one's metrics (a pipeline-parallel stage that computes no loss returns none)."""
+
+    def optimizer_step(self, max_grad_norm: float) -> float:
+        """Clip (when max_grad_norm > 0) and step; the gradient norm before clipping."""
+
+    def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
+                            ) -> tuple[dict[str, float], int]:
+        """Loss-metric sums as every rank should report them (pipeline parallelism: the
+        last stage's); most backends return them unchanged."""
+
+
+class DivergenceError(RuntimeError):
+    """A non-finite loss or gradient norm: training stops before bad weights spread."""
+
+
+def local_counts(mini: TokenBatch) -> Counts:
+    return Counts(float(count_tokens(mini.response_mask)), float(count_seqs(mini.response_mask)))
+
+
+def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
+               args: TrainingArgs, ppo_epochs: int, scheduler, prefix: str) -> dict[str, float]:
+    """`ppo_epochs` passes of optimizer steps over `batch`; the step's metrics."""
+    mini_rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    sums: dict[str, float] = {}
+    micro_steps = steps = 0
+    grad_norms = 0.0
+    hooks.set_training(True)
+    try:
+        for _ in range(ppo_epochs):
+            for mini in batch.chunks(mini_rows):
+                counts = hooks.global_counts(mini)
+                for metrics in hooks.forward_backward(
+                        mini.chunks(args.per_device_train_batch_size), objective, counts):
+                    check_finite(metrics, steps + 1)
+                    for k, v in metrics.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                    micro_steps += 1
+                grad_norm = hooks.optimizer_step(args.max_grad_norm)
+                check_finite({f"{prefix}/grad_norm": grad_norm}, steps + 1)
+                scheduler.step()
+                grad_norms += grad_norm
+                steps += 1
+    finally:
+        hooks.set_training(False)
+    sums, micro_steps = hooks.shared_loss_metrics(sums, micro_steps)
+    metrics = {k: v / micro_steps for k, v in sums.items()}
+    metrics[f"{prefix}/grad_norm"] = grad_norms / max(1, steps)
+    metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+    metrics[f"{prefix}/optimizer_steps"] = float(steps)
+    return metrics
+
+
+def check_finite(metrics: dict[str, float], optimizer_step: int) -> None:
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    if bad:
+        name, value = next(iter(bad.items()))
+        raise DivergenceError(f"{name} is {value} at optimizer step {optimizer_step} of this "
+                              "train step; stopping before the weights are used")
+
+
+def accumulate(micros: list[TokenBatch], objective: Objective, counts: Counts,
+               forward: Callable[[TokenBatch, bool], tuple[torch.Tensor, torch.Tensor | None]],
+               backward: Callable[[torch.Tensor, bool], None], device: torch.device
+               ) -> list[dict[str, float]]:
+    """`forward_backward` for backends that run one micro-batch at a time (hf, deepspeed):
+    `backward(loss, last)` is told whether this micro-batch ends the accumulation."""
+    results = []
+    for i, micro in enumerate(micros):
+        micro = micro.trimmed()
+        outputs, entropy = forward(micro, objective.needs_entropy)
+        loss, metrics = objective(outputs, entropy, micro.to(device), counts)
+        backward(loss, i == len(micros) - 1)
+        results.append(metrics)
+    return results
+
+
+def build_adamw(params, args: TrainingArgs) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
+                             betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, args: TrainingArgs, horizon: int):
+    """The learning-rate schedule over `horizon` optimizer steps, with linear warmup over
+    `warmup_steps` for every schedule type (transformers' plain `constant` ignores warmup)."""
+    name = args.lr_scheduler_type
+    if name == "constant" and args.warmup_steps:
+        name = "constant_with_warmup"
+    return get_scheduler(name, optimizer, num_warmup_steps=args.warmup_steps,
+                         num_training_steps=max(1, horizon))
+
+
+def optimizer_steps_per_train_step(args: TrainingArgs, rows_per_rank: int,
+                                   ppo_epochs: int) -> int:
+    """Optimizer steps one train step takes on a rank holding `rows_per_rank` rows."""
+    mini_rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    return ppo_epochs * max(1, math.ceil(rows_per_rank / mini_rows))
