@@ -35,22 +35,31 @@ class Panel:
     metrics: tuple[str, ...]  # each drawn if the run logged it (RLVR and agentic names)
     points: bool = False  # measured now and then (validation): markers, no smoothing
     ylim: tuple[float, float] | None = None
+    # Drawn as markers on a right-hand axis of their own unit (counts beside step lags,
+    # validation seconds beside every step's phases), so they neither flatten nor hide
+    # the panel's main curves.
+    secondary: tuple[str, ...] = ()
+    secondary_label: str = ""
+    secondary_counts: bool = False  # whole numbers: integer ticks, at least 0..1
 
 
 PANELS = (
     Panel("reward (train batch)", "mean score", ("reward/mean", "env/success")),
     Panel("validation", "accuracy / success", ("val/accuracy", "val/env/success"),
           points=True),
-    Panel("staleness", "steps behind", ("staleness/mean", "staleness/max",
-                                        "rollout/dropped_stale")),
+    Panel("staleness", "train step - policy version", ("staleness/mean", "staleness/max"),
+          secondary=("rollout/dropped_stale",), secondary_label="samples dropped (x)",
+          secondary_counts=True),
     Panel("throughput", "samples / s", ("throughput/samples_per_s",)),
     Panel("idle fraction of the step", "fraction", ("idle/actor_infer", "idle/actor_train"),
           ylim=(-0.02, 1.02)),
     Panel("seconds per phase", "s", ("time/step", "time/generate", "time/train",
                                      "time/wait_for_batch", "time/weight_sync",
-                                     "time/logprobs")),
+                                     "time/logprobs"),
+          secondary=("time/validate",), secondary_label="validation s (x)"),
 )
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
+MARKERS = ("x", "+", "1", "2")
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -98,6 +107,7 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
     """Draw the panels for one run or an overlay of several, and write `out` atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     runs = [(run_label(d), read_metrics(d)) for d in run_dirs]
     overlay = len(runs) > 1
@@ -105,25 +115,42 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3).ravel()
     colors = [f"C{i}" for i in range(10)]
+    last_step = max((int(r["step"]) for _, records in runs for r in records), default=0)
     for ax, panel in zip(axes, PANELS):
-        drawn = False
+        handles = []
+        right = ax.twinx() if _logged(runs, panel.secondary) else None
         for r, (label, records) in enumerate(runs):
             present = [m for m in panel.metrics if series(records, m)[0]]
             for m_i, metric in enumerate(present):
-                steps, values = series(records, metric)
                 color = colors[r % 10] if overlay else colors[m_i % 10]
-                style = LINE_STYLES[m_i % len(LINE_STYLES)] if overlay else "-"
+                style = LINE_STYLES[m_i % len(LINE_STYLES)]  # overlapping curves stay visible
                 name = f"{label} {metric}" if overlay else metric
-                _plot(ax, steps, values, color, style, name, panel.points)
-                drawn = True
+                handles.append(_plot(ax, *series(records, metric), color, style, name,
+                                     panel.points))
+            for m_i, metric in enumerate(m for m in panel.secondary
+                                         if series(records, m)[0]):
+                steps, values = series(records, metric)
+                color = colors[r % 10] if overlay else "black"
+                handles += right.plot(steps, values, color=color, linestyle="none",
+                                      marker=MARKERS[m_i % len(MARKERS)], markersize=6,
+                                      label=f"{label} {metric}" if overlay else metric)
         ax.set_title(panel.title, fontsize=11)
         ax.set_xlabel("train step")
         ax.set_ylabel(panel.ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if panel.ylim:
             ax.set_ylim(*panel.ylim)
-        if drawn:
-            ax.legend(fontsize=7, loc="best")
+        if right is not None:
+            right.set_ylabel(panel.secondary_label)
+            right.set_ylim(0, max(1.0, right.get_ylim()[1]) if panel.secondary_counts
+                           else None)
+            if panel.secondary_counts:
+                right.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+        if last_step > 0:  # every panel on the same steps, validation's step 0 included
+            ax.set_xlim(-0.02 * last_step, last_step * 1.02)
+        if handles:
+            ax.legend(handles=handles, fontsize=7, loc="best")
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center",
                     transform=ax.transAxes, color="gray")
@@ -135,15 +162,20 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
     return out
 
 
-def _plot(ax, steps, values, color, style, label, points: bool) -> None:
+def _logged(runs: list[tuple[str, list[dict]]], metrics: tuple[str, ...]) -> bool:
+    return any(series(records, m)[0] for _, records in runs for m in metrics)
+
+
+def _plot(ax, steps, values, color, style, label, points: bool):
+    """One curve (raw values faint under the smoothed ones); returns its legend handle."""
     if points:
-        ax.plot(steps, values, color=color, linestyle=style, marker="o", markersize=4,
-                label=label)
-        return
+        return ax.plot(steps, values, color=color, linestyle=style, marker="o",
+                       markersize=4, label=label)[0]
     smoothed = smooth(values)
     if smoothed is not values:
         ax.plot(steps, values, color=color, linestyle=style, alpha=0.2, linewidth=0.8)
-    ax.plot(steps, smoothed, color=color, linestyle=style, linewidth=1.5, label=label)
+    return ax.plot(steps, smoothed, color=color, linestyle=style, linewidth=1.5,
+                   label=label)[0]
 
 
 def refresh_run_plots(run_dir: Path) -> Path | None:

@@ -50,6 +50,10 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> boo
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
         return True
     ray.init(
+        # "local": a new Ray of its own. Without it ray.init joins whatever cluster
+        # /tmp/ray/ray_current_cluster names (a `ray start --head` on this machine), and
+        # then refuses num_cpus.
+        address="local",
         num_cpus=cfg.num_cpus or os.cpu_count(),
         resources={SLOT_RESOURCE: float(num_slots)},
         object_store_memory=cfg.object_store_memory_mb * 1024 * 1024,
