@@ -1,0 +1,54 @@
+"""Sample texts for the trackers, from RLVR groups and agentic episodes (no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+from flywheel.envs.trajectory import Trajectory
+from flywheel.pipelines.agentic_rollout import EpisodeGroup
+from flywheel.pipelines.prompt_data import PromptRecord
+from flywheel.pipelines.rollout import Group
+from flywheel.pipelines.sample_texts import SampleTextLog
+from flywheel.platform.tracking import Tracker
+
+
+class CharTokenizer:
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def tracker(tmp_path, every: int, count: int) -> Tracker:
+    return Tracker(output_dir=tmp_path, total_steps=10, sample_text_steps=every,
+                   sample_text_count=count)
+
+
+def read(tmp_path) -> list[dict]:
+    path = tmp_path / "sample_texts.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_rlvr_groups_every_n_steps_first_samples_only(tmp_path):
+    log = SampleTextLog(tracker(tmp_path, every=2, count=3), CharTokenizer())
+    groups = [Group(seq=i, record=PromptRecord(id=str(i), prompt=f"{i}+1=", answer="",
+                                               tag="math"),
+                    prompt_ids=[], responses=[], version=0, scores=[1.0, 0.0],
+                    texts=[f"{i + 1}", "9"]) for i in range(3)]
+    log.trained(groups, step=1)  # not a logging step
+    assert read(tmp_path) == []
+    log.trained(groups, step=2)
+    assert read(tmp_path) == [
+        {"step": 2, "prompt": "0+1=", "response": "1", "reward": 1.0},
+        {"step": 2, "prompt": "0+1=", "response": "9", "reward": 0.0},
+        {"step": 2, "prompt": "1+1=", "response": "2", "reward": 1.0}]
+
+
+def test_agentic_episode_decoded_first_prompt_then_the_rest(tmp_path):
+    log = SampleTextLog(tracker(tmp_path, every=1, count=4), CharTokenizer())
+    episode = Trajectory(env_id=0, group_id=0, seed=3, env_type="FrozenLake", tag="lake",
+                         input_ids=[ord(c) for c in "map?Right"], prompt_length=4,
+                         rewards=[0.0, 1.0])
+    group = EpisodeGroup(seq=0, tag="lake", trajectories=[episode], version=0,
+                         turn_versions=[0], scores=[episode.score])
+    log.trained([group], step=1)
+    assert read(tmp_path) == [{"step": 1, "prompt": "map?", "response": "Right",
+                               "reward": 1.0}]
