@@ -1,0 +1,81 @@
+"""The learning-rate schedule counts the optimizer steps the update loop really takes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from flywheel.algorithms import PolicyLossParams
+from flywheel.pipelines.roles import schedule_horizon
+from flywheel.platform.config.schema import PipelineConfig, TrainingArgs, WorkerConfig
+from flywheel.workers.actor_loss import ActorLoss
+from flywheel.workers.batch import pack_sequences
+from flywheel.workers.strategies.hf_train import HFTrainStrategy
+from flywheel.workers.strategies.train_loop import DivergenceError
+
+TRAIN_STEPS, EPOCHS = 3, 2
+
+
+def config(scheduler: str, warmup: int = 0) -> PipelineConfig:
+    """16 prompts x 2 samples = 32 rows per step; 8-row mini-batches: 4 per epoch."""
+    cfg = PipelineConfig(rollout_batch_size=16, num_return_sequences_in_group=2,
+                         ppo_epochs=EPOCHS)
+    cfg.actor_train.training_args = TrainingArgs(
+        learning_rate=1e-3, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+        lr_scheduler_type=scheduler, warmup_steps=warmup)
+    return cfg
+
+
+def batch_of(rows: int):
+    prompts = [[1, 20 + i % 10, 21] for i in range(rows)]
+    batch = pack_sequences(prompts, [[22, 23 + i % 5, 2] for i in range(rows)], pad_id=0)
+    batch.old_log_probs = torch.zeros_like(batch.response_mask)
+    batch.advantages = torch.randn(rows, 1, generator=torch.Generator().manual_seed(0)) \
+        * batch.response_mask
+    return batch
+
+
+def train_run(model_path: str, cfg: PipelineConfig) -> list[float]:
+    """The learning rate after every optimizer step of TRAIN_STEPS train steps."""
+    horizon = schedule_horizon(cfg, cfg.actor_train, TRAIN_STEPS)
+    strategy = HFTrainStrategy(model_path, WorkerConfig(training_args=cfg.actor_train
+                                                        .training_args), seed=0,
+                               total_steps=horizon)
+    rates, loss = [], ActorLoss("vanilla", PolicyLossParams(), "token-mean")
+    rows = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
+    for _ in range(TRAIN_STEPS):
+        metrics = strategy.train_step(batch_of(rows), loss, ppo_epochs=cfg.ppo_epochs)
+        assert metrics["actor/optimizer_steps"] == 4 * EPOCHS
+        rates.append(metrics["actor/lr"])
+    assert strategy.scheduler.last_epoch == horizon == TRAIN_STEPS * 4 * EPOCHS
+    return rates
+
+
+def test_linear_schedule_reaches_zero_at_the_last_optimizer_step(tiny_model_path):
+    rates = train_run(tiny_model_path, config("linear"))
+    assert rates[-1] == 0.0 and rates[-2] > 0.0  # not a quarter of the way through
+
+
+def test_warmup_acts_with_the_constant_schedule(tiny_model_path):
+    cfg = config("constant", warmup=16)  # two train steps of 8 optimizer steps
+    rates = train_run(tiny_model_path, cfg)
+    assert rates == pytest.approx([0.5e-3, 1e-3, 1e-3])
+
+
+def test_non_finite_loss_stops_the_update_with_the_metric_named(tiny_model_path):
+    cfg = config("constant")
+    strategy = HFTrainStrategy(tiny_model_path, WorkerConfig(
+        training_args=cfg.actor_train.training_args), seed=0, total_steps=10)
+    batch = batch_of(8)
+    batch.advantages = batch.advantages * float("nan")
+    loss = ActorLoss("vanilla", PolicyLossParams(), "token-mean")
+    with pytest.raises(DivergenceError, match=r"pg/loss is nan at optimizer step 1"):
+        strategy.train_step(batch, loss)
+
+
+def test_horizon_counts_data_parallel_shares():
+    cfg = config("linear")
+    cfg.actor_train = dataclasses.replace(cfg.actor_train, device_mapping=[0, 1])
+    assert schedule_horizon(cfg, cfg.actor_train, TRAIN_STEPS) == TRAIN_STEPS * 2 * EPOCHS
