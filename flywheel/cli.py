@@ -185,7 +185,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     print(f"mlflow UI for {store.as_posix()} at http://127.0.0.1:{args.port} (Ctrl-C stops it)",
           flush=True)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-               "--host", "127.0.0.1", "--port", str(args.port)]
+               "--host", "127.0.0.1", "--port", str(args.port),
+               "--workers", "1"]  # one reader on this machine: 4 processes start slowly
     return subprocess.call(command, env={**os.environ,
                                          "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
 

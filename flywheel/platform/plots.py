@@ -107,6 +107,7 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
     """Draw the panels for one run or an overlay of several, and write `out` atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     runs = [(run_label(d), read_metrics(d)) for d in run_dirs]
@@ -117,23 +118,25 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
     colors = [f"C{i}" for i in range(10)]
     last_step = max((int(r["step"]) for _, records in runs for r in records), default=0)
     for ax, panel in zip(axes, PANELS):
-        handles = []
+        # Legend entries by metric: the curve itself for one run; for an overlay, a grey
+        # sample of the metric's line style (the runs' colours are in the figure legend).
+        entries: dict[str, object] = {}
         right = ax.twinx() if _logged(runs, panel.secondary) else None
-        for r, (label, records) in enumerate(runs):
-            present = [m for m in panel.metrics if series(records, m)[0]]
-            for m_i, metric in enumerate(present):
+        for r, (_, records) in enumerate(runs):
+            for m_i, metric in enumerate(panel.metrics):
+                if not series(records, metric)[0]:
+                    continue
                 color = colors[r % 10] if overlay else colors[m_i % 10]
                 style = LINE_STYLES[m_i % len(LINE_STYLES)]  # overlapping curves stay visible
-                name = f"{label} {metric}" if overlay else metric
-                handles.append(_plot(ax, *series(records, metric), color, style, name,
-                                     panel.points))
-            for m_i, metric in enumerate(m for m in panel.secondary
-                                         if series(records, m)[0]):
-                steps, values = series(records, metric)
-                color = colors[r % 10] if overlay else "black"
-                handles += right.plot(steps, values, color=color, linestyle="none",
-                                      marker=MARKERS[m_i % len(MARKERS)], markersize=6,
-                                      label=f"{label} {metric}" if overlay else metric)
+                line = _plot(ax, *series(records, metric), color, style, panel.points)
+                entries.setdefault(metric, _grey_like(line) if overlay else line)
+            for m_i, metric in enumerate(panel.secondary):
+                if not series(records, metric)[0]:
+                    continue
+                [marks] = right.plot(*series(records, metric), linestyle="none",
+                                     color=colors[r % 10] if overlay else "black",
+                                     marker=MARKERS[m_i % len(MARKERS)], markersize=6)
+                entries.setdefault(metric, _grey_like(marks) if overlay else marks)
         ax.set_title(panel.title, fontsize=11)
         ax.set_xlabel("train step")
         ax.set_ylabel(panel.ylabel)
@@ -149,12 +152,17 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
                 right.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
         if last_step > 0:  # every panel on the same steps, validation's step 0 included
             ax.set_xlim(-0.02 * last_step, last_step * 1.02)
-        if handles:
-            ax.legend(handles=handles, fontsize=7, loc="best")
+        if entries:
+            ax.legend(list(entries.values()), list(entries), fontsize=7, loc="best")
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center",
                     transform=ax.transAxes, color="gray")
-    fig.suptitle(title or (" vs ".join(label for label, _ in runs)), fontsize=12)
+    if overlay:  # the runs' colours, above the panels (they are the overlay's title)
+        fig.legend([Line2D([], [], color=colors[r % 10], linewidth=3) for r in range(len(runs))],
+                   [label for label, _ in runs], loc="outside upper center",
+                   ncol=min(len(runs), 4), fontsize=10)
+    else:
+        fig.suptitle(title or runs[0][0], fontsize=12)
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp.png")
     fig.savefig(tmp)
@@ -166,16 +174,23 @@ def _logged(runs: list[tuple[str, list[dict]]], metrics: tuple[str, ...]) -> boo
     return any(series(records, m)[0] for _, records in runs for m in metrics)
 
 
-def _plot(ax, steps, values, color, style, label, points: bool):
-    """One curve (raw values faint under the smoothed ones); returns its legend handle."""
+def _plot(ax, steps, values, color, style, points: bool):
+    """One curve (raw values faint under the smoothed ones); returns the drawn line."""
     if points:
         return ax.plot(steps, values, color=color, linestyle=style, marker="o",
-                       markersize=4, label=label)[0]
+                       markersize=4)[0]
     smoothed = smooth(values)
     if smoothed is not values:
         ax.plot(steps, values, color=color, linestyle=style, alpha=0.2, linewidth=0.8)
-    return ax.plot(steps, smoothed, color=color, linestyle=style, linewidth=1.5,
-                   label=label)[0]
+    return ax.plot(steps, smoothed, color=color, linestyle=style, linewidth=1.5)[0]
+
+
+def _grey_like(line):
+    """A legend sample of `line`'s style and marker, in grey."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="dimgray", linestyle=line.get_linestyle(),
+                  marker=line.get_marker(), markersize=line.get_markersize())
 
 
 def refresh_run_plots(run_dir: Path) -> Path | None:
