@@ -58,10 +58,10 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
                    if rlvr and cfg.validation and cfg.eval_steps else [])
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
-    owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
-    roles = tracker = None
+    owns_ray, roles, tracker = False, None, None
     status = "failed"
     try:
+        owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
         roles = start_roles(cfg, model_path, total_steps=cfg.max_steps)
         write_status(output_dir, "running", nodes=role_nodes(roles))
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
