@@ -27,7 +27,8 @@ from pathlib import Path
 
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.helpers import helper_keys
+from flywheel.platform.config.helpers import helper_keys, without
+from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config, load_config_layers
 from flywheel.platform.config.roll_convert import AGENTIC_MARKERS, convert_roll
 from flywheel.platform.config.yaml_source import load_layers
@@ -58,7 +59,8 @@ def native(path: Path) -> tuple[str, str]:
         layered = load_layers(path)
     except ConfigError as error:
         return "error", str(error)
-    removed = _remove_unknown(layered.data, helper_keys(layered.data))
+    layered.data = _resolved_without_helpers(layered.data)
+    removed = remove_unknown_keys(layered.data)
     if not removed:
         return "error", first
     try:
@@ -66,6 +68,31 @@ def native(path: Path) -> tuple[str, str]:
         return "unknown keys only", f"{len(removed)} unknown keys"
     except ConfigError as error:
         return "error", f"{len(removed)} unknown keys, then: {error}"
+
+
+def _resolved_without_helpers(data: dict) -> dict:
+    """`data` with its `${...}` resolved and its top-level helpers dropped, when it resolves
+    as written: then a whole helper sub-tree copied into a schema field
+    (`custom_envs.X: ${custom_env.X}`) is searched for unknown keys at its new place. When
+    it does not resolve (a reference into a key that is itself unknown), `data` unchanged."""
+    try:
+        resolved = resolve_references(data)
+    except ConfigError:
+        return data
+    return without(resolved, helper_keys(data))
+
+
+def remove_unknown_keys(data: dict) -> list[str]:
+    """Delete every key the schema does not know, at any depth, from `data`; the removed key
+    paths. Repeats until nothing changes: a top-level helper referenced only from keys
+    removed in one round (`offload_nccl: ${offload_nccl}` under a role) is no helper any
+    more, and goes in the next."""
+    removed: list[str] = []
+    while True:
+        found = _remove_unknown(data, helper_keys(data))
+        if not found:
+            return removed
+        removed += found
 
 
 def _remove_unknown(data: dict, helpers: set[str], path: tuple = ()) -> list[str]:

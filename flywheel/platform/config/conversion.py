@@ -13,7 +13,8 @@ fixes exactly those, and does the two conversions the schema asks for:
 - float fields take ints and float-looking strings (`1e-5`, which PyYAML reads as a string;
   `1.0e-6` it reads as a float already); bools are never numbers;
 - `device_mapping` fields go through the grammar in `device_mapping.py`;
-- a string where `file_name` wants a list is a one-file list (ROLL writes one file so).
+- a string where `file_name` wants a list is a one-file list (ROLL writes one file so);
+- `false` in `resume_from_checkpoint` is null (ROLL writes it so for "no resume").
 
 Nothing else is coerced: "8" is not an int and 8.0 is not an int. Literal fields list their
 allowed values. `field_type_at` answers "what type lives at this key path" for overrides.
@@ -45,6 +46,9 @@ FLOAT_TEXT = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 DEVICE_MAPPING_FIELDS = frozenset({"device_mapping"})
 # list[str] fields where a single string means a one-item list.
 ONE_OR_MORE_FIELDS = frozenset({"file_name"})
+# `X | None` fields where `false` means null: ROLL writes `resume_from_checkpoint: false`
+# for "no resume", and its files load as written. `true` is still a type error.
+FALSE_MEANS_NULL = frozenset({"resume_from_checkpoint"})
 # Unknown-key messages list every valid key when a dataclass has at most this many.
 _LIST_KEYS_UP_TO = 12
 
@@ -117,6 +121,8 @@ def check_keys(value: Any, type_: Any = PipelineConfig, path: KeyPath = ()) -> N
 def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
     """`value` checked against `type_` (and converted where the docstring says)."""
     inner = _strip_optional(type_)
+    if value is False and path and path[-1] in FALSE_MEANS_NULL and inner is not type_:
+        value = None
     if value is None:
         if inner is not type_ or type_ is Any:
             return None

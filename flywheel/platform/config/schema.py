@@ -399,7 +399,8 @@ class PipelineConfig:
     # ROLL's tracker options, read by the chosen backend: project / name / notes / tags
     # (wandb), log_dir (tensorboard, wandb). Keys a backend does not know are an error.
     tracker_kwargs: dict[str, Any] = field(default_factory=dict)
-    # A checkpoint directory (.../checkpoint-<step>) to continue from.
+    # A checkpoint directory (.../checkpoint-<step>) to continue from. null: start fresh;
+    # `false`, as ROLL's files write it, means the same (conversion.FALSE_MEANS_NULL).
     resume_from_checkpoint: str | None = None
 
     # Policy model for every role that does not name its own.

@@ -1,0 +1,63 @@
+"""bench/roll_check.py's "native with only unknown keys left" judgement, and ROLL's
+`resume_from_checkpoint: false` loading natively (small fixtures; the whole-ROLL figures
+come from running the script on a ROLL checkout)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flywheel.platform.config import ConfigError, load_config
+
+SCRIPT = Path(__file__).parents[2] / "bench" / "roll_check.py"
+
+
+@pytest.fixture(scope="module")
+def roll_check():
+    spec = importlib.util.spec_from_file_location("roll_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_resume_from_checkpoint_false_means_no_resume(tmp_path):
+    cfg = load_config(write(tmp_path / "c.yaml", {"resume_from_checkpoint": False}))
+    assert cfg.resume_from_checkpoint is None
+    assert load_config(tmp_path / "c.yaml", ["resume_from_checkpoint=false"]
+                       ).resume_from_checkpoint is None
+    with pytest.raises(ConfigError, match="resume_from_checkpoint: expected str or null, "
+                                          "got bool true"):
+        load_config(write(tmp_path / "t.yaml", {"resume_from_checkpoint": True}))
+
+
+def test_unknown_keys_are_found_inside_copied_helper_trees(tmp_path, roll_check):
+    """`custom_envs.X: ${custom_env.X}` copies a helper sub-tree into a schema field; ROLL's
+    env_manager_cls inside it is unknown there, and is removed at its new place."""
+    path = write(tmp_path / "roll.yaml", {
+        "pipeline_type": "agentic",
+        "custom_env": {"FrozenLake": {"env_type": "frozen_lake", "env_manager_cls": "X"}},
+        "custom_envs": {"FrozenLake": "${custom_env.FrozenLake}"},
+        "train_env_manager": {"tags": ["FrozenLake"], "num_groups_partition": [8],
+                              "num_env_groups": 8, "group_size": 8},
+        "val_env_manager": {"tags": ["FrozenLake"], "num_groups_partition": [8],
+                            "num_env_groups": 8, "group_size": 1},
+        "rollout_batch_size": 64, "val_batch_size": 8})
+    status, detail = roll_check.native(path)
+    assert (status, detail) == ("unknown keys only", "1 unknown keys")
+
+
+def test_a_helper_used_only_by_unknown_keys_goes_too(roll_check):
+    """`offload_nccl: ${offload_nccl}` under a role is unknown; once it is removed, the
+    top-level offload_nccl is referenced by nothing and is unknown as well."""
+    data = {"offload_nccl": True, "max_steps": 3,
+            "actor_train": {"offload_nccl": "${offload_nccl}", "flash_attn": "fa2"}}
+    removed = roll_check.remove_unknown_keys(data)
+    assert sorted(removed) == ["actor_train.flash_attn", "actor_train.offload_nccl",
+                               "offload_nccl"]
+    assert data == {"max_steps": 3, "actor_train": {}}
