@@ -35,6 +35,7 @@ class Panel:
     metrics: tuple[str, ...]  # each drawn if the run logged it (RLVR and agentic names)
     points: bool = False  # measured now and then (validation): markers, no smoothing
     ylim: tuple[float, float] | None = None
+    span: tuple[float, float] | None = None  # the y range shown at least (all-zero curves)
     # Drawn as markers on a right-hand axis of their own unit (counts beside step lags,
     # validation seconds beside every step's phases), so they neither flatten nor hide
     # the panel's main curves.
@@ -48,6 +49,7 @@ PANELS = (
     Panel("validation", "accuracy / success", ("val/accuracy", "val/env/success"),
           points=True),
     Panel("staleness", "train step - policy version", ("staleness/mean", "staleness/max"),
+          span=(0.0, 1.0),
           secondary=("rollout/dropped_stale",), secondary_label="samples dropped (x)",
           secondary_counts=True),
     Panel("throughput", "samples / s", ("throughput/samples_per_s",)),
@@ -144,6 +146,10 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
         ax.grid(alpha=0.3)
         if panel.ylim:
             ax.set_ylim(*panel.ylim)
+        if panel.span:
+            low, high = ax.get_ylim()
+            pad = 0.05 * (panel.span[1] - panel.span[0])
+            ax.set_ylim(min(low, panel.span[0] - pad), max(high, panel.span[1] + pad))
         if right is not None:
             right.set_ylabel(panel.secondary_label)
             right.set_ylim(0, max(1.0, right.get_ylim()[1]) if panel.secondary_counts
