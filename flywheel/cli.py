@@ -8,6 +8,8 @@
     platform ui [--runs-dir runs] [--port P] the mlflow UI on 127.0.0.1 for those runs
     platform plot RUN_DIR [RUN_DIR ...] [-o out.png]   one run's plots, or runs overlaid
     platform examples                        the shipped example configs, a line each
+    platform ci configs/ci [--only NAME ...] [--fast] [--set key.path=value ...]
+                                             regression configs: runs, pass/fail table
 
 Tab completion of subcommands, options and config key paths (`max_st<TAB>` gives
 `max_steps=`) comes from argcomplete: `eval "$(register-python-argcomplete platform)"`
@@ -110,6 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("-o", "--output", default=None, metavar="OUT.yaml",
                          help="where to write the flywheel config (default: stdout)")
     convert.set_defaults(handler=cmd_convert)
+
+    ci = commands.add_parser("ci", help="run regression configs (configs/ci) and print a "
+                                        "pass/fail table; exit 1 on a regression")
+    ci.add_argument("folder", type=Path, metavar="FOLDER", help="a folder of regression "
+                    "configs (or one file), e.g. configs/ci")
+    ci.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                    help="run only these (file stems); a ratio's other side runs too")
+    ci.add_argument("--fast", action="store_true",
+                    help="the short behaviour checks of each config's fast: form")
+    ci.add_argument("--set", dest="overrides", action="append", default=[],
+                    metavar="key.path=value", help="override a value in every run")
+    ci.add_argument("--runs-dir", default=Path(DEFAULT_RUNS_DIR) / "ci", type=Path,
+                    help=f"where the runs and ci.json go (default: {DEFAULT_RUNS_DIR}/ci/)")
+    ci.set_defaults(handler=cmd_ci)
     return parser
 
 
@@ -149,6 +165,10 @@ def cmd_show_config(args: argparse.Namespace) -> int:
     print(f"# platform show-config --config {args.config}{overrides}")
     print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None,
                          width=100, allow_unicode=True), end="")
+    from flywheel.platform.config.derived import derived_values
+
+    for key, value in derived_values(cfg).items():
+        print(f"# {key}: auto resolves to {value}")
     return 0
 
 
@@ -210,6 +230,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     convert_file(args.file, args.output)
     return 0
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    _show_info_logs()
+    from flywheel.pipelines.regression import run_suite  # imports Ray, torch
+
+    return run_suite(args.folder, args.only, args.fast, args.overrides, args.runs_dir)
 
 
 def cmd_examples(args: argparse.Namespace) -> int:

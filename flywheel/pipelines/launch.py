@@ -10,6 +10,7 @@ plots (`plots.png`, also redrawn at every checkpoint) for `platform runs` and a 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -18,12 +19,14 @@ import yaml
 
 from flywheel.pipelines.agentic import AgenticPipeline
 from flywheel.pipelines.agentic_rollout import start_env_workers
-from flywheel.pipelines.prompt_data import load_records
+from flywheel.pipelines.env_catalog import ENV_CATALOG
+from flywheel.pipelines.prompt_data import load_prompts
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import Roles, num_slots, start_roles
 from flywheel.pipelines.sample_texts import SampleTextLog
 from flywheel.platform.checkpoint import resolve_checkpoint
 from flywheel.platform.config import config_to_dict
+from flywheel.platform.config.agentic_checks import check_env_names
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.plots import refresh_run_plots
@@ -44,6 +47,7 @@ def output_dir_for(cfg: PipelineConfig) -> tuple[Path, bool]:
 
 def run(cfg: PipelineConfig, config_path: str | None = None,
         address: str | None = None) -> Path:
+    check_env_names(cfg, ENV_CATALOG)  # a loader without the env registry skipped them
     output_dir, is_default = output_dir_for(cfg)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config_to_dict(cfg)
@@ -53,9 +57,16 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     model_path = resolve_pretrain(cfg.pretrain)
     tokenizer = load_tokenizer(model_path)
     rlvr = cfg.pipeline_type == "rlvr"  # agentic runs play envs instead of reading prompts
-    train_records = load_records(cfg.actor_train.data_args, "actor_train") if rlvr else []
-    val_records = (load_records(cfg.validation.data_args, "validation")
-                   if rlvr and cfg.validation and cfg.eval_steps else [])
+    train_args = cfg.actor_train.data_args
+    train_records = (load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length).records
+                     if rlvr else [])
+    val_records = []
+    if rlvr and cfg.validation and cfg.eval_steps:  # encoded as actor_train's prompts are
+        val_args = dataclasses.replace(
+            cfg.validation.data_args, template=train_args.template,
+            system_prompt=train_args.system_prompt,
+            chat_template_kwargs=train_args.chat_template_kwargs)
+        val_records = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     owns_ray, roles, tracker = False, None, None

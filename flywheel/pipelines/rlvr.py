@@ -31,7 +31,12 @@ from pathlib import Path
 from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
 from flywheel.pipelines.actor_loss_config import build_actor_loss
 from flywheel.pipelines.prefetch import PrefetchGenerator
-from flywheel.pipelines.prompt_data import PromptOrder, PromptRecord, encode_prompt
+from flywheel.pipelines.prompt_data import (
+    PromptEncoder,
+    PromptOrder,
+    PromptRecord,
+    prompt_encoder,
+)
 from flywheel.pipelines.replay_buffer import ReplayBuffer
 from flywheel.pipelines.role_handles import Pending
 from flywheel.pipelines.roles import Roles
@@ -55,6 +60,7 @@ from flywheel.pipelines.step_metrics import (
 )
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.platform.checkpoint import writing_checkpoint
+from flywheel.platform.config.derived import infer_is_correction
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
 from flywheel.platform.tracking import Tracker
@@ -75,9 +81,10 @@ def mean_over_ranks(results: list[dict[str, float]]) -> dict[str, float]:
 
 
 def mismatch_correction(cfg: PipelineConfig) -> MismatchCorrection:
-    level, mode = MISMATCH_MODES.get(cfg.infer_is_correction, ("token", "truncate"))
+    chosen = infer_is_correction(cfg)
+    level, mode = MISMATCH_MODES.get(chosen, ("token", "truncate"))
     return MismatchCorrection(level, mode, cfg.infer_is_lower_bound, cfg.infer_is_upper_bound,
-                              apply=cfg.infer_is_correction != "none")
+                              apply=chosen != "none")
 
 
 def max_staleness(cfg: PipelineConfig) -> int:
@@ -105,6 +112,7 @@ class RLVRPipeline:
     step: int = 0  # train steps completed
     version: int = 0  # train steps included in actor_infer's weights
     order: PromptOrder = field(init=False)
+    encoder: PromptEncoder = field(init=False)  # prompt -> ids, by actor_train's data_args
     kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
     loss_fn: ActorLoss = field(init=False)
     correction: MismatchCorrection = field(init=False)  # infer_is_correction
@@ -117,6 +125,7 @@ class RLVRPipeline:
     def __post_init__(self) -> None:
         cfg = self.cfg
         self.order = PromptOrder(self.train_records, seed=cfg.seed)
+        self.encoder = prompt_encoder(self.tokenizer, cfg.actor_train.data_args)
         self.loss_fn = build_actor_loss(cfg)
         self.correction = mismatch_correction(cfg)
         # Only the KL reward penalty needs the old log-probs before the train call.
@@ -266,7 +275,8 @@ class RLVRPipeline:
         cfg = self.cfg
         records = self.order.batch(batch_index, cfg.rollout_batch_size)
         sampling = sampling_params(cfg.actor_infer.generating_args,
-                                   cfg.num_return_sequences_in_group, seed=0)
+                                   cfg.num_return_sequences_in_group, seed=0,
+                                   expand=cfg.is_num_return_sequences_expand)
         size = chunk_size(cfg.rollout_batch_size, self.roles.actor_infer.world_size,
                           cfg.actor_infer.infer_batch_size)
         return batch_chunks(batch_index, records, self.encode(records), sampling, size,
@@ -288,8 +298,7 @@ class RLVRPipeline:
                 "val/response_length": sum(lengths) / len(lengths)}
 
     def encode(self, records: list[PromptRecord]) -> list[list[int]]:
-        template = self.cfg.actor_train.data_args.template
-        return [encode_prompt(self.tokenizer, r.prompt, template) for r in records]
+        return [self.encoder(r.prompt) for r in records]
 
     # ---- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, generator: PrefetchGenerator) -> None:

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from flywheel.pipelines.role_handles import InferRole, TrainRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.checks import data_parallel_size
+from flywheel.platform.config.key_checks import context_length
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
-from flywheel.workers.strategies.model_head import VALUE
+from flywheel.workers.strategies.model_head import VALUE, policy_head
 from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
 from flywheel.workers.train_worker import TrainWorker
@@ -103,16 +104,19 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
         started.append(cluster)
         return cluster
 
+    gen = cfg.actor_infer.generating_args
+    policy = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
     try:
         actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
                             total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),
-                            trainable=True)
+                            trainable=True, head=policy)
         join_process_group(actor_train, cfg.actor_train)
-        actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer)
+        actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
+                            context_length=context_length(cfg))
         reference = None
         if cfg.reference is not None:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
-                              total_steps=total_steps, trainable=False)
+                              total_steps=total_steps, trainable=False, head=policy)
             join_process_group(reference, cfg.reference)
         critic = None
         if cfg.critic is not None:

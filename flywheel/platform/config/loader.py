@@ -34,6 +34,7 @@ from flywheel.platform.config.errors import ConfigError, parse_key_path
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.layering import Layered, copy_tree, merge_layer, origin_of
+from flywheel.platform.config.length_defaults import check_max_new_tokens, fill_max_new_tokens
 from flywheel.platform.config.overrides import apply_overrides
 from flywheel.platform.config.resolvers import ResolverContext
 from flywheel.platform.config.roll_keys import looks_like_roll
@@ -85,8 +86,11 @@ def _build(layered: Layered, overrides: Iterable[str],
     helpers = helper_keys(layered.data)
     try:
         check_keys(without(layered.data, helpers))
+        response_written = "response_length" in layered.data
+        written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
         cfg = to_config(without(resolve_references(layered.data, context), helpers))
         check_config(cfg)
+        check_max_new_tokens(cfg, written, response_written)
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
         raise _with_roll_hint(error, layered.data) from None

@@ -452,8 +452,19 @@ class PipelineConfig:
     # the prompt (a prefill) per segment. Unset: a quarter of actor_infer's max_new_tokens.
     partial_rollout_segment_tokens: int | None = None
     # Drop groups whose responses all scored the same (no GRPO signal; DAPO's dynamic
-    # sampling). Dropped groups are counted in rollout/dropped_filtered and replaced.
+    # sampling) as they are scored, and generate more prompts to refill the batch, at any
+    # async_generation_ratio. Dropped groups are counted in rollout/dropped_filtered and in
+    # samples.jsonl (fate "filtered"). See pipelines/group_filter.py.
     drop_uniform_groups: bool = False
+    # Dynamic sampling band, [lo, hi]: also drop groups whose mean score lies outside it
+    # (e.g. [0.1, 0.9] keeps prompts solved sometimes). Unset: no band.
+    group_filter_mean_range: list[float] | None = None
+    # Also drop groups whose score standard deviation is at most this (0: off).
+    group_filter_min_std: float = 0.0
+    # Cap on the refilling: groups generated for one trained batch, in batches, at most
+    # (verl's max_num_gen_batches). Past it the batch is filled with unfiltered groups,
+    # counted in rollout/filter_cap_kept, so a run never loops forever. 0: no cap.
+    max_num_gen_batches: int = 10
 
     # Samples per prompt (GRPO group size).
     num_return_sequences_in_group: int = 1
@@ -512,9 +523,15 @@ class PipelineConfig:
     # Entropy bonus: entropy_loss_coef * entropy is subtracted from the loss (0 disables).
     entropy_loss_coef: float = 0.0
 
-    # Correct for train/infer log-prob mismatch with an importance weight.
-    infer_is_correction: Literal["none", "token-truncate", "seq-truncate",
-                                 "token-mask", "seq-mask"] = "none"
+    # Weight each token (or sequence) by pi_old / pi_behaviour, the proximal policy
+    # (actor_train before the update) over the one that sampled it, as in decoupled PPO
+    # (Hilton et al. 2022): it corrects for staleness (generation ahead of training) and
+    # for train/infer kernel mismatch together. truncate caps the weight, mask zeroes what
+    # is out of bounds. auto: token-truncate when generation runs ahead
+    # (async_generation_ratio > 0 or partial_rollout), none in the synchronous pipeline;
+    # `platform show-config` prints what auto became.
+    infer_is_correction: Literal["auto", "none", "token-truncate", "seq-truncate",
+                                 "token-mask", "seq-mask"] = "auto"
     # Bounds of that weight: truncate caps it at infer_is_upper_bound; mask zeroes tokens
     # (or sequences) whose weight is outside [infer_is_lower_bound, infer_is_upper_bound].
     infer_is_lower_bound: float = 0.5

@@ -1,10 +1,11 @@
 """hf_infer: generation with transformers' `generate` (KV cache), one process.
 
 Prompts are left-padded into micro-batches of `infer_batch_size` prompts; each prompt is
-sampled `n` times. The log-prob returned per token is log-softmax of the model's raw
-logits (temperature 1, no top-k/top-p filtering), the same quantity the trainer computes,
-so train/infer mismatch metrics measure the backends and not the sampling knobs. It is
-gathered step by step: no [batch, length, vocab] tensor is ever stacked.
+sampled `n` times. The log-prob returned per token is that of the distribution sampled
+from: log-softmax of the processed scores (after temperature, top-k, top-p and any
+repetition penalty), the quantity the trainer computes (algorithms/sampled_distribution.py;
+the trainer leaves out the repetition penalty, which the mismatch metrics then show). It
+is gathered step by step: no [batch, length, vocab] tensor is ever stacked.
 
 Sampling is exactly what the config says, as in vllm: every `GenerationConfig` field that
 shapes the distribution is set on each call, and the model's own `generation_config.json`
@@ -94,7 +95,7 @@ class HFInferStrategy(InferStrategy):
             repetition_penalty=sampling.repetition_penalty,
             stop_strings=sampling.stop_strings or None,
             eos_token_id=stop_ids, pad_token_id=self.pad_id,
-            output_logits=True, return_dict_in_generate=True,
+            output_scores=True, return_dict_in_generate=True,
         )
 
     def _generate_chunk(self, prompts: list[list[int]], offset: int,
@@ -114,7 +115,7 @@ class HFInferStrategy(InferStrategy):
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
         token_lp = torch.stack([  # [B*n, T], one [B*n, V] step at a time
             torch.log_softmax(step.float(), -1).gather(-1, new_tokens[:, t, None].to(
-                step.device)).squeeze(-1).cpu() for t, step in enumerate(result.logits)], dim=1)
+                step.device)).squeeze(-1).cpu() for t, step in enumerate(result.scores)], dim=1)
         gens = []
         for row in range(new_tokens.shape[0]):
             ids = new_tokens[row].tolist()

@@ -2,7 +2,7 @@
 
 Keeping `sequence_logprobs` in one place is what makes the backends agree: the trainer's
 old/new log-probs and the hf_infer reference log-probs are the same function of the
-same logits.
+same logits, and of the same sampled distribution (temperature, top-k, top-p).
 """
 
 from __future__ import annotations
@@ -11,8 +11,15 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from flywheel.algorithms.sampled_distribution import (
+    RAW,
+    SampledDistribution,
+    entropy_of_logits,
+    picked_logits,
+)
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.workers.batch import TokenBatch
 
@@ -39,22 +46,72 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(path)
 
 
+# Positions whose vocabulary-wide logits exist at once. At SmolLM2's 49k vocabulary, 1024
+# positions are 200 MB of fp32 logits; a whole batch of 64 x 256 would be 3.2 GB, and
+# twice that with the softmax kept for backward.
+LOGIT_CHUNK_POSITIONS = 1024
+# Config fields of architectures whose output logits are not just lm_head(hidden): for
+# those the log-probs come from the model's own logits (whole batch, as transformers
+# computes them).
+SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
 def sequence_logprobs(
-    model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False
+    model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False,
+    distribution: SampledDistribution = RAW,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(x_t | x_<t) for every position, aligned with input_ids; column 0 is 0."""
+    """log pi(x_t | x_<t) for every position, aligned with input_ids; column 0 is 0.
+
+    pi is the distribution the sampler draws from (`algorithms/sampled_distribution.py`).
+    The language-model head runs over `LOGIT_CHUNK_POSITIONS` positions at a time (under
+    activation checkpointing when training, so backward recomputes each chunk's logits
+    instead of keeping them): no [batch, length, vocab] tensor is built.
+    """
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
-    logits = model(input_ids=input_ids, attention_mask=batch.attention_mask.to(device)).logits
-    logits = logits[:, :-1].float()  # [B, L-1, V] predicts tokens 1..L-1
-    log_norm = torch.logsumexp(logits, dim=-1)  # [B, L-1]
-    picked = torch.gather(logits, -1, input_ids[:, 1:, None]).squeeze(-1)  # [B, L-1]
-    log_probs = F.pad(picked - log_norm, (1, 0))  # [B, L]
-    entropy = None
-    if with_entropy:
-        probs = torch.softmax(logits, dim=-1)
-        entropy = F.pad(log_norm - (probs * logits).sum(-1), (1, 0))  # [B, L]
-    return log_probs, entropy
+    attention_mask = batch.attention_mask.to(device)
+    targets = input_ids[:, 1:]  # [B, L-1]
+    if any(getattr(model.config, k, None) not in (None, 1.0) for k in SCALED_LOGITS):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        log_probs, entropy = _token_logprobs(logits, targets, distribution, with_entropy)
+    else:
+        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                  use_cache=False).last_hidden_state[:, :-1]  # [B, L-1, H]
+        head = model.get_output_embeddings()
+        rows, width = targets.shape
+        flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
+        parts = []
+        for start in range(0, rows * width, LOGIT_CHUNK_POSITIONS):
+            piece = (flat_hidden[start:start + LOGIT_CHUNK_POSITIONS],
+                     flat_targets[start:start + LOGIT_CHUNK_POSITIONS])
+            if torch.is_grad_enabled() and flat_hidden.requires_grad:
+                parts.append(checkpoint(_head_logprobs, head, *piece, distribution,
+                                        with_entropy, use_reentrant=False))
+            else:
+                parts.append(_head_logprobs(head, *piece, distribution, with_entropy))
+        log_probs = torch.cat([lp for lp, _ in parts]).view(rows, width)
+        entropy = (torch.cat([e for _, e in parts]).view(rows, width) if with_entropy
+                   else None)
+    log_probs = F.pad(log_probs, (1, 0))  # [B, L]
+    return log_probs, (F.pad(entropy, (1, 0)) if entropy is not None else None)
+
+
+def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+                   distribution: SampledDistribution, with_entropy: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (and entropies) [N] of `targets` [N] from hidden states [N, H]."""
+    lp, ent = _token_logprobs(head(hidden), targets, distribution, with_entropy)
+    return lp, (ent if ent is not None else torch.zeros(0, device=lp.device))
+
+
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
+                    distribution: SampledDistribution, with_entropy: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logits = distribution.logits(logits.float())  # [..., V]
+    log_norm = torch.logsumexp(logits, dim=-1)  # [...]
+    picked = picked_logits(logits, targets)  # [...]
+    entropy = entropy_of_logits(logits, log_norm) if with_entropy else None
+    return picked - log_norm, entropy
 
 
 @torch.no_grad()
@@ -70,6 +127,8 @@ def batched_outputs(per_token: Callable[[TokenBatch], torch.Tensor], batch: Toke
     return torch.cat(out)
 
 
-def batched_logprobs(model: torch.nn.Module, batch: TokenBatch, chunk: int) -> torch.Tensor:
+def batched_logprobs(model: torch.nn.Module, batch: TokenBatch, chunk: int,
+                     distribution: SampledDistribution = RAW) -> torch.Tensor:
     """sequence_logprobs over micro-batches of `chunk` rows, on CPU, full width."""
-    return batched_outputs(lambda micro: sequence_logprobs(model, micro)[0], batch, chunk)
+    return batched_outputs(lambda micro: sequence_logprobs(model, micro, False, distribution)[0],
+                           batch, chunk)

@@ -18,6 +18,7 @@ from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region
 from safetensors.torch import load_file
 
+from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT, RAW, SampledDistribution
 from flywheel.workers.batch import SAMPLE_FIELDS, TokenBatch
 from flywheel.workers.strategies.megatron_weights import tp_dim
 
@@ -81,8 +82,13 @@ def freeze_padding_row(embedding: torch.nn.Module, pad_id: int) -> None:
 
 
 def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
-                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(x_t | x_<t) [B, L] (column 0 is 0) from logits [B, L, V/tp] split over TP.
+                            with_entropy: bool, distribution: SampledDistribution = RAW
+                            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(x_t | x_<t) [B, L] (column 0 is 0) from logits [B, L, V/tp] split over TP.
+
+    pi is the sampled distribution (`algorithms/sampled_distribution.py`). Its temperature
+    is a division, local to each rank; top-k / top-p truncation needs the whole vocabulary,
+    so it is applied only with TP = 1 (megatron_train refuses it otherwise).
 
     log p = z_target - log Z with Z = sum_v exp(z_v); entropy = log Z - sum_v exp(z_v) z_v / Z.
     Each rank sums over its slice of the vocabulary and the partial sums are all-reduced
@@ -93,6 +99,10 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     """
     group = ps.get_tensor_model_parallel_group()
     logits = logits[:, :-1].float()  # [B, L-1, V/tp] predicts tokens 1..L-1
+    if distribution.truncates:
+        logits = distribution.logits(logits)  # TP = 1: the whole vocabulary is here
+    elif distribution.temperature != 1.0:
+        logits = logits / distribution.temperature
     targets = input_ids[:, 1:]  # [B, L-1]
     local_vocab = logits.shape[-1]
     start = ps.get_tensor_model_parallel_rank() * local_vocab
@@ -105,11 +115,13 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     local = targets - start
     here = (local >= 0) & (local < local_vocab)
     picked = shifted.gather(-1, local.clamp(0, local_vocab - 1)[..., None]).squeeze(-1)
+    picked = torch.where(torch.isinf(picked), torch.full_like(picked, OUTSIDE_LOGIT), picked)
     picked = reduce_from_tensor_model_parallel_region(picked * here)  # [B, L-1]
     log_probs = F.pad(picked - log_norm, (1, 0))  # [B, L]
     entropy = None
-    if with_entropy:
-        weighted = reduce_from_tensor_model_parallel_region((exp * shifted).sum(-1))
+    if with_entropy:  # a truncated token has exp = 0 and shifted = -inf: it adds 0
+        terms = torch.where(torch.isinf(shifted), torch.zeros_like(shifted), exp * shifted)
+        weighted = reduce_from_tensor_model_parallel_region(terms.sum(-1))
         entropy = F.pad(log_norm - weighted / sum_exp, (1, 0))  # [B, L]
     return log_probs, entropy
 

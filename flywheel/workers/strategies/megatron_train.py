@@ -156,6 +156,9 @@ class MegatronTrainStrategy(TrainStrategy):
                 "tensor_model_parallel_size", f"vocab {self.spec.vocab_size} and "
                 f"{self.spec.num_kv_heads} KV heads must both divide by {tp}")
         self.tp_rank, self.tp_size = ps.get_tensor_model_parallel_rank(), tp
+        require(tp == 1 or not head.distribution.truncates, "tensor_model_parallel_size",
+                "top_k / top_p log-probs need the whole vocabulary on one rank: use "
+                "tensor_model_parallel_size 1, or sample without top_k / top_p")
         self.first, self.last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
         # A critic's head is its own; only the policy ties its output layer to the embedding.
@@ -290,7 +293,8 @@ class MegatronTrainStrategy(TrainStrategy):
               logits: torch.Tensor):
         with_entropy = objective is not None and objective.needs_entropy
         if self.head.kind == "policy":
-            outputs, entropy = vocab_parallel_logprobs(logits, micro.input_ids, with_entropy)
+            outputs, entropy = vocab_parallel_logprobs(logits, micro.input_ids, with_entropy,
+                                                       self.head.distribution)
         else:  # V(s_t) from the hidden state after tokens < t, like model_head.token_values
             outputs, entropy = F.pad(logits[:, :-1, 0].float(), (1, 0)), None  # [B, L]
         if objective is None:  # forward only: hand the outputs back

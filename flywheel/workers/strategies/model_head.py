@@ -5,7 +5,9 @@ they differ only in the head on top of the transformer and in the objective. The
 decides which Hugging Face class is loaded and how the model's output becomes a [B, L]
 tensor aligned with `input_ids` (column 0 is 0):
 
-- policy: log p(x_t | x_<t), from the language-model head (`hf_model.sequence_logprobs`);
+- policy: log pi(x_t | x_<t), from the language-model head (`hf_model.sequence_logprobs`),
+  where pi is the distribution actor_infer samples from (its temperature, top-k, top-p:
+  `algorithms/sampled_distribution.py`), the same for actor_train and the reference;
 - value:  V(s_t), the value of the state in which token t was chosen: a scalar head on the
   hidden state after tokens < t, so GAE can pair it with token t's reward and log-prob.
   Its body starts from the policy checkpoint; the head starts from `init_value_head`, the
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForTokenClassification
 
+from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_causal_lm, sequence_logprobs
@@ -31,6 +34,7 @@ VALUE_HEAD_STD = 0.02  # transformers' default initializer_range
 @dataclass(frozen=True)
 class ModelHead:
     kind: Literal["policy", "value"]
+    distribution: SampledDistribution = RAW  # the policy head's sampled distribution
 
     @property
     def metric_prefix(self) -> str:
@@ -52,12 +56,20 @@ class ModelHead:
     def hf_outputs(self, model: torch.nn.Module, batch: TokenBatch, with_entropy: bool
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.kind == "policy":
-            return sequence_logprobs(model, batch, with_entropy)
+            return sequence_logprobs(model, batch, with_entropy, self.distribution)
         return token_values(model, batch), None
 
 
 POLICY = ModelHead("policy")
 VALUE = ModelHead("value")
+
+
+def policy_head(temperature: float, top_k: int, top_p: float, do_sample: bool) -> ModelHead:
+    """The policy head for actor_infer's generating_args (greedy samples no distribution:
+    its tokens are scored at temperature 1, untruncated)."""
+    if not do_sample:
+        return POLICY
+    return ModelHead("policy", SampledDistribution(temperature, top_k, top_p))
 
 
 @torch.no_grad()

@@ -6,9 +6,12 @@ machines flywheel is developed on; it is written against the Engine API of sglan
 on a GPU machine before relying on it (the vllm backend is the tested one). Choosing it
 where sglang is not installed is a `BackendMissing` error naming what to install.
 
-Conventions, as vllm: log-probs are log-softmax of the raw logits (before temperature:
-`SGLANG_RETURN_ORIGINAL_LOGPROB`, set before the engine starts unless already set); a
-stop token is kept in `token_ids`; `sampling.n` samples per prompt, each with its own
+Conventions, as vllm: log-probs are those of the sampled distribution
+(algorithms/sampled_distribution.py). SGLang returns log-softmax of logits / temperature
+(`SGLANG_RETURN_ORIGINAL_LOGPROB` is set to 0 before the engine starts unless already
+set), without its top-k / top-p truncation, so a generate call with top_k or top_p set
+is refused rather than recording log-probs of another distribution. A stop token is kept
+in `token_ids`; `sampling.n` samples per prompt, each with its own
 `sampling_seed` derived from (`sampling.seed`, prompt, sample); results in prompt order.
 
 Weights: `update_weights_from_tensor` sends the tensors to the scheduler processes
@@ -70,7 +73,7 @@ class SGLangInferStrategy(InferStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
                  context_length: int | None = None):
         for name in ("SGLANG_RETURN_ORIGINAL_LOGPROB", "RETURN_ORIGINAL_LOGPROB"):
-            os.environ.setdefault(name, "1")  # the name moved between 0.4 and 0.5
+            os.environ.setdefault(name, "0")  # the name moved between 0.4 and 0.5
         self.cfg = cfg
         self.engine = sglang.Engine(**engine_kwargs(cfg, model_path, seed, context_length))
         self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
@@ -80,6 +83,11 @@ class SGLangInferStrategy(InferStrategy):
         self.version = 0
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        if sampling.do_sample and (sampling.top_k > 0 or sampling.top_p < 1.0):
+            raise ValueError("sglang: generating_args.top_k / top_p: SGLang's log-probs "
+                             "leave out its top-k / top-p truncation, so training would use "
+                             "another distribution than the one sampled; use vllm or hf_infer, "
+                             "or unset top_k / top_p")
         stop = [*sampling.stop_token_ids, *([self.eos_id] if self.eos_id is not None else [])]
         sample = sampling.do_sample
         requests, params = [], []

@@ -5,10 +5,12 @@ subprocesses buy nothing here and cost 15 s and 1 GiB per start on CPU, so
 `VLLM_ENABLE_V1_MULTIPROCESSING` defaults to 0 (the environment may still override it);
 tensor parallelism needs the multiprocess engine and keeps vLLM's default.
 
-Log-probs: `logprobs_mode="raw_logprobs"` makes vLLM return log-softmax of the raw logits
-(before temperature / top-k / top-p), the quantity hf_infer and the trainers compute, so
-the train/infer mismatch metrics compare backends and not sampling knobs. `log_probs[i]`
-is that of the sampled `token_ids[i]`; a stop token is included, as in hf_infer.
+Log-probs: `logprobs_mode="processed_logprobs"` makes vLLM return the log-probs of the
+distribution it samples from (after temperature, top-k and top-p), the quantity hf_infer
+and the trainers compute (algorithms/sampled_distribution.py). A repetition penalty is
+applied before them too, in both infer backends; the trainer does not model it, so it
+shows up in the mismatch metrics. `log_probs[i]` is that of the sampled `token_ids[i]`; a
+stop token is included, as in hf_infer.
 
 Seeds: every prompt gets its own request seed derived from (`sampling.seed`, prompt
 index), so two prompts never share a random stream and the same call is reproducible.
@@ -70,7 +72,7 @@ from flywheel.workers.strategies.strategy_config import checked_config
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 OWNED_KEYS = {"model": "the role's model_args.model_name_or_path (or pretrain)",
               "dtype": "model_args.dtype", "seed": "the top-level seed",
-              "logprobs_mode": "flywheel (raw_logprobs, the trainer's quantity)",
+              "logprobs_mode": "flywheel (processed_logprobs, the trainer's quantity)",
               "generation_config": "flywheel (generating_args only, never the model's file)"}
 CPU_KV_CACHE_BYTES = 256 << 20
 SHM_DIR = "/dev/shm"
@@ -91,7 +93,7 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
                             known=f"the fields of vllm.EngineArgs ({vllm.__version__})")
     kwargs = {k: v for k, v in merged.items() if v is not None}
     kwargs.update(model=model_path, dtype=VLLM_DTYPES[cfg.model_args.dtype], seed=seed,
-                  logprobs_mode="raw_logprobs", generation_config="vllm")
+                  logprobs_mode="processed_logprobs", generation_config="vllm")
     return kwargs
 
 
