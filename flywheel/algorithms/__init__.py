@@ -13,7 +13,7 @@ What it deliberately does not own
     No Ray, no I/O, no config objects, no models or tokenizers, no distributed calls.
     Inputs are tensors ([B, T] = batch x response tokens, masks nonzero where valid) and
     plain floats/strings; outputs are tensors plus a metrics dict of python floats under a
-    stable namespace (pg/, vf/, kl/, entropy/, mismatch/). The caller (workers/,
+    stable namespace (pg/, vf/, kl/, entropy/, offpolicy/). The caller (workers/,
     pipelines/) computes log-probs, all-reduces the global token/sequence counts
     (`count_tokens`, `count_seqs`) and maps config fields onto these arguments, e.g.
     `PolicyLossParams(**fields)`.

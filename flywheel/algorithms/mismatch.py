@@ -1,12 +1,16 @@
-"""Train/infer mismatch correction.
+"""Off-policy correction: the behaviour policy against the proximal one.
 
-The sampler (actor_infer: vLLM, SGLang, ...) and the trainer compute slightly different
-probabilities for the same tokens (kernels, precision, MoE routing), so rollouts are
-off-policy even at `async_generation_ratio = 0`. With ℓ_train the trainer's log-probs of
-the rollout under the behaviour weights and ℓ_infer the sampler's, the importance weight is
+Two policies stand behind every trained token. The behaviour policy π_behav sampled it:
+actor_infer's weights at generation time, through the sampler's kernels (vLLM, SGLang,
+...), with log-prob ℓ_infer recorded per token. The proximal policy π_prox is actor_train
+before this update; its log-prob ℓ_old is computed now, and the PPO clip is taken
+against it. The two differ by *staleness* (with async_generation_ratio > 0 or partial
+rollout, π_behav is an older version) and by *kernel mismatch* (even at ratio 0: other
+kernels, precision, MoE routing). Decoupled PPO (Hilton et al. 2022, "Batch size-invariance
+for policy optimization"; used by AReaL) weights each token by π_prox / π_behav:
 
-    token level:     w_t = exp(ℓ_train,t - ℓ_infer,t)
-    sequence level:  w_i = exp(Σ_t m_t·(ℓ_train,t - ℓ_infer,t)), shared by the tokens of row i
+    token level:     w_t = exp(ℓ_old,t - ℓ_infer,t)
+    sequence level:  w_i = exp(Σ_t m_t·(ℓ_old,t - ℓ_infer,t)), shared by the tokens of row i
 
 and one of two corrections turns it into a constant per-token weight for the policy loss
 (pass it as `compute_policy_loss(..., token_weights=weights)`):
@@ -50,10 +54,12 @@ def train_infer_mismatch_weights(
     """(weights [B, T], metrics) from trainer and sampler log-probs [B, T]; see module doc.
 
     `lower` is used by mode "mask" only.
-    metrics: mismatch/ratio_mean, _max, _min (over valid tokens, or non-empty sequences at
-    sequence level), mismatch/masked_frac and mismatch/truncated_frac (fractions of valid
-    tokens zeroed / truncated), mismatch/weight_mean, and mismatch/k3_kl, the k3 estimate
-    of KL(π_infer ‖ π_train) per token.
+    metrics: offpolicy/ratio_mean, _max, _min (over valid tokens, or non-empty sequences at
+    sequence level), offpolicy/masked_frac and offpolicy/truncated_frac (fractions of valid
+    tokens zeroed / truncated), offpolicy/weight_mean, and offpolicy/k3_kl, the k3 estimate
+    of KL(π_infer ‖ π_train) per token. The namespace says what the ratio holds: with
+    generation ahead of training, π_infer is an older policy, so it measures staleness and
+    kernel mismatch together (Hilton et al. 2022's behaviour / proximal split).
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
@@ -86,13 +92,13 @@ def train_infer_mismatch_weights(
     picked = ratio[valid] if level == "token" else ratio[:, 0][valid.any(-1)]  # [n]
     k3 = torch.exp(token_log_ratio) - 1.0 - token_log_ratio  # [B, T], KL(infer ‖ train)
     metrics = {
-        "mismatch/ratio_mean": picked.mean().item() if picked.numel() else 0.0,
-        "mismatch/ratio_max": picked.max().item() if picked.numel() else 0.0,
-        "mismatch/ratio_min": picked.min().item() if picked.numel() else 0.0,
-        "mismatch/masked_frac": masked_mean(dropped.float(), valid).item(),
-        "mismatch/truncated_frac": masked_mean(truncated.float(), valid).item(),
-        "mismatch/weight_mean": masked_mean(weights, valid).item(),
-        "mismatch/k3_kl": masked_mean(k3, valid).item(),
+        "offpolicy/ratio_mean": picked.mean().item() if picked.numel() else 0.0,
+        "offpolicy/ratio_max": picked.max().item() if picked.numel() else 0.0,
+        "offpolicy/ratio_min": picked.min().item() if picked.numel() else 0.0,
+        "offpolicy/masked_frac": masked_mean(dropped.float(), valid).item(),
+        "offpolicy/truncated_frac": masked_mean(truncated.float(), valid).item(),
+        "offpolicy/weight_mean": masked_mean(weights, valid).item(),
+        "offpolicy/k3_kl": masked_mean(k3, valid).item(),
     }
     return weights, metrics
 

@@ -32,36 +32,36 @@ def test_token_truncate():
     weights, m = weights_of(level="token", mode="truncate", upper=2.0)
     assert not weights.requires_grad
     assert_rows(weights, [[1.0, 2.0, 0.4], [1.5, 0.25, 0.0]])  # min(w, 2); padding 0
-    assert m["mismatch/truncated_frac"] == pytest.approx(1 / 5)
-    assert m["mismatch/masked_frac"] == 0.0
-    assert m["mismatch/ratio_mean"] == pytest.approx((1.0 + 3.0 + 0.4 + 1.5 + 0.25) / 5)
-    assert m["mismatch/ratio_max"] == pytest.approx(3.0)
-    assert m["mismatch/ratio_min"] == pytest.approx(0.25)
+    assert m["offpolicy/truncated_frac"] == pytest.approx(1 / 5)
+    assert m["offpolicy/masked_frac"] == 0.0
+    assert m["offpolicy/ratio_mean"] == pytest.approx((1.0 + 3.0 + 0.4 + 1.5 + 0.25) / 5)
+    assert m["offpolicy/ratio_max"] == pytest.approx(3.0)
+    assert m["offpolicy/ratio_min"] == pytest.approx(0.25)
     k3 = sum(w - 1 - math.log(w) for w in (1.0, 3.0, 0.4, 1.5, 0.25)) / 5
-    assert m["mismatch/k3_kl"] == pytest.approx(k3)
+    assert m["offpolicy/k3_kl"] == pytest.approx(k3)
 
 
 def test_token_mask():
     weights, m = weights_of(level="token", mode="mask", lower=0.5, upper=2.0)
     assert_rows(weights, [[1.0, 0.0, 0.0], [1.5, 0.0, 0.0]])  # 3 and 0.4 and 0.25 outside
-    assert m["mismatch/masked_frac"] == pytest.approx(3 / 5)
+    assert m["offpolicy/masked_frac"] == pytest.approx(3 / 5)
 
 
 def test_sequence_truncate():
     # row 0: 1·3·0.4 = 1.2; row 1: 1.5·0.25 = 0.375 (padding excluded)
     weights, m = weights_of(level="sequence", mode="truncate", upper=2.0)
     assert_rows(weights, [[1.2, 1.2, 1.2], [0.375, 0.375, 0.0]])
-    assert m["mismatch/ratio_mean"] == pytest.approx((1.2 + 0.375) / 2)
-    assert m["mismatch/ratio_max"] == pytest.approx(1.2)
+    assert m["offpolicy/ratio_mean"] == pytest.approx((1.2 + 0.375) / 2)
+    assert m["offpolicy/ratio_max"] == pytest.approx(1.2)
     weights, m = weights_of(level="sequence", mode="truncate", upper=1.0)
     assert_rows(weights, [[1.0, 1.0, 1.0], [0.375, 0.375, 0.0]])
-    assert m["mismatch/truncated_frac"] == pytest.approx(3 / 5)
+    assert m["offpolicy/truncated_frac"] == pytest.approx(3 / 5)
 
 
 def test_sequence_mask():
     weights, m = weights_of(level="sequence", mode="mask", lower=0.5, upper=2.0)
     assert_rows(weights, [[1.2, 1.2, 1.2], [0.0, 0.0, 0.0]])
-    assert m["mismatch/masked_frac"] == pytest.approx(2 / 5)
+    assert m["offpolicy/masked_frac"] == pytest.approx(2 / 5)
 
 
 def test_long_sequence_does_not_overflow():
@@ -76,7 +76,7 @@ def test_long_sequence_does_not_overflow():
 def test_empty_rows_and_errors():
     train, infer = logps()
     weights, m = train_infer_mismatch_weights(train, infer, torch.zeros(2, 3), level="sequence")
-    assert weights.abs().sum() == 0 and m["mismatch/ratio_mean"] == 0.0
+    assert weights.abs().sum() == 0 and m["offpolicy/ratio_mean"] == 0.0
     with pytest.raises(ValueError, match="level"):
         train_infer_mismatch_weights(train, infer, MASK, level="batch")
     with pytest.raises(ValueError, match="mode"):

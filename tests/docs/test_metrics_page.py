@@ -94,7 +94,7 @@ def test_an_rlvr_run_logs_only_explained_metrics(tmp_path, ray_session, tiny_mod
         "use_kl_loss": True, "kl_loss_coef": 0.01,        # kl/loss
         "init_kl_coef": 0.05, "target_kl": 0.1,           # kl/coef, time/logprobs
         "entropy_loss_coef": 0.01,                        # entropy/*
-        "infer_is_correction": "token-truncate",          # mismatch/* applied
+        "infer_is_correction": "token-truncate",          # offpolicy/* applied
         "tracking": {"mlflow": False},
         "actor_train": {**_tiny_roles(), "pg_variant": "ppo",
                         "training_args": {"per_device_train_batch_size": 8},
@@ -105,7 +105,7 @@ def test_an_rlvr_run_logs_only_explained_metrics(tmp_path, ray_session, tiny_mod
     })
     keys = _logged_keys(run(cfg))
     for expected in ("reward/mean", "kl/coef", "kl/loss",
-                     "entropy/mean", "mismatch/k3_kl", "staleness/token_mean",
+                     "entropy/mean", "offpolicy/k3_kl", "staleness/token_mean",
                      "time/validate", "val/accuracy"):
         assert expected in keys, expected
     _assert_explained(site_generate, keys)

@@ -47,7 +47,7 @@ def test_fused_train_call_equals_forward_then_train(tiny_model_path):
                            old_log_probs=correction)
 
     assert got == want  # mismatch metrics, then the train step's, number for number
-    assert "mismatch/k3_kl" in got and "actor/grad_norm" in got
+    assert "offpolicy/k3_kl" in got and "actor/grad_norm" in got
     for (name, a), (_, b) in zip(two_calls.strategy.model.state_dict().items(),
                                  fused.strategy.model.state_dict().items()):
         assert torch.equal(a, b), name

@@ -45,13 +45,17 @@ def compute_policy_loss(
 
     Args:
         log_probs: ℓ [B, T], log π_θ of the response tokens; the only input with a gradient.
-        old_log_probs: ℓ_old [B, T] under the behaviour policy (detached here).
+        old_log_probs: ℓ_old [B, T] under the proximal policy: actor_train's weights before
+            this update, which the clip is taken against (detached here). With generation
+            running ahead it is *not* the policy that sampled the tokens; the behaviour
+            policy enters through `token_weights` (algorithms/mismatch.py).
         advantages: A [B, T] token-level, or [B] broadcast over tokens (detached here).
         response_mask: [B, T], nonzero where the token is trained on.
         scores: per-sample scores [B]; required by `topr` (positive if > 0).
         loss_agg_mode / global_num_tokens / global_num_seqs: see `aggregate_loss`.
         token_weights: optional constant per-token weights [B, T] multiplied into the
-            per-token loss before aggregation (e.g. `train_infer_mismatch_weights`).
+            per-token loss before aggregation (e.g. `train_infer_mismatch_weights`: the
+            decoupled-PPO weight π_prox / π_behav, staleness and kernel mismatch together).
         params: a `PolicyLossParams`; keyword `hparams` (its field names, e.g. pg_clip=0.3)
             override its fields. Unknown names raise TypeError.
 
