@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from backend_cases import PROMPTS, max_diff_on
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
 
-from backend_cases import PROMPTS, max_diff_on
 from flywheel.algorithms.sampled_distribution import SampledDistribution
 from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.batch import pack_sequences
