@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flywheel.pipelines.arithmetic_data import ensure_arithmetic_files
 from flywheel.pipelines.data_files import read_rows
 from flywheel.platform.config.schema import DataArgs
-from flywheel.platform.data.arithmetic import ensure_arithmetic_files
 from flywheel.platform.models.builtin import default_cache_dir
 
 log = logging.getLogger(__name__)

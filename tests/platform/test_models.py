@@ -1,8 +1,10 @@
-"""Built-in tiny model: tokenizer, deterministic build, name resolution and cache, warm start."""
+"""Built-in tiny model: tokenizer, deterministic build, name resolution and cache, shipped
+weights. (The warm starts that make the shipped weights: tests/pipelines/test_sft.py.)"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import unicodedata
 from dataclasses import replace
@@ -14,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from flywheel.platform.data.arithmetic import make_arithmetic_dataset
+from flywheel.pipelines.arithmetic_data import make_arithmetic_dataset
+from flywheel.pipelines.greedy_eval import greedy_accuracy, greedy_complete
+from flywheel.pipelines.sft import capped_threads
 from flywheel.platform.models import builtin
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.char_tokenizer import (
@@ -22,18 +26,9 @@ from flywheel.platform.models.char_tokenizer import (
     make_char_tokenizer,
     save_char_tokenizer,
 )
-from flywheel.platform.models.greedy_eval import greedy_complete
 from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
-from flywheel.platform.models.warm_start import (
-    WarmStartConfig,
-    capped_threads,
-    greedy_accuracy,
-    warm_start,
-)
 
 TOKENIZER = make_char_tokenizer()
-# Tests never run the full warm start: a fixed short run, no accuracy-based stop.
-SHORT = WarmStartConfig(steps=30, stop_at_accuracy=None, log_every=10)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -180,47 +175,39 @@ def test_concurrent_builders_build_once(tmp_path, monkeypatch):
     assert len(builds) == 1 and len(set(results)) == 1 and len(results) == 3
 
 
-def test_recipe_change_changes_cache_key(monkeypatch):
-    before = builtin.spec_hash(builtin.BUILTIN_MODELS["tiny-qwen2-arith"])
-    changed = replace(builtin.BUILTIN_MODELS["tiny-qwen2-arith"], warm_start=SHORT)
-    monkeypatch.setitem(builtin.BUILTIN_MODELS, "tiny-qwen2-arith", changed)
-    assert builtin.spec_hash(changed) != before
+def test_recipe_change_changes_cache_key(tmp_path, monkeypatch):
     base = builtin.BUILTIN_MODELS["tiny-qwen2"]
     assert builtin.spec_hash(replace(base, arch=TinyQwen2Spec(seed=1))) != builtin.spec_hash(base)
+    # a shipped model's key is its files' bytes: re-shipped weights get a new cache entry
+    shipped = tmp_path / "shipped"
+    shutil.copytree(builtin.SHIPPED_DIR, shipped)
+    arith = builtin.BUILTIN_MODELS["tiny-qwen2-arith"]
+    before = builtin.spec_hash(arith)
+    monkeypatch.setattr(builtin, "SHIPPED_DIR", shipped)
+    assert builtin.spec_hash(arith) == before
+    with open(shipped / "tiny-qwen2-arith" / "warm_start.json", "a") as f:
+        f.write("\n")
+    assert builtin.spec_hash(arith) != before
 
 
-def test_builtin_arith_is_base_plus_warm_start(tmp_path, monkeypatch, caplog):
-    short = replace(builtin.BUILTIN_MODELS["tiny-qwen2-arith"], warm_start=SHORT)
-    monkeypatch.setitem(builtin.BUILTIN_MODELS, "tiny-qwen2-arith", short)
-    with caplog.at_level("INFO", logger="flywheel.platform.models"):
-        path = Path(resolve_pretrain("builtin://tiny-qwen2-arith", tmp_path))
-    assert path.name.startswith("tiny-qwen2-arith-")
-    assert (
-        tmp_path / f"tiny-qwen2-{builtin.spec_hash(builtin.BUILTIN_MODELS['tiny-qwen2'])}"
-    ).is_dir()
-    record = json.loads((path / "warm_start.json").read_text())
-    assert record["config"]["steps"] == 30 and record["result"]["steps"] == 30
-    assert 0.0 <= record["result"]["val_accuracy"] <= 1.0
-    assert any("warm-start step 10/30 loss" in m and "eta" in m for m in caplog.messages)
+@pytest.mark.parametrize("name", ["tiny-qwen2-arith", "tiny-qwen2-frozenlake"])
+def test_warm_started_builtins_are_the_shipped_weights(tmp_path, name):
+    path = Path(resolve_pretrain(f"builtin://{name}", tmp_path))
+    assert path.name.startswith(f"{name}-") and path.parent == tmp_path
+    for file in builtin.SHIPPED_FILES:
+        assert (path / file).read_bytes() == (builtin.SHIPPED_DIR / name / file).read_bytes()
+    assert json.loads((path / "warm_start.json").read_text())["result"]["steps"] > 0
+    AutoModelForCausalLM.from_pretrained(str(path))  # a loadable HF checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        path.name]  # nothing else was built
 
 
-# --- warm start -----------------------------------------------------------------------------
+def test_shipped_files_are_package_data():
+    import tomllib
 
-
-def test_short_warm_start_lowers_loss_and_is_deterministic(tmp_path, base_dir):
-    first = warm_start(base_dir, tmp_path / "a", SHORT)
-    assert first.steps == 30 and first.final_loss < 0.7 * first.first_loss
-    warm_start(base_dir, tmp_path / "b", SHORT)
-    weights = (tmp_path / "a" / "model.safetensors").read_bytes()
-    assert weights == (tmp_path / "b" / "model.safetensors").read_bytes()
-    assert weights != (base_dir / "model.safetensors").read_bytes()
-    AutoModelForCausalLM.from_pretrained(str(tmp_path / "a"))  # a loadable HF checkpoint
-
-
-def test_stop_at_accuracy_fails_loudly_when_unreached(tmp_path, base_dir):
-    config = WarmStartConfig(steps=20, stop_at_accuracy=0.99, check_every=10, num_dev=50)
-    with pytest.raises(RuntimeError, match="did not reach dev accuracy 0.99 within 20 steps"):
-        warm_start(base_dir, tmp_path / "x", config)
+    data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    patterns = data["tool"]["setuptools"]["package-data"]["flywheel"]
+    assert "**/*.safetensors" in patterns and "**/*.json" in patterns
 
 
 def test_greedy_decoding_and_accuracy_on_untrained_model(base_dir):

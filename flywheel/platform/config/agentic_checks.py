@@ -3,32 +3,72 @@
 `pipeline_type: agentic` only, so RLVR configs never pay for (or trip over) env settings.
 
 Pure like the rest of `checks`: each rule raises `ConfigError` with the key path and the fix.
-Env names are checked against `flywheel.envs`' registry (a leaf package with no Ray and no
-imports from flywheel), so a misspelt `env_type` fails at load with a did-you-mean, before
-any actor starts. A user env named by `env_import_path` is only checked for shape and
-allow-list here; importing it is the env workers' job (loading a config runs no user code).
+Env names and turn placeholders are checked against an `EnvCatalog` that the env side hands
+over (`provide_env_catalog`, called by `flywheel.pipelines.env_catalog` on import): platform
+imports nothing from `flywheel.envs`. With a catalog, a misspelt `env_type` fails at load
+with a did-you-mean, before any actor starts; without one (a program that never imports the
+pipelines), only the env-free rules run, and the agentic pipeline runs the env rules again
+when it starts (`check_env_names`). A user env named by `env_import_path` is only checked
+for shape and allow-list here; importing it is the env workers' job (loading a config runs
+no user code).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from flywheel.envs import registered_envs
-from flywheel.envs.env_manager import TURN_PLACEHOLDERS
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
-# The names flywheel.envs registers on import, before any user env is registered by path.
-BUILTIN_ENVS = frozenset(registered_envs())
 
 
-def check_agentic(cfg: PipelineConfig) -> None:
+@dataclass(frozen=True)
+class EnvCatalog:
+    """What the agentic checks need from the env registry, handed over by the env side."""
+
+    registered: Callable[[], list[str]]  # every env name known now (built-in and user)
+    builtin: frozenset[str]  # the names the env package registers itself
+    turn_placeholders: frozenset[str]  # the fields an agent_template may use
+
+
+_provided: list[EnvCatalog] = []
+
+
+def provide_env_catalog(catalog: EnvCatalog) -> None:
+    _provided[:] = [catalog]
+
+
+def env_catalog() -> EnvCatalog | None:
+    return _provided[0] if _provided else None
+
+
+class _BuiltinEnvNames:
+    """The provided catalog's built-in env names, read when asked (empty without one)."""
+
+    def _names(self) -> frozenset[str]:
+        catalog = env_catalog()
+        return catalog.builtin if catalog else frozenset()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._names()))
+
+
+BUILTIN_ENVS = _BuiltinEnvNames()
+
+
+def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog | None = None) -> None:
     if cfg.pipeline_type != "agentic":
         return
+    catalog = catalog or env_catalog()
     for name, env in cfg.custom_envs.items():
-        check_custom_env(f"custom_envs.{name}", env, cfg.env_import_allowlist)
+        check_custom_env(f"custom_envs.{name}", env, cfg.env_import_allowlist, catalog)
     for key, manager in (("train_env_manager", cfg.train_env_manager),
                          ("val_env_manager", cfg.val_env_manager)):
         check_env_manager(key, manager, cfg)
@@ -97,31 +137,49 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
                           f"must be > 0 seconds, got {manager.step_timeout_s}")
 
 
-def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str]) -> None:
+def check_env_names(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
+    """The rules that need the env registry, for every custom env of an agentic config."""
+    if cfg.pipeline_type == "agentic":
+        for name, env in cfg.custom_envs.items():
+            check_env_against(f"custom_envs.{name}", env, catalog)
+
+
+def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str],
+                     catalog: EnvCatalog | None) -> None:
     for name in ("max_steps", "max_tokens_per_step"):
         if getattr(env, name) < 1:
             raise ConfigError("", f"{key}.{name}", f"must be at least 1, got "
                                                    f"{getattr(env, name)}")
-    known = registered_envs()
+    if env.env_import_path is not None:
+        check_import_path(key, env, allowlist)
+    if catalog is not None:
+        check_env_against(key, env, catalog)
+
+
+def check_env_against(key: str, env: CustomEnvConfig, catalog: EnvCatalog) -> None:
+    known = catalog.registered()
     if env.env_import_path is None:
         if env.env_type not in known:
             raise ConfigError("", f"{key}.env_type",
                               f"unknown env_type '{env.env_type}'"
                               f"{did_you_mean(env.env_type, known)}; known: {', '.join(known)}"
                               f" (or register your own with env_import_path)")
-    else:
-        check_import_path(key, env, allowlist)
+    elif env.env_type in catalog.builtin:
+        raise ConfigError("", f"{key}.env_type",
+                          f"'{env.env_type}' is a built-in env; give the imported env a name "
+                          f"of its own")
     if env.agent_template is not None:
         try:
             fields = {f for _, f, _, _ in string.Formatter().parse(env.agent_template) if f}
         except ValueError as error:
             raise ConfigError("", f"{key}.agent_template",
                               f"is not a valid template: {error}") from None
-        unknown = sorted(fields - TURN_PLACEHOLDERS)
+        unknown = sorted(fields - catalog.turn_placeholders)
         if unknown:
             raise ConfigError("", f"{key}.agent_template",
                               f"unknown placeholder(s) {unknown}; allowed: "
-                              f"{sorted(TURN_PLACEHOLDERS)} (write literal braces as {{{{ }}}})")
+                              f"{sorted(catalog.turn_placeholders)} (write literal braces as "
+                              f"{{{{ }}}})")
 
 
 def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str]) -> None:
@@ -135,7 +193,3 @@ def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str]) -> N
                           f"module '{module}' is not under a prefix of env_import_allowlist "
                           f"({', '.join(allowlist) or 'empty'}); add its package there to "
                           f"allow importing it")
-    if env.env_type in BUILTIN_ENVS:
-        raise ConfigError("", f"{key}.env_type",
-                          f"'{env.env_type}' is a built-in env; give the imported env a name "
-                          f"of its own")

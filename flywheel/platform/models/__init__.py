@@ -3,6 +3,7 @@
 `builtin.resolve_pretrain("builtin://NAME")` is the entry point the workers call on a config's
 `pretrain`; it returns a local HF checkpoint directory (built once, cached). The pieces:
 `char_tokenizer.py` (vocabulary), `tiny_qwen2.py` (architecture, deterministic init),
-`warm_start.py` (the SFT stage behind `tiny-qwen2-arith`), `builtin.py` (names and cache).
+`builtin.py` (names and cache; the warm-started models ship as `shipped/<name>/`, made by
+`flywheel.pipelines.sft_recipes`), `sources.py` (GGUF and packaged models).
 A new built-in model is one entry in `builtin.BUILTIN_MODELS`.
 """

@@ -4,24 +4,26 @@ Why: a fresh machine has no model hub, yet every example and test needs a real H
 `resolve_pretrain` turns a built-in name into a directory built on first use and cached;
 anything else (a hub id, a local path) passes through unchanged for transformers to handle.
 
-Registry. `BUILTIN_MODELS` maps a name to a `BuiltinModel` recipe: an architecture (with its
-init seed) and, optionally, a supervised warm start on top of another registered model. A new
+Registry. `BUILTIN_MODELS` maps a name to a `BuiltinModel`: either an architecture (with its
+init seed), built here in a second, or a `shipped` folder of weights that came with the
+package (`shipped/<name>/`: the warm-started models, whose SFT would come out differently on
+different CPUs, so they are trained once by `flywheel.pipelines.sft_recipes --write-shipped`
+and shipped; `warm_start.json` beside the weights records how and with what accuracy). A new
 built-in model is one new registry entry.
 
 Cache. `<cache>/<name>-<spec hash>/` where `<cache>` is the `cache_dir` argument, else
 `$FLYWHEEL_CACHE/models`, else `~/.cache/flywheel/models`. The spec hash covers everything that
-shapes the weights (architecture, seeds, warm-start settings, tokenizer alphabet, dataset
-partition, `RECIPE_VERSION`), so changing a recipe builds a new directory instead of reusing a
+shapes the weights (architecture, seeds, tokenizer alphabet, `RECIPE_VERSION`; for a shipped
+model, the bytes of its files), so a change builds a new directory instead of reusing a
 stale one; bump `RECIPE_VERSION` when code changes the result without changing a setting.
+A shipped model is copied into the cache (a few MB) so that every built-in resolves the same
+way, to a writable folder of its own.
 Builds are atomic: a builder takes an exclusive `fcntl` lock per entry, builds into a temp
 directory in the same parent and renames it into place, so a reader sees a complete directory
 or none, and concurrent builders (Ray workers starting together) build once. A crashed build
 leaves only a `.tmp` directory, never a half-written entry.
 
-Measured on the 2-core CPU (torch 2.13, shared with other jobs): `tiny-qwen2` builds in <1 s;
-`tiny-qwen2-arith` stopped after 990 SFT steps at 27.6% dev / 24.9% val greedy exact match,
-in ~120 s wall (66 s of CPU). It is paid once per cache; `warm_start.json` in the directory
-records the settings and these figures.
+`tiny-qwen2` builds in <1 s; a shipped model is a copy.
 """
 
 from __future__ import annotations
@@ -38,35 +40,26 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from flywheel.platform.data import arithmetic
 from flywheel.platform.models.char_tokenizer import char_vocab_and_merges
-from flywheel.platform.models.frozen_lake_warm_start import (
-    FrozenLakeWarmStartConfig,
-    warm_start_frozen_lake,
-)
 from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
-from flywheel.platform.models.warm_start import WarmStartConfig, warm_start
 
 logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "builtin://"
 GRID_ARCH = TinyQwen2Spec(num_attention_heads=4, num_key_value_heads=2)
 RECIPE_VERSION = 1
+SHIPPED_DIR = Path(__file__).parent / "shipped"
+SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "warm_start.json")
 
 
 @dataclass(frozen=True)
 class BuiltinModel:
-    """How to build one built-in checkpoint."""
+    """How to build one built-in checkpoint: from `arch`, or a copy of `shipped/<shipped>`."""
 
     description: str
     arch: TinyQwen2Spec = field(default_factory=TinyQwen2Spec)
-    base: str | None = None  # registry name to warm-start from (must share `arch`)
-    # SFT on top of `base`: on the arithmetic task, or on FrozenLake expert play.
-    warm_start: WarmStartConfig | FrozenLakeWarmStartConfig | None = None
-
-    def __post_init__(self) -> None:
-        if (self.base is None) != (self.warm_start is None):
-            raise ValueError("a built-in model sets both `base` and `warm_start`, or neither")
+    shipped: str | None = None  # folder under SHIPPED_DIR holding the weights
 
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
@@ -75,9 +68,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
     ),
     "tiny-qwen2-arith": BuiltinModel(
         description="tiny-qwen2 after a short SFT warm start on 2-digit addition "
-        "(~15-35% greedy accuracy: RL has room to improve it).",
-        base="tiny-qwen2",
-        warm_start=WarmStartConfig(),
+        "(~15-35% greedy accuracy: RL has room to improve it); shipped weights.",
+        shipped="tiny-qwen2-arith",
     ),
     # Reading a grid means looking a fixed number of characters away from `P` in several
     # directions at once: with 4 heads per layer instead of 2 the SFT below learns to avoid
@@ -91,10 +83,9 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         description="tiny-qwen2-h4 after a cached SFT warm start on a cautious random walker's "
         "FrozenLake play (3x3 maps, bare action-name replies): it avoids holes but has no "
         "plan (low greedy success), so RL has the goal-directed play to learn: see "
-        "frozen_lake_warm_start.py.",
+        "flywheel/pipelines/sft_frozen_lake.py. Shipped weights.",
         arch=GRID_ARCH,
-        base="tiny-qwen2-h4",
-        warm_start=FrozenLakeWarmStartConfig(),
+        shipped="tiny-qwen2-frozenlake",
     ),
 }
 
@@ -107,20 +98,31 @@ def default_cache_dir() -> Path:
 
 def spec_hash(model: BuiltinModel) -> str:
     """Hex digest of everything that determines the built checkpoint's weights."""
+    if model.shipped is not None:
+        return shipped_digest(SHIPPED_DIR / model.shipped)
     spec = {
         "recipe_version": RECIPE_VERSION,
         "tokenizer": char_vocab_and_merges(),
         "arch": asdict(model.arch),
-        "base": spec_hash(BUILTIN_MODELS[model.base]) if model.base else None,
-        "warm_start": asdict(model.warm_start) if model.warm_start else None,
-        "data": {
-            "partition_seed": arithmetic.PARTITION_SEED,
-            "num_val_pairs": arithmetic.NUM_VAL_PAIRS,
-        }
-        if isinstance(model.warm_start, WarmStartConfig)
-        else None,
+        "base": None,  # keys of the former warm-start recipes: kept so cache names stay
+        "warm_start": None,
+        "data": None,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def shipped_digest(folder: Path) -> str:
+    """Hex digest of a shipped folder's files (names and bytes)."""
+    digest = hashlib.sha256()
+    for name in SHIPPED_FILES:
+        path = folder / name
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"shipped built-in model {folder.name}: {name} is missing from {folder} "
+                f"(package data not installed? `python -m flywheel.pipelines.sft_recipes "
+                f"--write-shipped {folder.name}` makes it)")
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def resolve_pretrain(name: str, cache_dir: Path | None = None) -> str:
@@ -177,15 +179,8 @@ def ensure_built(key: str, cache_dir: Path) -> Path:
 
 
 def _build_into(model: BuiltinModel, out_dir: Path, cache_dir: Path) -> None:
-    if model.warm_start is None:
+    if model.shipped is None:
         build_tiny_qwen2(out_dir, model.arch)
         return
-    assert model.base is not None  # guaranteed by BuiltinModel.__post_init__
-    if BUILTIN_MODELS[model.base].arch != model.arch:
-        raise ValueError(f"built-in base {model.base!r} has a different architecture")
-    base_dir = ensure_built(model.base, cache_dir)
-    if isinstance(model.warm_start, FrozenLakeWarmStartConfig):
-        warm_start_frozen_lake(base_dir, out_dir, model.warm_start)
-        return
-    val = arithmetic.make_arithmetic_dataset(split="val")
-    warm_start(base_dir, out_dir, model.warm_start, val_records=val)
+    for name in SHIPPED_FILES:
+        shutil.copyfile(SHIPPED_DIR / model.shipped / name, out_dir / name)

@@ -46,7 +46,7 @@ def greedy_complete(
     for indices in by_length.values():
         for lo in range(0, len(indices), batch_size):
             chunk = indices[lo : lo + batch_size]
-            step_ids = torch.tensor([encoded[i] for i in chunk])  # [B, L]
+            step_ids = torch.tensor([encoded[i] for i in chunk], device=model.device)  # [B, L]
             past, generated = None, []
             for _ in range(max_new_tokens):
                 out = model(

@@ -2,7 +2,7 @@
 
 Why this task: an exact-match reward is trivially verifiable, the built-in tiny model can
 learn it in well under a minute of CPU, and its accuracy after a short warm start sits where
-RL has visible room to improve (see BACKENDS.md and `models/warm_start.py`).
+RL has visible room to improve (see BACKENDS.md and `sft_recipes.py`).
 
 Format. Operands are zero-padded to 2 digits and the answer to 3 (`07+05=` -> `012`), so every
 prompt is 6 characters and every answer 3: sequences in a batch never need padding and token

@@ -2,7 +2,7 @@ r"""Supervised warm start of the tiny model on FrozenLake (an explicit, cached S
 
 Why: the tiny char-level model has never seen a grid or a reply format. RL from random
 init would wait a long time for its first parseable, let alone winning, reply. So, as for
-arithmetic (warm_start.py), a short SFT stage comes first, and what it teaches is chosen
+arithmetic (sft_recipes.py), a short SFT stage comes first, and what it teaches is chosen
 to leave RL the real work: the agentic example's target is greedy validation success
 from <= 0.3 to >= 0.8.
 
@@ -32,8 +32,9 @@ seeds) sampling at temperature 1; SFT ends at the first check where at least
 `stop_at_valid` of its replies parse and at most `stop_at_falls` of its episodes end in a
 hole: the model then reads the grid well enough to stay out of holes.
 
-Dependencies: `flywheel.envs` (a leaf package, like this one: no Ray, nothing above
-platform), torch and transformers. Not here: caching and naming (builtin.py).
+Training is the SFT pipeline (`sft.train_sft`, on the shared update loop); the episodes
+become token rows whose response_mask marks the model's replies. Not here: the shipped
+weights and the recipe registry (sft_recipes.py).
 """
 
 from __future__ import annotations
@@ -49,13 +50,9 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from flywheel.envs import EnvManager, EnvManagerConfig, Trajectory, aggregate_metrics
-from flywheel.platform.models.tiny_qwen2 import load_causal_lm, save_hf_checkpoint
-from flywheel.platform.models.warm_start import (
-    IGNORE_INDEX,
-    WarmStartConfig,
-    capped_threads,
-    train_sft,
-)
+from flywheel.pipelines.sft import SFTSettings, capped_threads, train_sft
+from flywheel.platform.models.tiny_qwen2 import save_hf_checkpoint
+from flywheel.workers.batch import TokenBatch
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +84,7 @@ class FrozenLakeWarmStartConfig:
     lr: float = 1e-3
     batch_size: int = 32
     seed: int = 0
-    max_threads: int = 1  # see warm_start.WarmStartConfig.max_threads
+    max_threads: int = 1  # see sft_recipes.WarmStartConfig.max_threads
     log_every: int = 20
 
     def env_manager(self, num_groups: int) -> EnvManagerConfig:
@@ -148,17 +145,17 @@ def demonstrations(config: FrozenLakeWarmStartConfig,
     return manager.rollout(walker, codec, seed=DEMO_STREAM + config.seed)
 
 
-def encode_trajectories(trajectories: list[Trajectory],
-                        pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [N, T] and labels [N, T] (IGNORE_INDEX off the model's tokens)."""
+def encode_trajectories(trajectories: list[Trajectory], pad_id: int) -> TokenBatch:
+    """Right-padded episode rows [N, T]; response_mask on the model's tokens."""
     width = max(len(t.input_ids) for t in trajectories)
     input_ids = torch.full((len(trajectories), width), pad_id)  # [N, T]
-    labels = torch.full((len(trajectories), width), IGNORE_INDEX)  # [N, T]
+    attention_mask = torch.zeros_like(input_ids)  # [N, T]
+    response_mask = torch.zeros(len(trajectories), width)  # [N, T]
     for i, t in enumerate(trajectories):
-        ids = torch.tensor(t.input_ids)
-        input_ids[i, :len(ids)] = ids
-        labels[i, :len(ids)] = torch.where(torch.tensor(t.response_mask) == 1, ids, IGNORE_INDEX)
-    return input_ids, labels
+        input_ids[i, :len(t.input_ids)] = torch.tensor(t.input_ids)
+        attention_mask[i, :len(t.input_ids)] = 1
+        response_mask[i, :len(t.input_ids)] = torch.tensor(t.response_mask, dtype=torch.float)
+    return TokenBatch(input_ids, attention_mask, response_mask)
 
 
 @torch.no_grad()
@@ -179,7 +176,8 @@ def play(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
             ids[i, width - len(p):] = torch.tensor(p)
             mask[i, width - len(p):] = 1
         sampling = dict(temperature=1.0, top_k=0, top_p=1.0) if do_sample else {}
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens,
+        out = model.generate(input_ids=ids.to(model.device),
+                             attention_mask=mask.to(model.device), max_new_tokens=max_tokens,
                              do_sample=do_sample, eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id,
                              **sampling)[:, width:].tolist()
@@ -201,11 +199,10 @@ def falls(metrics: dict[str, float]) -> float:
     return 1.0 - metrics["success"] - metrics["truncated"] - metrics["failed"]
 
 
-def sft_settings(config: FrozenLakeWarmStartConfig) -> WarmStartConfig:
+def sft_settings(config: FrozenLakeWarmStartConfig) -> SFTSettings:
     """The knobs `train_sft` reads (its stopping rule is ours, passed as `on_step`)."""
-    return WarmStartConfig(steps=config.steps, stop_at_accuracy=None, lr=config.lr,
-                           batch_size=config.batch_size, seed=config.seed,
-                           max_threads=config.max_threads, log_every=config.log_every)
+    return SFTSettings(steps=config.steps, lr=config.lr, batch_size=config.batch_size,
+                       seed=config.seed, log_every=config.log_every)
 
 
 def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
@@ -215,8 +212,7 @@ def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
     `out_dir` with `warm_start.json` (settings and result) beside the weights."""
     out_dir = Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
-    input_ids, labels = encode_trajectories(demonstrations(config, tokenizer),
-                                            tokenizer.pad_token_id)
+    data = encode_trajectories(demonstrations(config, tokenizer), tokenizer.pad_token_id)
     checks: list[dict[str, float]] = []
 
     def reached_target(step: int, model: PreTrainedModel) -> bool:
@@ -235,9 +231,7 @@ def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
 
     start = time.perf_counter()
     with capped_threads(config.max_threads), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = load_causal_lm(base_dir)
-        losses = train_sft(model, input_ids, labels, sft_settings(config), reached_target)
+        model, losses = train_sft(base_dir, data, sft_settings(config), reached_target)
         greedy = play(model, tokenizer, config, config.num_dev, DEV_STREAM + config.seed,
                       do_sample=False)
     if not checks or not done(checks[-1]):
@@ -250,7 +244,7 @@ def warm_start_frozen_lake(base_dir: str | Path, out_dir: str | Path,
         steps=len(losses), final_loss=sum(tail) / len(tail),
         seconds=time.perf_counter() - start, dev_sampled_valid=checks[-1]["action_is_valid"],
         dev_sampled_success=checks[-1]["success"], dev_greedy_success=greedy["success"])
-    save_hf_checkpoint(model, tokenizer, out_dir)
+    save_hf_checkpoint(model.cpu(), tokenizer, out_dir)
     (out_dir / "warm_start.json").write_text(
         json.dumps({"config": asdict(config), "result": asdict(result)}, indent=2) + "\n")
     logger.info("frozen-lake warm start done: %s", result)

@@ -1,0 +1,57 @@
+"""platform/ knows nothing about RL: no module under flywheel/platform imports envs,
+algorithms, pipelines or workers (DESIGN.md: imports flow cli -> pipelines -> workers ->
+platform). Every import statement counts, at module level or inside a function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PLATFORM = ROOT / "flywheel" / "platform"
+FORBIDDEN = ("flywheel.envs", "flywheel.algorithms", "flywheel.pipelines", "flywheel.workers")
+
+
+def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import in `source`, a module of `package`; relative
+    imports resolved, and `from a import b` counted as both `a` and `a.b`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def is_forbidden(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+
+
+def test_platform_imports_nothing_about_rl():
+    modules = sorted(PLATFORM.rglob("*.py"))
+    assert len(modules) > 20
+    bad = []
+    for path in modules:
+        relative = path.relative_to(ROOT)
+        package = ".".join(relative.with_suffix("").parts[:-1])
+        bad += [f"{relative}:{line} imports {name}"
+                for line, name in imported_modules(path.read_text(), package)
+                if is_forbidden(name)]
+    assert not bad, "platform/ must not import envs, algorithms, pipelines or workers:\n" + \
+        "\n".join(bad)
+
+
+def test_the_check_sees_every_form_of_import():
+    package = "flywheel.platform.config"
+    for source in ("import flywheel.envs", "from flywheel import pipelines",
+                   "from flywheel.workers.batch import TokenBatch",
+                   "def f():\n    from ...algorithms import grpo", "from ... import envs"):
+        assert any(is_forbidden(n) for _, n in imported_modules(source, package)), source
+    assert not any(is_forbidden(n) for _, n in imported_modules(
+        "from flywheel.platform.config import schema\nfrom .errors import ConfigError", package))
