@@ -15,7 +15,11 @@ How far ahead (`async_generation_ratio` = r): at most floor((1 + r) · B) groups
 outstanding — started but not yet released by a finished training step (or dropped).
 r = 0 is the synchronous pipeline: the next batch starts only after the step that
 consumed the previous one has published its weights. r = 1 is one-step-off. Fractional r
-lets part of the next batch run ahead.
+lets part of the next batch run ahead. Dropped groups leave the window at once (filtered
+ones when scored, stale ones at the trainer's first take attempt that finds them too old),
+and when fewer than a batch remain outstanding the next item goes out even if it overshoots
+the window: that is dynamic sampling's over-sampling, and it never waits for room that no
+take would ever free.
 
 Ordering, so no weight update is ever missed or reordered: for RLVR every call to
 actor_infer goes out from this one thread, and Ray runs the calls of one caller to one
@@ -144,10 +148,14 @@ class PrefetchGenerator:
         with self._cond:
             while True:
                 self._raise_if_failed()
+                # Dropped groups free their place at once (filtered ones as they were put):
+                # a window full of groups that can no longer be trained would stall.
+                stale = self.buffer.drop_stale(step)
+                self.released_groups += len(stale)
                 taken = self.buffer.take(self.batch_size, step)
-                if taken is not None:
-                    self.released_groups += len(taken.stale) + len(taken.filtered)
+                if taken is not None or stale:
                     self._cond.notify_all()
+                if taken is not None:
                     return taken
                 self._cond.wait(timeout=0.1)
 
@@ -259,7 +267,11 @@ class PrefetchGenerator:
             item = self._pending_chunks[0]
             outstanding = self.started_groups - self.released_groups
             rank = min(per_worker, key=per_worker.get)
-            if outstanding + item.num_groups > self.capacity or per_worker[rank] >= 2:
+            # Past capacity only to refill: when filtered groups left fewer outstanding than
+            # a batch, the next item goes out even if it does not fit whole (at ratio 0 its
+            # extra groups go stale and are dropped; waiting would wait forever).
+            full = outstanding + item.num_groups > self.capacity
+            if (full and outstanding >= self.batch_size) or per_worker[rank] >= 2:
                 return
             self._send(self._pending_chunks.pop(0), rank)
             per_worker[rank] += 1
@@ -288,15 +300,19 @@ class PrefetchGenerator:
                 self.released_groups += len(groups)
                 self.on_dropped(groups, reason)
             if not done.scoring.refs:
-                self.buffer.put(done.scoring.finish())
+                self._put(done.scoring.finish())
             for part_ref in done.scoring.refs:
                 self._scoring[part_ref] = done.scoring
         elif ref in self._scoring:
             scoring = self._scoring.pop(ref)
             if not any(r in self._scoring for r in scoring.refs):
-                self.buffer.put(scoring.finish())
+                self._put(scoring.finish())
         else:
             self.actor_infer.get(ref, self._updates.pop(ref))  # raises if the update failed
+
+    def _put(self, groups: list) -> None:
+        """Scored groups into the buffer; those its filter drops free their place now."""
+        self.released_groups += len(self.buffer.put(groups))
 
     def _check_stalls(self) -> None:
         now = time.monotonic()

@@ -1,12 +1,19 @@
-"""Scored groups waiting for training, and the rule that keeps stale ones out.
+"""Scored groups waiting for training, and the rules that keep stale and useless ones out.
 
 The buffer hands out groups in prompt-stream order (lowest `seq` first), so with
 synchronous generation a batch is exactly the prompts drawn for that step, in order.
 `take` enforces the staleness bound at the moment of training: a group generated at
 policy version v may be trained at (0-based) step t only if t − v ≤ max_staleness;
-older groups are removed and reported as dropped, never trained. Optionally groups
-whose responses all scored the same are filtered (they carry no GRPO signal, DAPO's
-"dynamic sampling", arXiv 2503.14476).
+older groups are removed as soon as a take for t is attempted (`drop_stale`; the
+generator then frees their place), reported as dropped with the next successful take,
+and never trained.
+
+Dynamic sampling (group_filter.py): `put` drops groups without a training signal as they
+arrive and returns them, so the prefetch generator frees their place in its window at once
+and generates more prompts in their stead; waiting for a take to release them stalls a
+synchronous run, whose window holds exactly one batch. They are reported with the next
+successful take (`Taken.filtered`), so the ledger and metrics show them at the step whose
+batch they would have joined. Past the filter's cap, groups are kept whatever they scored.
 
 Not here: who produces groups (the prefetch generator) and what is recorded about them
 (the ledger); the buffer only orders, filters and hands out.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from flywheel.pipelines.group_filter import GroupFilter
 from flywheel.pipelines.rollout import Group
 
 
@@ -26,45 +34,75 @@ class Taken:
     groups: list[Group]
     stale: list[Group] = field(default_factory=list)
     filtered: list[Group] = field(default_factory=list)
+    filter_cap_kept: int = 0  # samples in `groups` kept only because the cap was reached
 
 
 @dataclass
 class ReplayBuffer:
     max_staleness: int
-    drop_uniform_groups: bool = False
-    _groups: dict[int, Group] = field(default_factory=dict)  # seq -> group
+    drop_uniform_groups: bool = False  # shorthand for group_filter=GroupFilter(True)
+    group_filter: GroupFilter | None = None  # unset: GroupFilter(drop_uniform_groups)
+    _groups: dict[int, Group] = field(default_factory=dict)  # seq -> trainable group
+    _filtered: list[Group] = field(default_factory=list)  # dropped, reported by next take
+    _stale: list[Group] = field(default_factory=list)  # the same, for stale groups
+    _filtered_since_take: int = 0  # groups, toward the filter's cap
+    _cap_kept: int = 0  # samples kept past the cap since the last take
+    _batch_size: int = 0  # groups per take, as last asked (the cap counts in batches)
+
+    def __post_init__(self) -> None:
+        if self.group_filter is None:
+            self.group_filter = GroupFilter(drop_uniform=self.drop_uniform_groups)
 
     def __len__(self) -> int:
+        """Groups waiting to be trained (filtered ones are already let go)."""
         return len(self._groups)
 
-    def put(self, groups: list[Group]) -> None:
+    def put(self, groups: list[Group]) -> list[Group]:
+        """Add scored groups; returns those the filter dropped (their place is free)."""
+        dropped = []
         for g in groups:
-            self._groups[g.seq] = g
+            if self.group_filter.keeps(g.scores):
+                self._groups[g.seq] = g
+            elif self._cap_reached():
+                self._groups[g.seq] = g
+                self._cap_kept += g.num_samples
+            else:
+                self._filtered.append(g)
+                self._filtered_since_take += 1
+                dropped.append(g)
+        return dropped
+
+    def _cap_reached(self) -> bool:
+        cap = self.group_filter.max_gen_batches
+        return bool(cap) and self._filtered_since_take >= (cap - 1) * self._batch_size
+
+    def drop_stale(self, step: int) -> list[Group]:
+        """Remove the groups too old for 0-based `step` (so for every later step too) and
+        return them; their place in the generator's window is free from now on."""
+        stale = [self._groups.pop(seq) for seq in sorted(self._groups)
+                 if step - self._groups[seq].version > self.max_staleness]
+        self._stale.extend(stale)
+        return stale
 
     def take(self, n: int, step: int) -> Taken | None:
         """`n` trainable groups for 0-based `step`, lowest seq first; None if too few yet.
 
-        Stale and filtered groups are removed (and returned) only by a successful take,
-        so what was dropped is reported with the step that dropped it.
+        Groups dropped as stale or filtered since the last take are reported by the next
+        successful one, so what was dropped shows at the step whose batch it missed.
         """
-        verdicts = {seq: self._verdict(g, step) for seq, g in self._groups.items()}
-        usable = sorted(seq for seq, v in verdicts.items() if v == "ok")
-        if len(usable) < n:
+        self._batch_size = n
+        self.drop_stale(step)
+        if len(self._groups) < n:
             return None
-        taken = Taken(groups=[self._groups.pop(seq) for seq in usable[:n]])
-        for seq, verdict in verdicts.items():
-            if verdict == "stale":
-                taken.stale.append(self._groups.pop(seq))
-            elif verdict == "filtered":
-                taken.filtered.append(self._groups.pop(seq))
+        taken = Taken(groups=[self._groups.pop(seq) for seq in sorted(self._groups)[:n]],
+                      stale=self._stale, filtered=self._filtered,
+                      filter_cap_kept=self._cap_kept)
+        self._stale, self._filtered, self._filtered_since_take, self._cap_kept = [], [], 0, 0
         return taken
 
-    def _verdict(self, g: Group, step: int) -> str:
-        if step - g.version > self.max_staleness:
-            return "stale"
-        if self.drop_uniform_groups and len(set(g.scores)) <= 1:
-            return "filtered"
-        return "ok"
-
     def snapshot(self) -> list[Group]:
-        return [self._groups[seq] for seq in sorted(self._groups)]
+        """Every group the buffer holds, dropped ones not yet reported included (a resumed
+        run puts them back, and the filter or the staleness bound drops and reports them
+        again)."""
+        return sorted([*self._groups.values(), *self._filtered, *self._stale],
+                      key=lambda g: g.seq)

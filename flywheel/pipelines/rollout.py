@@ -48,6 +48,9 @@ class Group:
     version: int  # policy version that started every response (their first token's)
     scores: list[float] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
+    # Per response, what its reward said beside the score (RewardResult.metadata:
+    # timed_out, crashed, parsed, ...), counted in the reward/* metrics.
+    reward_info: list[dict] = field(default_factory=list)
 
     # What the replay buffer, ledger and step metrics read of any group (RLVR or agentic).
     @property
@@ -237,7 +240,9 @@ class ScoringJob:
         for cluster, rank, ref, indices in self.parts:
             results = iter(cluster.get(ref, rank))
             for gi in indices:
-                self.groups[gi].scores = [next(results).score for _ in self.groups[gi].texts]
+                scored = [next(results) for _ in self.groups[gi].texts]
+                self.groups[gi].scores = [r.score for r in scored]
+                self.groups[gi].reward_info = [r.metadata for r in scored]
         return self.groups
 
 

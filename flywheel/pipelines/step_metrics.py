@@ -30,6 +30,7 @@ def staleness_metrics(taken: Taken, step: int, queue_depth: int) -> dict[str, fl
             "staleness/mean": sum(lags) / len(lags),
             "rollout/dropped_stale": float(sum(g.num_samples for g in taken.stale)),
             "rollout/dropped_filtered": float(sum(g.num_samples for g in taken.filtered)),
+            "rollout/filter_cap_kept": float(taken.filter_cap_kept),
             "rollout/queue_depth": float(queue_depth)}
 
 
@@ -41,3 +42,18 @@ def partial_rollout_metrics(groups: list[Group], step: int) -> dict[str, float]:
             for v in (r.token_versions or [start] * len(r.token_ids))]
     return {"rollout/partial_frac": sum(spanning) / len(spanning),
             "staleness/token_mean": sum(lags) / len(lags) if lags else 0.0}
+
+
+def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
+    """What the rewards said about the samples whose fate this step decided (trained or
+    dropped): `reward/timed_out` and `reward/crashed` count samples the hard per-sample
+    limit killed or whose scoring process died (each scored 0); `reward/parse_rate` is the
+    share of samples, among those whose reward reports it, in which an answer was found."""
+    infos = [info for g in [*taken.groups, *taken.stale, *taken.filtered]
+             for info in g.reward_info]
+    metrics = {"reward/timed_out": float(sum(bool(i.get("timed_out")) for i in infos)),
+               "reward/crashed": float(sum(bool(i.get("crashed")) for i in infos))}
+    parsed = [bool(i["parsed"]) for i in infos if "parsed" in i]
+    if parsed:
+        metrics["reward/parse_rate"] = sum(parsed) / len(parsed)
+    return metrics
