@@ -338,8 +338,9 @@ def run_suite(folder: Path, only: Sequence[str] = (), fast: bool = False,
     outcomes = run_cases(cases, out_dir)
     rows = judge(cases, outcomes)
     table = format_table(rows)
+    runs = f"{len(cases)} run{'s' if len(cases) != 1 else ''}"
     print(f"\nplatform ci {'--fast ' if fast else ''}{folder} "
-          f"({len(cases)} runs, {time.monotonic() - start:.0f} s; runs in {out_dir})")
+          f"({runs}, {time.monotonic() - start:.0f} s; runs in {out_dir})")
     print(table, flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "ci.json").write_text(json.dumps({

@@ -101,7 +101,7 @@ def test_no_expectations_block_is_an_error(tmp_path):
         parse_expectations(None, "f.yaml", fast=False)
 
 
-def test_fast_set_passes(tmp_path, ray_session, arith_model_path, capsys):
+def test_fast_set_passes(tmp_path, ray_session, arith_model_path, tiny_model_path, capsys):
     """The fast forms of configs/ci through `platform ci --fast` (what `make test` runs)."""
     code = cli.main(["ci", str(CI), "--fast", "--runs-dir", str(tmp_path)])
     out = capsys.readouterr().out
