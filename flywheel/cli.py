@@ -2,6 +2,8 @@
 """`platform`: the command line (`platform ...` or `python -m flywheel ...`).
 
     platform run --config F.yaml [--address ADDR] [key.path=value ...]
+    platform run --resume RUN_DIR [key.path=value ...]   continue a run in place, from its
+                                             own config.yaml and newest checkpoint
     platform validate --config F.yaml [key.path=value ...]
     platform show-config --config F.yaml [key.path=value ...]
     platform runs [--runs-dir runs]          status, steps, reward, checkpoint, resume command
@@ -17,7 +19,10 @@ in a bash or zsh profile turns it on.
 
 A user sees one line per problem, never a traceback: a config mistake is
 `error: <file>: <key.path>: <message>` and exit status 2; any other failure (the pipeline
-raising at run time, a bug) is `error: <type>: <first line>` and exit status 1.
+raising at run time, a bug) is `error: <type>: <first line>` and exit status 1; a run's
+full traceback (a worker's own included) is in `<output_dir>/error.log`, which the line
+names. SIGINT / SIGTERM stop a run after its current step with a checkpoint and print the
+resume command (`error: interrupted: ...`, exit status 130).
 `FLYWHEEL_DEBUG=1` prints the traceback as well. Warnings (`warning: ...`) and errors go to
 stderr, so `show-config` output on stdout is always loadable YAML.
 
@@ -49,6 +54,7 @@ from flywheel.platform.config import (
     load_config,
 )
 from flywheel.platform.config.checks import roles
+from flywheel.platform.stop_signals import RunInterrupted
 
 DEFAULT_RUNS_DIR = "runs"
 MLFLOW_DB = "mlruns.db"
@@ -60,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argcomplete.autocomplete(parser)  # answers a shell's completion request, else nothing
     args = parser.parse_args(argv)
+    # The config checks learn the env names from the env registry (platform/ may not
+    # import envs); ~0.2 s, so every command that loads a config checks env_type too.
+    import flywheel.pipelines.env_catalog  # noqa: F401
+
     return _report_errors(args.handler, args)
 
 
@@ -69,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="validate a config and run its pipeline")
-    _add_config_arguments(run)
+    _add_config_arguments(run, required=False)
+    run.add_argument("--resume", default=None, metavar="RUN_DIR", type=Path,
+                     help="continue this run directory in place from its newest complete "
+                          "checkpoint, with its own config.yaml unless --config is given "
+                          "(overrides may change max_steps, logging, eval, timeouts)")
     run.add_argument("--address", default=None,
                      help="join this Ray cluster ('auto' or host:port) instead of starting "
                           "one; default: $RAY_ADDRESS, then ray.address in the config")
@@ -134,8 +148,9 @@ def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
                         help=f"where runs are written (default: {DEFAULT_RUNS_DIR}/)")
 
 
-def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="FILE.yaml", help="pipeline config")
+def _add_config_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--config", required=required, metavar="FILE.yaml",
+                        help="pipeline config")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
                         help="override a config value, e.g. max_steps=20 "
                              "actor_train.training_args.learning_rate=1e-5"
@@ -143,7 +158,14 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.resume is not None:  # the run's own saved config, continued in its directory
+        run_dir = args.resume.as_posix()
+        args.config = args.config or f"{run_dir}/config.yaml"
+        overrides += [f"resume_from_checkpoint={run_dir}", f"output_dir={run_dir}"]
+    elif args.config is None:
+        raise ConfigError("", "", "platform run needs --config FILE.yaml or --resume RUN_DIR")
+    cfg = load_config(args.config, overrides)
     _print_warnings(check_environment(cfg))
     _show_info_logs()
     from flywheel.pipelines.launch import run  # here, not at the top: it imports Ray, torch
@@ -308,13 +330,16 @@ def _report_errors(handler: Callable[[argparse.Namespace], int],
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as error:
+        said = str(error) if isinstance(error, RunInterrupted) else ""
+        print(f"error: interrupted{': ' + said if said else ''}", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 (the user gets one line; FLYWHEEL_DEBUG=1 for more)
         if debug:
             traceback.print_exc()
-        hint = "" if debug else " (FLYWHEEL_DEBUG=1 prints the traceback)"
+        log = getattr(error, "error_log", None)
+        hint = ("" if debug else f" (full traceback: {log})" if log
+                else " (FLYWHEEL_DEBUG=1 prints the traceback)")
         print(f"error: {_one_line(error)}{hint}", file=sys.stderr)
         return EXIT_FAILURE
 

@@ -81,8 +81,8 @@ class AgenticPipeline(RLVRPipeline):
         return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
             batch_size=cfg.rollout_batch_size // self.group_size,
-            ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
-            on_dropped=self.on_dropped, first_batch=self.first_batch,
+            ratio=cfg.async_generation_ratio, on_generated=self.generated,
+            on_dropped=self.on_dropped, first_batch=self.first_batch, first_seq=self.next_seq,
             started_groups=len(self.buffer), cpu_affinity=cfg.prefetch_cpu_affinity,
         )
 

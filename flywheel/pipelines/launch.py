@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import traceback
 from pathlib import Path
 
 import yaml
@@ -23,32 +24,57 @@ from flywheel.pipelines.env_catalog import ENV_CATALOG
 from flywheel.pipelines.prompt_data import load_prompts
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import Roles, num_slots, start_roles
+from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.sample_texts import SampleTextLog
-from flywheel.platform.checkpoint import resolve_checkpoint
+from flywheel.platform.checkpoint import checkpoint_step
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.agentic_checks import check_env_names
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import start_ray, stop_ray
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
 from flywheel.platform.run_status import write_status
+from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
 log = logging.getLogger(__name__)
 
 
-def output_dir_for(cfg: PipelineConfig) -> tuple[Path, bool]:
-    """(directory, whether it is the default runs/<exp_name>/<timestamp> layout)."""
+def output_dir_for(cfg: PipelineConfig, checkpoint: Path | None = None) -> tuple[Path, bool]:
+    """(directory, whether it is the default runs/<exp_name>/<timestamp> layout); a resumed
+    run continues in its checkpoint's run directory unless output_dir names another."""
     if cfg.output_dir:
         return Path(cfg.output_dir), False
+    if checkpoint is not None:
+        return checkpoint.parent, True
     return Path("runs") / cfg.exp_name / time.strftime("%Y%m%d-%H%M%S"), True
+
+
+def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path | None, Path]:
+    """(checkpoint or None, run directory); a resumed run's directory is checked against
+    its saved config and cut back to the checkpoint (resume.py) before anything is written."""
+    checkpoint = (find_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, cfg.exp_name)
+                  if cfg.resume_from_checkpoint else None)
+    output_dir, _ = output_dir_for(cfg, checkpoint)
+    saved = output_dir / "config.yaml"
+    if checkpoint is None or not saved.exists():
+        return checkpoint, output_dir
+    for line in check_changes(yaml.safe_load(saved.read_text()), config_to_dict(cfg),
+                              config_path or str(saved)):
+        print(f"resume: changed {line}", flush=True)
+    step = checkpoint_step(checkpoint)
+    cut_back(output_dir, step)
+    ledger_cut_back(output_dir, step)
+    return checkpoint, output_dir
 
 
 def run(cfg: PipelineConfig, config_path: str | None = None,
         address: str | None = None) -> Path:
     check_env_names(cfg, ENV_CATALOG)  # a loader without the env registry skipped them
-    output_dir, is_default = output_dir_for(cfg)
+    checkpoint, _ = prepare_resume(cfg, config_path)
+    output_dir, is_default = output_dir_for(cfg, checkpoint)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config_to_dict(cfg)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
@@ -71,6 +97,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     owns_ray, roles, tracker = False, None, None
     status = "failed"
+    stop = StopRequest()
     try:
         owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
         roles = start_roles(cfg, model_path, total_steps=cfg.max_steps)
@@ -86,14 +113,22 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
             pipeline = AgenticPipeline.create(cfg, roles, tokenizer, tracker, output_dir,
                                               env_workers)
         pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
-        if cfg.resume_from_checkpoint:
-            checkpoint = resolve_checkpoint(cfg.resume_from_checkpoint)
+        if checkpoint is not None:
             pipeline.load_checkpoint(checkpoint)
             print(f"resumed from {checkpoint} at step {pipeline.step}", flush=True)
-        pipeline.run()
+        pipeline.stop_requested = lambda: stop.requested
+        with stop_on_signals(stop):
+            stop.armed = True
+            pipeline.run()
+        if stop.requested:
+            raise RunInterrupted(f"{stop.signal_name} at step {pipeline.step}, checkpoint "
+                                 f"written; resume: platform run --resume {output_dir}")
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
+        raise
+    except Exception as error:  # the CLI's one line names the log with the full traceback
+        error.error_log = write_error_log(output_dir, error)
         raise
     finally:
         try:
@@ -109,6 +144,17 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
           f"{output_dir / 'plots.png'}", flush=True)
     return output_dir
+
+
+def write_error_log(output_dir: Path, error: BaseException) -> str:
+    """The driver's traceback and, for a worker's error, the worker's own (error.log)."""
+    path = output_dir / "error.log"
+    text = "".join(traceback.format_exception(error))
+    remote = getattr(error, "remote_traceback", None)
+    if remote:
+        text += f"\n--- traceback in the worker ---\n{remote}\n"
+    path.write_text(text)
+    return str(path)
 
 
 # How a run's end is named in status.json, and in mlflow.

@@ -36,6 +36,11 @@ when the item started), and by the ordering above after any weight update publis
 meanwhile: that is the pause, swap and continue of a long generation, with no backend call
 beyond `generate`.
 
+Resume: items go out in seq order and `paused()` waits for every started one, so at a
+checkpoint every group below some seq is finished (trained, dropped, or in the buffer) and
+none above it was started. The checkpoint keeps that seq; a resumed generator starts at
+its batch and skips the items below it, so nothing is generated twice or lost.
+
 Pausing (validation): `paused()` stops new chunks, waits for in-flight chunks (and their
 continuations), their scoring and any weight update to finish (their groups stay in the
 buffer: nothing is lost or generated twice), lets the caller use actor_infer alone, then
@@ -70,6 +75,7 @@ class WorkItem(Protocol):
     """One unit of generation work sent to one pool worker."""
 
     batch_index: int  # the (0-based) training step it was drawn for
+    first_seq: int  # seq of its first group (a batch's items cover its seqs in order)
 
     @property
     def num_groups(self) -> int: ...
@@ -108,6 +114,9 @@ class PrefetchGenerator:
     on_generated: Callable[[list], None] = lambda groups: None
     on_dropped: Callable[[list, str], None] = lambda groups, reason: None
     first_batch: int = 0  # batch index to draw first (a resumed run continues from it)
+    # Groups below this seq are done (a resumed run's checkpoint holds them): items of the
+    # first batch that start below it are not sent again.
+    first_seq: int = 0
     cpu_affinity: list[int] | None = None  # pin the generator thread (prefetch_cpu_affinity)
     # -- state, guarded by _cond ------------------------------------------------------
     started_groups: int = 0  # outstanding at start: groups restored into the buffer
@@ -261,8 +270,9 @@ class PrefetchGenerator:
             self._send(self._continuations.pop(0), rank)
             per_worker[rank] += 1
         while not self._paused:
-            if not self._pending_chunks:
-                self._pending_chunks = self.source.items(self._next_batch)
+            while not self._pending_chunks:
+                self._pending_chunks = [i for i in self.source.items(self._next_batch)
+                                        if i.first_seq >= self.first_seq]
                 self._next_batch += 1
             item = self._pending_chunks[0]
             outstanding = self.started_groups - self.released_groups

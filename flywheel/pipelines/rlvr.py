@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +60,7 @@ from flywheel.pipelines.step_metrics import (
     staleness_metrics,
 )
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
-from flywheel.platform.checkpoint import writing_checkpoint
+from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.config.derived import infer_is_correction
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
@@ -119,7 +120,12 @@ class RLVRPipeline:
     buffer: ReplayBuffer = field(init=False)
     ledger: SampleLedger = field(init=False)
     first_batch: int = 0  # batch index the generator starts from (moves on resume)
+    # Every group below this seq has been generated (trained, dropped, or in the buffer):
+    # a resumed run starts its first batch's chunks here, so none is generated twice.
+    next_seq: int = 0
     weights_ahead: Pending | None = None  # weights queued behind this step's train call
+    # Asked after every step; true: checkpoint and return early (launch: SIGINT/SIGTERM).
+    stop_requested: Callable[[], bool] = lambda: False
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
 
     def __post_init__(self) -> None:
@@ -145,10 +151,16 @@ class RLVRPipeline:
         return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
             batch_size=cfg.rollout_batch_size,
-            ratio=cfg.async_generation_ratio, on_generated=self.ledger.generated,
-            first_batch=self.first_batch, started_groups=len(self.buffer),
-            cpu_affinity=cfg.prefetch_cpu_affinity,
+            ratio=cfg.async_generation_ratio, on_generated=self.generated,
+            first_batch=self.first_batch, first_seq=self.next_seq,
+            started_groups=len(self.buffer), cpu_affinity=cfg.prefetch_cpu_affinity,
         )
+
+    def generated(self, groups: list[Group]) -> None:
+        """Chunks go out in seq order and a checkpoint pauses until every started one is
+        finished, so at a save every group below `next_seq` is done (generator thread)."""
+        self.next_seq = max([self.next_seq, *(g.seq + 1 for g in groups)])
+        self.ledger.generated(groups)
 
     def run(self) -> None:
         cfg = self.cfg
@@ -157,7 +169,7 @@ class RLVRPipeline:
         generator = self.make_generator()
         generator.start()
         try:
-            while self.step < cfg.max_steps:
+            while self.step < cfg.max_steps and not self.stop_requested():
                 metrics = self.train_step(generator)
                 self.tracker.log(self.step, metrics)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
@@ -309,10 +321,12 @@ class RLVRPipeline:
             if self.roles.critic is not None:
                 self.roles.critic.save(str(tmp / "critic"))
             state = {"step": self.step, "version": self.version,
-                     "next_batch": generator.next_batch, "kl_coef": self.kl_ctl.value,
+                     "next_batch": generator.next_batch, "next_seq": self.next_seq,
+                     "kl_coef": self.kl_ctl.value,
                      "buffer": [self.group_state(g) for g in self.buffer.snapshot()],
                      "saved_at": time.time()}
             (tmp / "pipeline_state.json").write_text(json.dumps(state))
+        prune_checkpoints(self.output_dir, self.cfg.save_total_limit)
 
     def load_checkpoint(self, path: Path) -> None:
         state = json.loads((path / "pipeline_state.json").read_text())
@@ -320,8 +334,10 @@ class RLVRPipeline:
         if self.roles.critic is not None:
             self.roles.critic.load(str(path / "critic"))
         # actor_infer restarts from the checkpoint's weights, whatever it held before.
-        self.step = self.version = state["step"]
+        self.step = state["step"]
+        self.version = state.get("version", self.step)
         self.first_batch = state["next_batch"]
+        self.next_seq = state.get("next_seq", 0)
         self.kl_ctl.value = state["kl_coef"]
         restored = [self.group_from_state(d) for d in state["buffer"]]
         self.buffer.put(restored)

@@ -6,6 +6,11 @@ responses, at which step they were trained, how stale they were, and which were 
 (stale, filtered, env_error) or abandoned when the run stopped (aborted). Every group
 generated in a run appears exactly once. Agentic groups (envs sharing a seed) are recorded
 the same way, by their start version (the policy of their first turn).
+
+A resumed run first cuts the ledger back to its checkpoint (`cut_back`): rows of later
+steps were lost with the process that wrote them (a kill after the checkpoint) and those
+groups are trained again, and `aborted` rows name groups the resumed run restores or
+generates again; without the cut the ledger would say they were trained twice.
 """
 
 from __future__ import annotations
@@ -16,6 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flywheel.pipelines.rollout import Group
+from flywheel.platform.resume import rewrite_jsonl
+
+LEDGER_FILE = "samples.jsonl"
+
+
+def cut_back(run_dir: Path, step: int) -> int:
+    """Before a resume from the checkpoint of `step`: the rows still true; returns how
+    many were removed."""
+    return rewrite_jsonl(run_dir / LEDGER_FILE,
+                         lambda row: row["step"] <= step and row["fate"] != "aborted")
 
 
 class SampleLedger:

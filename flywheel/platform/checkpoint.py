@@ -1,8 +1,9 @@
 """Atomic checkpoint directories.
 
 A checkpoint is written into `checkpoint-<step>.tmp` and renamed to `checkpoint-<step>`
-only after every file (and a `COMPLETE` marker) is on disk, so killing the process at any
-moment leaves the previous complete checkpoint as the newest loadable one. What goes
+only after every file (and a `COMPLETE` marker) is fsynced to disk, so killing the process
+(or losing power) at any moment leaves the previous complete checkpoint as the newest
+loadable one. `prune_checkpoints` keeps the newest N (save_total_limit). What goes
 inside is the caller's business (model, optimizer, pipeline cursor). Once a checkpoint is
 complete the run's plots.png is redrawn (`plots.refresh_run_plots`), so a long run's
 pictures are never older than its newest checkpoint.
@@ -33,7 +34,7 @@ def writing_checkpoint(output_dir: Path, step: int) -> Iterator[Path]:
     try:
         yield tmp
         (tmp / MARKER).write_text(json.dumps({"step": step}))
-        _fsync_dir(tmp)
+        _fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -42,6 +43,21 @@ def writing_checkpoint(output_dir: Path, step: int) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     refresh_run_plots(output_dir)
+
+
+def prune_checkpoints(output_dir: Path, keep: int | None) -> list[Path]:
+    """Remove all but the newest `keep` complete checkpoints (None or 0: keep all), and
+    any `.tmp` left by a killed save; returns what was removed."""
+    removed = [p for p in output_dir.glob("checkpoint-*.tmp") if p.is_dir()]
+    if keep:
+        removed += [path for _, path in complete_checkpoints(output_dir)[:-keep]]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(json.loads((path / MARKER).read_text())["step"])
 
 
 def complete_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
@@ -62,6 +78,18 @@ def resolve_checkpoint(path: str) -> Path:
     if not found:
         raise FileNotFoundError(f"resume_from_checkpoint: no complete checkpoint at {path}")
     return found[-1][1]
+
+
+def _fsync_tree(root: Path) -> None:
+    """Every file under `root`, then every directory (children before parents)."""
+    for dirpath, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
 
 
 def _fsync_dir(path: Path) -> None:

@@ -31,6 +31,7 @@ class WorkerError(RuntimeError):
         super().__init__(f"{role} rank {rank}: {message}")
         self.role = role
         self.rank = rank
+        self.remote_traceback: str | None = None
 
 
 @dataclass
@@ -107,7 +108,9 @@ class Cluster:
             return ray.get(ref, timeout=timeout)
         except RayTaskError as e:
             cause = e.cause or e
-            raise WorkerError(self.role, rank, f"{type(cause).__name__}: {cause}") from None
+            error = WorkerError(self.role, rank, f"{type(cause).__name__}: {cause}")
+            error.remote_traceback = str(e)  # the worker's own traceback, for error.log
+            raise error from None
         except RayActorError as e:
             if e.actor_init_failed:  # the message ends with the constructor's exception
                 last = [line for line in e.error_msg.splitlines() if line.strip()][-1]

@@ -61,10 +61,7 @@ class RunSummary:
         """The command that continues this run from its newest checkpoint, in its dir."""
         if self.checkpoint is None or self.status == "running":
             return None
-        config = self.run_dir / "config.yaml"
-        return (f"platform run --config {shlex.quote(config.as_posix())} "
-                f"resume_from_checkpoint={shlex.quote(self.checkpoint.as_posix())} "
-                f"output_dir={shlex.quote(self.run_dir.as_posix())}")
+        return f"platform run --resume {shlex.quote(self.run_dir.as_posix())}"
 
 
 def summarize(run_dir: Path) -> RunSummary:

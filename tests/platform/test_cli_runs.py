@@ -66,8 +66,7 @@ def test_runs_lists_status_steps_figures_checkpoint_and_resume(tmp_path, capsys)
         "interrupted", "3/20", "0.300", "0.450", "-"]
     resume = lines[lines.index(next(line for line in lines if "2-failed" in line)) + 1]
     run = (runs / "a" / "2-failed").as_posix()
-    assert resume == (f"  resume: platform run --config {run}/config.yaml "
-                      f"resume_from_checkpoint={run}/checkpoint-5 output_dir={run}")
+    assert resume == f"  resume: platform run --resume {run}"
     assert lines[-1] == f"mlflow UI: platform ui --runs-dir {runs.as_posix()}"
 
 

@@ -47,8 +47,10 @@ DEVICE_MAPPING_FIELDS = frozenset({"device_mapping"})
 # list[str] fields where a single string means a one-item list.
 ONE_OR_MORE_FIELDS = frozenset({"file_name"})
 # `X | None` fields where `false` means null: ROLL writes `resume_from_checkpoint: false`
-# for "no resume", and its files load as written. `true` is still a type error.
+# for "no resume", and its files load as written; `true` there means "latest" (the run
+# directory's newest complete checkpoint).
 FALSE_MEANS_NULL = frozenset({"resume_from_checkpoint"})
+TRUE_MEANS_LATEST = frozenset({"resume_from_checkpoint"})
 # Unknown-key messages list every valid key when a dataclass has at most this many.
 _LIST_KEYS_UP_TO = 12
 
@@ -123,6 +125,8 @@ def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
     inner = _strip_optional(type_)
     if value is False and path and path[-1] in FALSE_MEANS_NULL and inner is not type_:
         value = None
+    if value is True and path and path[-1] in TRUE_MEANS_LATEST:
+        value = "latest"
     if value is None:
         if inner is not type_ or type_ is Any:
             return None

@@ -399,8 +399,13 @@ class PipelineConfig:
     # ROLL's tracker options, read by the chosen backend: project / name / notes / tags
     # (wandb), log_dir (tensorboard, wandb). Keys a backend does not know are an error.
     tracker_kwargs: dict[str, Any] = field(default_factory=dict)
-    # A checkpoint directory (.../checkpoint-<step>) to continue from. null: start fresh;
-    # `false`, as ROLL's files write it, means the same (conversion.FALSE_MEANS_NULL).
+    # What to continue from: a checkpoint directory (.../checkpoint-<step>) or a run
+    # directory (its newest complete checkpoint); `true` (or "latest"): output_dir's newest
+    # complete checkpoint, or when output_dir is unset the newest run under
+    # runs/<exp_name>/ that has one. The run continues in place (same run directory,
+    # metrics.jsonl, samples.jsonl, mlflow run); a config that differs from the saved one
+    # may change only what is safe (max_steps, logging, eval, checkpoints, tracking,
+    # timeouts). null or `false` (ROLL's spelling): start fresh.
     resume_from_checkpoint: str | None = None
 
     # Policy model for every role that does not name its own.
@@ -426,6 +431,9 @@ class PipelineConfig:
     max_steps: int = 100
     # Checkpoint every N steps (0 = only at the end).
     save_steps: int = 0
+    # Keep only the newest N complete checkpoints (older ones are deleted after each save);
+    # null or 0: keep every one.
+    save_total_limit: int | None = None
     # Print the console progress line every N steps (metrics.jsonl and mlflow get every
     # step).
     logging_steps: int = 1

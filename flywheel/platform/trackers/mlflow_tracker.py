@@ -23,6 +23,9 @@ def sqlite_artifact_uri(sqlite_uri: str) -> str:
     return (db.parent / "mlartifacts").resolve().as_uri()
 
 
+RUN_ID_FILE = "mlflow_run_id"
+
+
 @dataclass
 class MlflowTracker:
     run_id: str
@@ -38,7 +41,13 @@ class MlflowTracker:
             mlflow.create_experiment(run.experiment,
                                      artifact_location=sqlite_artifact_uri(run.mlflow_uri))
         mlflow.set_experiment(run.experiment)
+        # A resumed run continues its own mlflow run (the id is kept in the run directory).
+        saved = run.output_dir / RUN_ID_FILE
+        previous = saved.read_text().strip() if saved.exists() else None
+        if previous and _run_exists(previous):
+            return cls(run_id=mlflow.start_run(run_id=previous).info.run_id)
         active = mlflow.start_run(run_name=run.run_name)
+        saved.write_text(active.info.run_id)
         mlflow.log_params(_flatten(run.params))
         config = run.output_dir / "config.yaml"
         if config.exists():
@@ -57,6 +66,14 @@ class MlflowTracker:
 
     def close(self, status: str) -> None:
         mlflow.end_run(status=status)
+
+
+def _run_exists(run_id: str) -> bool:
+    try:
+        mlflow.MlflowClient().get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        return False
+    return True
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:

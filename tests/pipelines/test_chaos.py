@@ -1,0 +1,70 @@
+"""Runs that survive: SIGKILL of the driver at random moments, and SIGTERM mid-step.
+
+Each run is `platform run` in a child process (chaos_runs.py); `make chaos` runs the
+longer version (more seeds, more kills per run).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+import pytest
+
+from flywheel.pipelines.launch import run
+from flywheel.platform.config import load_config
+from tests.pipelines.chaos_runs import (
+    chaos_run,
+    check_ledger,
+    kill_run,
+    metrics_by_step,
+    start,
+    steps_logged,
+    wait_for_step,
+    write_config,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def address(ray_session, tiny_model_path) -> str:
+    """The test session's Ray, joined by every child run (no Ray start per run)."""
+    return ray_session.get_runtime_context().gcs_address
+
+
+def test_sigterm_mid_step_leaves_a_checkpoint_and_resumes(tmp_path, address):
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", out, 1.0, max_steps=4)
+    log = tmp_path / "run.log"
+    proc = start(["--config", str(config)], log, address)
+    try:
+        wait_for_step(proc, out, 1, 120)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        kill_run(proc)
+    text = log.read_text()
+    assert rc == 130, text[-2000:]
+    assert f"resume: platform run --resume {out}" in text
+    step = steps_logged(out)
+    assert (out / f"checkpoint-{step}" / "COMPLETE").exists()  # the step it was in finished
+    assert json.loads((out / "status.json").read_text())["status"] == "interrupted"
+    proc = start(["--resume", str(out)], log, address)
+    assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
+    check_ledger(out, 4)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0])
+def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, address, ratio):
+    t0 = time.monotonic()
+    out, events = chaos_run(tmp_path, ratio, seed=int(ratio), kills=1, max_steps=4,
+                            address=address)
+    assert events, "the run finished before it could be killed"
+    if ratio == 0:  # the resumed synchronous run is the uninterrupted one, number for number
+        whole = tmp_path / "whole"
+        run(load_config(write_config(tmp_path / "whole.yaml", whole, ratio, max_steps=4)))
+        assert metrics_by_step(out) == metrics_by_step(whole)
+    print(f"r={ratio}: {events}, {time.monotonic() - t0:.0f}s", file=sys.stderr)

@@ -1,0 +1,66 @@
+"""Resume in place, the file side: which checkpoint, what may change, records cut back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
+from flywheel.platform.checkpoint import complete_checkpoints, prune_checkpoints, writing_checkpoint
+from flywheel.platform.config import ConfigError, load_config_dict
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
+
+
+def save(run_dir, step):
+    with writing_checkpoint(run_dir, step) as tmp:
+        (tmp / "state.json").write_text("{}")
+
+
+def test_resume_setting_true_false_and_path(tmp_path):
+    assert load_config_dict({"resume_from_checkpoint": True}).resume_from_checkpoint == "latest"
+    assert load_config_dict({"resume_from_checkpoint": False}).resume_from_checkpoint is None
+    run = tmp_path / "runs" / "exp" / "20260101-000000"
+    for step in (2, 4):
+        save(run, step)
+    (run / "checkpoint-6.tmp").mkdir()  # a save killed half-way: never chosen
+    assert find_checkpoint("latest", str(run), "exp") == run / "checkpoint-4"
+    assert find_checkpoint("latest", None, "exp", tmp_path / "runs") == run / "checkpoint-4"
+    assert find_checkpoint(str(run / "checkpoint-2"), None, "exp") == run / "checkpoint-2"
+    with pytest.raises(FileNotFoundError, match="no run under"):
+        find_checkpoint("latest", None, "other", tmp_path / "runs")
+
+
+def test_save_total_limit_keeps_the_newest(tmp_path):
+    for step in (1, 2, 3, 4):
+        save(tmp_path, step)
+    (tmp_path / "checkpoint-5.tmp").mkdir()
+    prune_checkpoints(tmp_path, 2)
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [3, 4]
+    assert not (tmp_path / "checkpoint-5.tmp").exists()
+
+
+def test_changed_config_safe_keys_pass_unsafe_refused():
+    old = {"max_steps": 4, "pretrain": "a", "actor_train": {"training_args": {"lr": 1}},
+           "tracking": {"mlflow": True}}
+    assert check_changes(old, {**old, "max_steps": 8, "tracking": {"mlflow": False}},
+                         "f.yaml") == ["max_steps: 4 -> 8", "tracking.mlflow: True -> False"]
+    with pytest.raises(ConfigError, match=r"f.yaml: pretrain: differs from the run being "
+                                          r"resumed .*pretrain \('a' -> 'b'\)"):
+        check_changes(old, {**old, "pretrain": "b"}, "f.yaml")
+    with pytest.raises(ConfigError, match="actor_train.training_args.lr"):
+        check_changes(old, {**old, "actor_train": {"training_args": {"lr": 2}}}, "f.yaml")
+
+
+def test_records_cut_back_to_the_checkpoint(tmp_path):
+    rows = [{"step": s, "x": s} for s in (0, 1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "x"')  # torn by a kill
+    ledger = [{"seq": 0, "fate": "trained", "step": 1}, {"seq": 1, "fate": "trained", "step": 3},
+              {"seq": 2, "fate": "aborted", "step": 2}, {"seq": 3, "fate": "stale", "step": 2}]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ledger))
+    cut_back(tmp_path, 2)
+    assert ledger_cut_back(tmp_path, 2) == 2
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
+    assert steps == [0, 1, 2]
+    assert [json.loads(line)["seq"] for line in (tmp_path / "samples.jsonl").open()] == [0, 3]
