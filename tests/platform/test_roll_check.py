@@ -32,8 +32,8 @@ def test_resume_from_checkpoint_false_means_no_resume(tmp_path):
     assert load_config(tmp_path / "c.yaml", ["resume_from_checkpoint=false"]
                        ).resume_from_checkpoint is None
     with pytest.raises(ConfigError, match="resume_from_checkpoint: expected str or null, "
-                                          "got bool true"):
-        load_config(write(tmp_path / "t.yaml", {"resume_from_checkpoint": True}))
+                                          "got int 3"):
+        load_config(write(tmp_path / "t.yaml", {"resume_from_checkpoint": 3}))
 
 
 def test_unknown_keys_are_found_inside_copied_helper_trees(tmp_path, roll_check):
