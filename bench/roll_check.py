@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+import flywheel.pipelines.env_catalog  # noqa: F401 (the converter reads the env names)
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys, without

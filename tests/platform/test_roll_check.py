@@ -3,6 +3,9 @@
 come from running the script on a ROLL checkout)."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,25 @@ def test_a_helper_used_only_by_unknown_keys_goes_too(roll_check):
     assert sorted(removed) == ["actor_train.flash_attn", "actor_train.offload_nccl",
                                "offload_nccl"]
     assert data == {"max_steps": 3, "actor_train": {}}
+
+
+def test_the_script_over_a_checkout_converts_a_frozen_lake_config(tmp_path):
+    """The whole script in a fresh process, over a one-file "checkout": it hands
+    flywheel.envs' names to the converter (platform/ does not import envs), so FrozenLake
+    is no missing environment, and the config converts and validates."""
+    (tmp_path / "examples" / "agentic").mkdir(parents=True)
+    write(tmp_path / "examples" / "agentic" / "frozen_lake.yaml", {
+        "adv_estimator": "grpo", "rollout_batch_size": 64, "val_batch_size": 8,
+        "resume_from_checkpoint": False,
+        "custom_envs": {"FrozenLake": {"env_type": "frozen_lake"}},
+        "train_env_manager": {"tags": ["FrozenLake"], "num_env_groups": 8, "group_size": 8,
+                              "num_groups_partition": [8]},
+        "val_env_manager": {"tags": ["FrozenLake"], "num_env_groups": 8, "group_size": 1,
+                            "num_groups_partition": [8]}})
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())["summary"]
+    assert (summary["roll_loads"], summary["converted_and_valid"], summary["native_ok"]) == \
+        (1, 1, 1), summary
