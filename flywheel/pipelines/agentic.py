@@ -84,6 +84,7 @@ class AgenticPipeline(RLVRPipeline):
             ratio=cfg.async_generation_ratio, on_generated=self.generated,
             on_dropped=self.on_dropped, first_batch=self.first_batch, first_seq=self.next_seq,
             started_groups=len(self.buffer), cpu_affinity=cfg.prefetch_cpu_affinity,
+            stall_timeout_s=cfg.timeouts.generate_s,
         )
 
     def on_dropped(self, groups: list[EpisodeGroup], reason: str) -> None:

@@ -48,7 +48,10 @@ resumes.
 
 Failures: any error in this thread (a WorkerError naming role and rank, a stalled worker,
 with the work item it was running) is stored and re-raised in the trainer by the next
-`take` or `paused`.
+`take` or `paused`. Stalled means no progress (platform/liveness.py): a work item whose
+worker's progress counter has not moved for `stall_timeout_s` (timeouts.generate_s), or a
+scoring request for `score_timeout_s` (timeouts.score_s); a worker is asked only once its
+item has been quiet for a fifth of the limit.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ import ray
 from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
 from flywheel.pipelines.rollout import Completion, ScoringJob
 from flywheel.platform.cluster import Cluster, WorkerError
+from flywheel.platform.liveness import ProgressClock
 from flywheel.workers.role_worker import pin_thread
 
 POLL_S = 0.02
@@ -100,7 +104,7 @@ class RolloutSource(Protocol):
 class _InFlight:
     item: Any  # a WorkItem
     rank: int
-    submitted: float
+    clock: ProgressClock  # the worker's progress since the item went out
 
 
 @dataclass
@@ -110,7 +114,8 @@ class PrefetchGenerator:
     buffer: ReplayBuffer
     batch_size: int  # groups per training batch (B)
     ratio: float  # async_generation_ratio
-    stall_timeout_s: float = 600.0
+    stall_timeout_s: float = 600.0  # timeouts.generate_s
+    score_timeout_s: float = 600.0  # timeouts.score_s
     on_generated: Callable[[list], None] = lambda groups: None
     on_dropped: Callable[[list, str], None] = lambda groups, reason: None
     first_batch: int = 0  # batch index to draw first (a resumed run continues from it)
@@ -130,6 +135,8 @@ class PrefetchGenerator:
     _updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
     _inflight: dict[ray.ObjectRef, _InFlight] = field(default_factory=dict)
     _scoring: dict[ray.ObjectRef, ScoringJob] = field(default_factory=dict)
+    _scoring_clocks: dict[ray.ObjectRef, tuple[Cluster, int, ProgressClock]] = field(
+        default_factory=dict)
     _paused: bool = False
     _stop: bool = False
     _error: BaseException | None = None
@@ -289,7 +296,7 @@ class PrefetchGenerator:
 
     def _send(self, item: Any, rank: int) -> None:
         ref = self.source.submit(item, rank)
-        self._inflight[ref] = _InFlight(item, rank, time.monotonic())
+        self._inflight[ref] = _InFlight(item, rank, ProgressClock(self.stall_timeout_s))
 
     def _complete(self, ref: ray.ObjectRef) -> None:
         if ref in self._inflight:
@@ -311,10 +318,13 @@ class PrefetchGenerator:
                 self.on_dropped(groups, reason)
             if not done.scoring.refs:
                 self._put(done.scoring.finish())
-            for part_ref in done.scoring.refs:
+            for cluster, rank, part_ref, _ in done.scoring.parts:
                 self._scoring[part_ref] = done.scoring
+                self._scoring_clocks[part_ref] = (cluster, rank,
+                                                  ProgressClock(self.score_timeout_s))
         elif ref in self._scoring:
             scoring = self._scoring.pop(ref)
+            self._scoring_clocks.pop(ref, None)
             if not any(r in self._scoring for r in scoring.refs):
                 self._put(scoring.finish())
         else:
@@ -325,9 +335,22 @@ class PrefetchGenerator:
         self.released_groups += len(self.buffer.put(groups))
 
     def _check_stalls(self) -> None:
-        now = time.monotonic()
         for job in self._inflight.values():
-            if now - job.submitted > self.stall_timeout_s:
+            if self._quiet(job.clock, self.source.pool, job.rank):
                 raise WorkerError(self.source.pool.role, job.rank,
-                                  f"generation made no progress for {self.stall_timeout_s:.0f}s "
+                                  f"generation made no progress for {self.stall_timeout_s:g}s "
                                   f"(running {job.item.describe()})")
+        for cluster, rank, clock in self._scoring_clocks.values():
+            if self._quiet(clock, cluster, rank):
+                raise WorkerError(cluster.role, rank, f"scoring made no progress for "
+                                                      f"{self.score_timeout_s:g}s")
+
+    @staticmethod
+    def _quiet(clock: ProgressClock, pool: Cluster, rank: int) -> bool:
+        """Whether the worker made no progress for the clock's limit (asked only once it
+        has been quiet for a fifth of it, and not more than once a second)."""
+        quiet = time.monotonic() - clock.since
+        if quiet > clock.limit_s / 5 and time.monotonic() - clock.asked > 1.0:
+            clock.asked = time.monotonic()
+            clock.saw(pool.progress(rank, min(1.0, clock.limit_s / 5)))
+        return clock.stalled()

@@ -154,6 +154,7 @@ class RLVRPipeline:
             ratio=cfg.async_generation_ratio, on_generated=self.generated,
             first_batch=self.first_batch, first_seq=self.next_seq,
             started_groups=len(self.buffer), cpu_affinity=cfg.prefetch_cpu_affinity,
+            stall_timeout_s=cfg.timeouts.generate_s, score_timeout_s=cfg.timeouts.score_s,
         )
 
     def generated(self, groups: list[Group]) -> None:

@@ -100,7 +100,9 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
         cluster = handle.create(role, worker_cls, role_devices(role, wcfg), placement,
                                  init_kwargs=dict(model_path=path, cfg=wcfg, seed=cfg.seed,
                                                   num_threads=threads,
-                                                  cpu_affinity=wcfg.cpu_affinity, **kwargs))
+                                                  cpu_affinity=wcfg.cpu_affinity, **kwargs),
+                                 timeout_s=cfg.timeouts.call_s,
+                                 startup_timeout_s=cfg.timeouts.startup_s)
         started.append(cluster)
         return cluster
 
@@ -130,6 +132,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
             rewards[name] = Cluster.create(
                 f"rewards.{name}", RewardWorker,
                 RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
+                timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
                 init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity),
             )
             started.append(rewards[name])

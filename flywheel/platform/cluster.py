@@ -5,7 +5,9 @@ the three ways pipelines talk to a role: call every worker with the same argumen
 scatter one shard per data-parallel rank, and gather results. Every result comes back
 through `gather`, which turns a dead actor or an exception inside a worker into a
 `WorkerError` that names the role and rank, and which never waits forever: a worker that
-does not answer within `timeout_s` is reported as stalled.
+makes no progress for `timeout_s` (its progress counter, liveness.py, polled while the
+call runs) is reported as stalled, with what it was doing; a slow call that keeps making
+progress is waited for. Starting a worker has its own limit (`startup_timeout_s`).
 
 Worker classes are plain Python classes; the cluster wraps them with `ray.remote`, so the
 resources an actor gets come from the config, never from a decorator.
@@ -19,9 +21,11 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from flywheel.platform.liveness import PROGRESS_GROUP, ProgressClock
 from flywheel.platform.resources import DevicePlacement, RoleDevices
 
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = 600.0  # timeouts.call_s
+DEFAULT_STARTUP_S = 1800.0  # timeouts.startup_s
 
 
 class WorkerError(RuntimeError):
@@ -51,8 +55,10 @@ class Cluster:
         init_kwargs: dict,
         env_vars: dict[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        startup_timeout_s: float = DEFAULT_STARTUP_S,
     ) -> Cluster:
-        remote_cls = ray.remote(worker_cls)
+        # `progress` answers in a group of its own while a call runs (liveness.py)
+        remote_cls = ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(worker_cls)
         actors = []
         for rank in range(devices.num_workers):
             options: dict = {"num_cpus": 0}  # deviceless workers (rule rewards) go anywhere
@@ -67,7 +73,8 @@ class Cluster:
             actors.append(actor)
         cluster = cls(role=role, devices=devices, actors=actors, timeout_s=timeout_s)
         try:
-            cluster.call_all("ready")  # surfaces constructor failures now, with role and rank
+            # surfaces constructor failures now, with role and rank
+            cluster.gather(cluster.submit_all("ready"), timeout_s=startup_timeout_s)
         except WorkerError:
             cluster.shutdown()
             raise
@@ -103,9 +110,29 @@ class Cluster:
         return results
 
     def get(self, ref: ray.ObjectRef, rank: int, timeout_s: float | None = None) -> Any:
-        timeout = self.timeout_s if timeout_s is None else timeout_s
+        """The result of a call to worker `rank`; waits as long as the worker makes progress,
+        and no longer than `timeout_s` (default: this cluster's) without any."""
+        clock = ProgressClock(self.timeout_s if timeout_s is None else timeout_s)
+        poll = max(0.05, min(5.0, clock.limit_s / 5))
+        while not ray.wait([ref], timeout=poll)[0]:
+            clock.saw(self.progress(rank, poll))
+            if clock.stalled():
+                raise WorkerError(self.role, rank, f"no progress for {clock.limit_s:g}s "
+                                                   f"(stalled while {clock.doing})")
+        return self.result(ref, rank)
+
+    def progress(self, rank: int, wait_s: float) -> tuple[int, str] | None:
+        """Worker `rank`'s (progress counter, what it is doing); None if it does not answer
+        within `wait_s`."""
         try:
-            return ray.get(ref, timeout=timeout)
+            return ray.get(self.actors[rank].progress.remote(), timeout=wait_s)
+        except Exception:  # noqa: BLE001 (no answer is no progress; the call's own ref says why)
+            return None
+
+    def result(self, ref: ray.ObjectRef, rank: int) -> Any:
+        """A finished call's result; a failure becomes a WorkerError naming role and rank."""
+        try:
+            return ray.get(ref, timeout=0)
         except RayTaskError as e:
             cause = e.cause or e
             error = WorkerError(self.role, rank, f"{type(cause).__name__}: {cause}")
@@ -117,9 +144,8 @@ class Cluster:
                 raise WorkerError(self.role, rank, f"failed to start: {last.strip()}") from None
             raise WorkerError(self.role, rank,
                               f"worker process died ({e.__class__.__name__})") from None
-        except GetTimeoutError:
-            raise WorkerError(self.role, rank,
-                              f"no answer within {timeout:.0f}s (stalled?)") from None
+        except GetTimeoutError:  # not finished after all (the caller waited for it)
+            raise WorkerError(self.role, rank, "no answer (stalled?)") from None
 
     def shutdown(self) -> None:
         for actor in self.actors:

@@ -1,4 +1,5 @@
-"""What every role worker does on start: threads, seeds, and a readiness probe.
+"""What every role worker does on start: threads, seeds, a readiness probe, and the
+progress report the driver's liveness checks read (platform/liveness.py).
 
 Ray starts actors with OMP_NUM_THREADS=1 unless told otherwise; a worker sets torch's
 intra-op threads explicitly from its config so that a synchronous run can use every core
@@ -11,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 
+import ray
 import torch
+
+from flywheel.platform.liveness import PROGRESS_GROUP, snapshot
 
 
 def pin_process(cpus: list[int]) -> None:
@@ -51,6 +55,12 @@ class RoleWorker:
 
     def ready(self) -> str:
         return f"{self.role}:{self.rank}"
+
+    @ray.method(concurrency_group=PROGRESS_GROUP)
+    def progress(self) -> tuple[int, str]:
+        """(progress counter, what it is doing): answered while a call is busy (its own
+        concurrency group), so the driver tells a long call from a stalled one."""
+        return snapshot()
 
     def pid(self) -> int:
         """This worker's process id, to inspect it from outside (threads, affinity)."""

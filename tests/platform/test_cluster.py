@@ -89,7 +89,7 @@ def test_stalled_worker_times_out_with_its_role(placement):
     devices, pg = placement
     cluster = Cluster.create("reference", EchoWorker, devices, pg, init_kwargs={})
     try:
-        with pytest.raises(WorkerError, match=r"reference rank 0: no answer within 1s"):
+        with pytest.raises(WorkerError, match=r"reference rank 0: no progress for 1s"):
             cluster.gather([cluster.submit_one(0, "sleep", 5.0)], timeout_s=1.0)
     finally:
         cluster.shutdown()

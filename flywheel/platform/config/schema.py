@@ -344,6 +344,28 @@ class EnvManagerArgs:
 
 
 @dataclass
+class TimeoutsConfig:
+    """How long a role may go without progress before the run stops, naming the role, the
+    rank and what it was doing. Workers report progress while they work (a counter the
+    driver polls: latency-sim backends tick while they wait, reward and env workers per
+    item), so a long call that keeps making progress is never cut; a call whose backend
+    reports nothing inside it is limited by the same number as a wall clock. A dead worker
+    is reported at once, whatever these say."""
+
+    # Starting a role's workers (model load, engine start), per worker.
+    startup_s: float = 1800.0
+    # A call to a role without progress: train step, log-probs, weight sync, save / load.
+    call_s: float = 600.0
+    # A generation request (one chunk) without progress.
+    generate_s: float = 600.0
+    # A reward scoring request without progress. Each sample also has a hard limit of its
+    # own (rewards.<name>.sample_timeout_s: the sample scores 0 and is counted).
+    score_s: float = 600.0
+    # Env reset / step: train_env_manager.step_timeout_s and val_env_manager.step_timeout_s
+    # (per env pool; a slow env ends its episode as failed, the run goes on).
+
+
+@dataclass
 class TrackingConfig:
     # Where metrics go besides the run directory's metrics.jsonl (always written: plots and
     # `platform runs` read it). mlflow: a local sqlite store (runs/mlruns.db) unless
@@ -581,5 +603,7 @@ class PipelineConfig:
 
     # Where metrics go besides metrics.jsonl (mlflow).
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    # Liveness limits: how long each kind of work may go without progress (see above).
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     # Local Ray start or the cluster to join.
     ray: RayConfig = field(default_factory=RayConfig)

@@ -14,6 +14,11 @@ strategy_config keys (all optional):
   seconds_per_step     training latency per train_step (T)
   jitter               latencies are scaled by uniform(1 − jitter, 1 + jitter), seeded
   fail_at_call         raise on the N-th generate / train_step call (0 = never)
+  hang_at_call         on the N-th call, wait forever without progress (0 = never): a
+                       stalled worker, for the liveness checks (platform/liveness.py)
+
+While they wait they report progress (a tick every 50 ms), as a real backend does per
+micro-batch or token, so a long but progressing call is told apart from a stalled one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import time
 import torch
 
 from flywheel.platform.config.schema import WorkerConfig
+from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import (
     Generation,
@@ -35,7 +41,9 @@ from flywheel.workers.strategies.base import (
 )
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
-KNOBS = {"seconds_per_prompt": 0.0, "seconds_per_step": 0.0, "jitter": 0.0, "fail_at_call": 0}
+KNOBS = {"seconds_per_prompt": 0.0, "seconds_per_step": 0.0, "jitter": 0.0, "fail_at_call": 0,
+         "hang_at_call": 0}
+TICK_S = 0.05
 
 
 class SimulatedFailure(RuntimeError):
@@ -56,8 +64,14 @@ class _Latency:
         self.calls += 1
         if self.calls == self.knobs["fail_at_call"]:
             raise SimulatedFailure(f"injected failure in {what} (call {self.calls})")
+        if self.calls == self.knobs["hang_at_call"]:
+            while True:  # stalled: no progress, ever
+                time.sleep(3600)
         jitter = self.knobs["jitter"]
-        time.sleep(seconds * self.rng.uniform(1 - jitter, 1 + jitter))
+        end = time.monotonic() + seconds * self.rng.uniform(1 - jitter, 1 + jitter)
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(TICK_S, left))
+            tick()
 
 
 class SimInferStrategy(InferStrategy):
