@@ -34,15 +34,27 @@ def greedy_complete(
     and positions are implicit. The KV cache makes each new token one position's forward
     (3x cheaper than re-running the prompt: this runs every few training steps).
     """
-    was_training = model.training
-    model.eval()
     encoded = [
         [tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False) for p in prompts
     ]
+    return greedy_complete_ids(model, tokenizer, encoded, max_new_tokens, batch_size)
+
+
+@torch.no_grad()
+def greedy_complete_ids(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    encoded: list[list[int]],
+    max_new_tokens: int,
+    batch_size: int = 500,
+) -> list[str]:
+    """`greedy_complete` on prompts already encoded (any template): batched by length."""
+    was_training = model.training
+    model.eval()
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(encoded):
         by_length.setdefault(len(ids), []).append(i)
-    completions = [""] * len(prompts)
+    completions = [""] * len(encoded)
     for indices in by_length.values():
         for lo in range(0, len(indices), batch_size):
             chunk = indices[lo : lo + batch_size]

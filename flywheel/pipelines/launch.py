@@ -26,6 +26,7 @@ from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import Roles, num_slots, start_roles
 from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.sample_texts import SampleTextLog
+from flywheel.pipelines.sft_run import run_sft
 from flywheel.platform.checkpoint import checkpoint_step
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.agentic_checks import check_env_names
@@ -82,6 +83,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
 
     model_path = resolve_pretrain(cfg.pretrain)
     tokenizer = load_tokenizer(model_path)
+    if cfg.pipeline_type == "sft":  # actor_train's hf_train in this process: no Ray, roles
+        return run_sft(cfg, output_dir, is_default, model_path, tokenizer, config_path)
     rlvr = cfg.pipeline_type == "rlvr"  # agentic runs play envs instead of reading prompts
     train_args = cfg.actor_train.data_args
     train_records = (load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length).records

@@ -22,8 +22,8 @@ from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.trackers import SampleText, TrackerBackend, TrackerRun, open_backend
 
 # Shown on the progress line when present, in this order.
-PROGRESS_KEYS = ("reward/mean", "val/accuracy", "staleness/mean", "env/success",
-                 "val/env/success")
+PROGRESS_KEYS = ("reward/mean", "sft/loss", "val/loss", "val/accuracy", "staleness/mean",
+                 "env/success", "val/env/success")
 SAMPLE_TEXTS_FILE = "sample_texts.jsonl"
 
 

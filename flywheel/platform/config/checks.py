@@ -26,6 +26,7 @@ from flywheel.platform.config.schema import (
     StrategyArgs,
     WorkerConfig,
 )
+from flywheel.platform.config.sft_checks import check_sft
 
 # sim_*: latency-only backends for scheduling benchmarks and tests (latency_sim.py).
 TRAIN_STRATEGIES = ("hf_train", "deepspeed_train", "megatron_train", "sim_train")
@@ -101,6 +102,7 @@ def data_parallel_size(worker: WorkerConfig, key_path: str = "") -> int:
 
 def check_config(cfg: PipelineConfig) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
+    check_sft(cfg)  # first: an RL key in an SFT file is refused as such
     check_positive(cfg)
     check_strategies(cfg)
     check_device_groups(cfg)
@@ -182,6 +184,8 @@ def check_device_groups(cfg: PipelineConfig) -> None:
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:
     """One step's samples must fill whole optimizer steps of every training role."""
+    if cfg.pipeline_type == "sft":  # a step is one optimizer step; no rollout batch
+        return
     samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
     trainers = [r for r in roles(cfg) if r.kind in ("actor_train", "critic")]
     for role in trainers:

@@ -403,8 +403,19 @@ class RayConfig:
 class PipelineConfig:
     """A whole run. ROLL's top-level keys, plus flywheel's `pipeline_type`."""
 
-    # Which pipeline runs this file: rlvr (prompts scored by verifiers) or agentic.
-    pipeline_type: Literal["rlvr", "agentic"] = "rlvr"
+    # Which pipeline runs this file: rlvr (prompts scored by verifiers), agentic, or sft
+    # (supervised fine-tuning, e.g. before RL: cross-entropy on response tokens only;
+    # pipelines/sft_run.py). SFT reads pretrain, seed, max_steps, output_dir, exp_name,
+    # tracking, logging_steps, save_steps / save_total_limit (checkpoints are HF folders
+    # usable as an RL run's pretrain), eval_steps with validation.data_args (val/loss, and
+    # val/accuracy: greedy exact match of the response) and val_batch_size, prompt_length /
+    # response_length (longer records dropped or refused by data_args.overlong_prompts;
+    # response tokens count the eos), and actor_train's model_args, training_args (one
+    # step = one optimizer step on per_device_train_batch_size x
+    # gradient_accumulation_steps records, drawn in a seeded shuffled order, epoch after
+    # epoch), data_args (records: prompt/answer pairs, or chat messages whose last message
+    # is the assistant's reply), infer_batch_size and num_threads. RL-only keys are refused.
+    pipeline_type: Literal["rlvr", "agentic", "sft"] = "rlvr"
     # Experiment name: the runs/<exp_name>/ folder and the mlflow experiment.
     exp_name: str = "flywheel"
     # Seeds the prompt order, each generation request's sampling and the workers' random
