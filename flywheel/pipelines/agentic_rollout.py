@@ -141,7 +141,8 @@ def plan_jobs(cfg: PipelineConfig, pool: EnvManagerArgs, num_groups: int, batch_
         sampling = sampling_params(gen_args, 1, seed=sampling_seed)
         manager = env_manager_config(tag, cfg.custom_envs[tag], pool, count)
         jobs.append(EnvJob(batch_index, first_seq + first, tag, manager, seed, sampling,
-                           infer_rank=j % infer_workers, step_timeout_s=pool.step_timeout_s))
+                           infer_rank=j % infer_workers, step_timeout_s=pool.step_timeout_s,
+                           generate_timeout_s=cfg.timeouts.generate_s))
     return jobs
 
 

@@ -61,6 +61,7 @@ from flywheel.pipelines.step_metrics import (
 )
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
+from flywheel.platform.cluster import WorkerError
 from flywheel.platform.config.derived import infer_is_correction
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
@@ -171,7 +172,11 @@ class RLVRPipeline:
         generator.start()
         try:
             while self.step < cfg.max_steps and not self.stop_requested():
-                metrics = self.train_step(generator)
+                step = self.step + 1
+                try:
+                    metrics = self.train_step(generator)
+                except WorkerError as error:  # a diverged loss, a dead worker: name the step
+                    raise error.at_step(step) from None
                 self.tracker.log(self.step, metrics)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     self.save_checkpoint(generator)

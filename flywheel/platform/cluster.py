@@ -37,6 +37,13 @@ class WorkerError(RuntimeError):
         self.rank = rank
         self.remote_traceback: str | None = None
 
+    def at_step(self, step: int) -> WorkerError:
+        """The same failure, saying at which (1-based) train step it happened."""
+        error = WorkerError(self.role, self.rank,
+                            f"step {step}: {str(self).partition(': ')[2]}")
+        error.remote_traceback = self.remote_traceback
+        return error
+
 
 @dataclass
 class Cluster:

@@ -42,11 +42,11 @@ from flywheel.envs import (
     make,
     register_from_import_path,
 )
+from flywheel.platform.liveness import tick
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
-GENERATE_TIMEOUT_S = 600.0  # one turn's generation; beyond it the job fails, naming the rank
 TURN_SEED_STRIDE = 7919  # sampling seed of turn k = job seed + k * stride
 
 
@@ -62,6 +62,8 @@ class EnvJob:
     sampling: SamplingParams  # per-turn sampling; max_new_tokens comes from the manager
     infer_rank: int  # the actor_infer worker this job's turns go to
     step_timeout_s: float
+    # One turn's generation (timeouts.generate_s); beyond it the job fails, naming the rank.
+    generate_timeout_s: float = 600.0
 
     @property
     def num_groups(self) -> int:
@@ -163,7 +165,9 @@ class EnvWorker(RoleWorker):
                                                                               list[float]]]:
             sampling = replace(job.sampling, max_new_tokens=max_tokens, n=1,
                                seed=job.sampling.seed + len(versions) * TURN_SEED_STRIDE)
-            result = self._generate(actor, job.infer_rank, prompts, sampling)
+            result = self._generate(actor, job.infer_rank, prompts, sampling,
+                                    job.generate_timeout_s)
+            tick()  # a turn played: progress, for the driver's liveness check
             versions.append(result.version)
             busy.append((job.infer_rank, result.started, result.finished))
             return [(g.token_ids, g.log_probs) for g in result.generations]
@@ -182,10 +186,10 @@ class EnvWorker(RoleWorker):
 
     @staticmethod
     def _generate(actor: Any, rank: int, prompts: list[list[int]],
-                  sampling: SamplingParams) -> Any:
+                  sampling: SamplingParams, timeout_s: float) -> Any:
         started = time.monotonic()
         try:
-            return ray.get(actor.generate.remote(prompts, sampling), timeout=GENERATE_TIMEOUT_S)
+            return ray.get(actor.generate.remote(prompts, sampling), timeout=timeout_s)
         except RayTaskError as error:
             cause = error.cause or error
             raise RuntimeError(f"actor_infer rank {rank}: {type(cause).__name__}: "

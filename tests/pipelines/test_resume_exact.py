@@ -67,14 +67,3 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     assert metrics(out) == metrics(whole)
     assert_each_group_trained_once(out, 4)
 
-
-@pytest.mark.timeout(240)
-def test_async_resume_in_place_trains_every_group_once(tmp_path, ray_session,
-                                                       tiny_model_path):
-    """ratio 1, stopped after step 2 with the next batches part-generated; resumed with
-    `resume_from_checkpoint: true` (the run directory's newest checkpoint)."""
-    out = tmp_path / "run"
-    sim_run(out, 1.0, max_steps=2)
-    sim_run(out, 1.0, max_steps=4, resume_from_checkpoint=True)
-    assert sorted(metrics(out)) == [1, 2, 3, 4]
-    assert_each_group_trained_once(out, 4)

@@ -14,6 +14,8 @@ strategy_config keys (all optional):
   seconds_per_step     training latency per train_step (T)
   jitter               latencies are scaled by uniform(1 − jitter, 1 + jitter), seeded
   fail_at_call         raise on the N-th generate / train_step call (0 = never)
+  nan_at_call          sim_train: the N-th train_step's loss is NaN, stopped by the update
+                       loop's divergence check (train_loop.check_finite) as a real one is
   hang_at_call         on the N-th call, wait forever without progress (0 = never): a
                        stalled worker, for the liveness checks (platform/liveness.py)
 
@@ -40,9 +42,10 @@ from flywheel.workers.strategies.base import (
     SamplingParams,
 )
 from flywheel.workers.strategies.hf_model import load_tokenizer
+from flywheel.workers.strategies.train_loop import check_finite
 
 KNOBS = {"seconds_per_prompt": 0.0, "seconds_per_step": 0.0, "jitter": 0.0, "fail_at_call": 0,
-         "hang_at_call": 0}
+         "hang_at_call": 0, "nan_at_call": 0}
 TICK_S = 0.05
 
 
@@ -120,7 +123,11 @@ class SimTrainStrategy:
     def train_step(self, batch: TokenBatch, loss_fn: object, ppo_epochs: int = 1) -> dict:
         self.latency.spend(self.latency.knobs["seconds_per_step"], "train_step")
         self.steps += 1
-        return {"pg/loss": 0.0, "actor/optimizer_steps": 1.0}
+        metrics = {"pg/loss": 0.0, "actor/optimizer_steps": 1.0}
+        if self.latency.calls == self.latency.knobs["nan_at_call"]:
+            metrics["pg/loss"] = math.nan
+        check_finite(metrics, optimizer_step=1)
+        return metrics
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         return {}
