@@ -16,6 +16,7 @@ import pytest
 from flywheel.pipelines.launch import run
 from flywheel.platform.config import load_config_dict
 
+from .agentic_sim_config import agentic_sim_config
 from .sim_config import sim_config
 
 BATCH = 8
@@ -67,3 +68,18 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     assert metrics(out) == metrics(whole)
     assert_each_group_trained_once(out, 4)
 
+
+
+@pytest.mark.timeout(240)
+def test_agentic_resume_trains_every_env_group_once(tmp_path, ray_session, tiny_model_path):
+    """The same for env groups (2 a step, 1 per env job): ratio 1, stopped after step 2
+    with later groups part-played, resumed in place (`true`) to step 4."""
+    out = tmp_path / "run"
+    for steps, resume in ((2, None), (4, True)):
+        run(load_config_dict(agentic_sim_config(out, 1.0, max_steps=steps, eval_steps=0,
+                                                resume_from_checkpoint=resume)))
+    rows = ledger(out)
+    seqs = [r["seq"] for r in rows]
+    assert len(seqs) == len(set(seqs)), f"groups recorded twice: {rows}"
+    assert sorted(r["seq"] for r in rows if r["fate"] == "trained") == list(range(8))
+    assert sorted(metrics(out)) == [1, 2, 3, 4]
