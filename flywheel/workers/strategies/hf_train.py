@@ -20,9 +20,8 @@ from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
     accumulate,
-    build_adamw,
-    build_schedule,
     local_counts,
+    optimizer_and_schedule,
 )
 
 
@@ -33,12 +32,8 @@ class HFTrainStrategy(TrainStrategy):
         self.cfg, self.head = cfg, head
         self.device = pick_device()
         self.model = head.load_hf(model_path, cfg.model_args, self.device, seed)
-        self.optimizer = self.scheduler = None
-        if trainable:
-            self.optimizer = build_adamw(self.model.parameters(), cfg.training_args)
-            self.scheduler = build_schedule(self.optimizer, cfg.training_args, total_steps)
-        else:
-            self.model.requires_grad_(False)
+        self.optimizer, self.scheduler = optimizer_and_schedule(
+            self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:

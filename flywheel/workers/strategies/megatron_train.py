@@ -78,9 +78,8 @@ from flywheel.workers.strategies.strategy_config import checked_config, require
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
-    build_adamw,
-    build_schedule,
-    local_counts,
+    optimizer_and_schedule,
+    summed_counts,
 )
 
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
@@ -182,12 +181,8 @@ class MegatronTrainStrategy(TrainStrategy):
         if self.first and self.spec.pad_token_id is not None:
             freeze_padding_row(self.model.embedding.word_embeddings, self.spec.pad_token_id)
         self.autocast_dtype = TORCH_DTYPES[cfg.model_args.dtype]
-        self.optimizer = self.scheduler = None
-        if trainable:
-            self.optimizer = build_adamw(self.model.parameters(), cfg.training_args)
-            self.scheduler = build_schedule(self.optimizer, cfg.training_args, total_steps)
-        else:
-            self.model.requires_grad_(False)
+        self.optimizer, self.scheduler = optimizer_and_schedule(
+            self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
 
     # ---- weights -----------------------------------------------------------------------
@@ -241,11 +236,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.model.train(training)
 
     def global_counts(self, mini: TokenBatch) -> Counts:
-        local = local_counts(mini)
-        total = torch.tensor([local.num_tokens, local.num_seqs], dtype=torch.float64,
-                             device=self.device)
-        dist.all_reduce(total, group=ps.get_data_parallel_group())
-        return Counts(float(total[0]), float(total[1]))
+        return summed_counts(mini, self.device, ps.get_data_parallel_group())
 
     def forward_backward(self, micros: list[TokenBatch], objective: Objective,
                          counts: Counts) -> list[dict[str, float]]:

@@ -53,10 +53,10 @@ class ModelHead:
         init_value_head(model.score, seed)
         return model.to(device)
 
-    def hf_outputs(self, model: torch.nn.Module, batch: TokenBatch, with_entropy: bool
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def hf_outputs(self, model: torch.nn.Module, batch: TokenBatch, with_entropy: bool,
+                   chunked: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.kind == "policy":
-            return sequence_logprobs(model, batch, with_entropy, self.distribution)
+            return sequence_logprobs(model, batch, with_entropy, self.distribution, chunked)
         return token_values(model, batch), None
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 from transformers import get_scheduler
 
 from flywheel.algorithms import count_seqs, count_tokens
@@ -85,6 +86,15 @@ class DivergenceError(RuntimeError):
 
 def local_counts(mini: TokenBatch) -> Counts:
     return Counts(float(count_tokens(mini.response_mask)), float(count_seqs(mini.response_mask)))
+
+
+def summed_counts(mini: TokenBatch, device: torch.device, group=None) -> Counts:
+    """The mini-batch's counts summed over the ranks of `group` (all ranks when None)."""
+    local = local_counts(mini)
+    total = torch.tensor([local.num_tokens, local.num_seqs], dtype=torch.float64,
+                         device=device)
+    dist.all_reduce(total, group=group)
+    return Counts(float(total[0]), float(total[1]))
 
 
 def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
@@ -147,6 +157,17 @@ def accumulate(micros: list[TokenBatch], objective: Objective, counts: Counts,
 def build_adamw(params, args: TrainingArgs) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
                              betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+
+
+def optimizer_and_schedule(model: torch.nn.Module, args: TrainingArgs, horizon: int,
+                           trainable: bool) -> tuple[torch.optim.Optimizer | None, object]:
+    """AdamW over `model` and its schedule for a role that trains; for one that does not
+    (the reference), neither, and the model's parameters frozen."""
+    if not trainable:
+        model.requires_grad_(False)
+        return None, None
+    optimizer = build_adamw(model.parameters(), args)
+    return optimizer, build_schedule(optimizer, args, horizon)
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, args: TrainingArgs, horizon: int):

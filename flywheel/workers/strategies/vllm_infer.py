@@ -97,6 +97,11 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
     return kwargs
 
 
+def _reload_from_safetensors(worker) -> None:
+    """Runs in each vLLM worker: weight reloads read safetensors from now on."""
+    worker.vllm_config.load_config.load_format = "safetensors"
+
+
 def request_seed(seed: int, index: int) -> int:
     """A 63-bit seed for prompt `index` of a call seeded `seed` (no two prompts share one)."""
     digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
@@ -112,6 +117,10 @@ class VLLMInferStrategy(InferStrategy):
         if kwargs.get("tensor_parallel_size", 1) == 1:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(**kwargs)
+        if kwargs.get("load_format", "auto") not in ("auto", "safetensors"):
+            # `load_format: dummy` (ROLL's configs) starts from random weights; the first
+            # sync brings actor_train's, and reloads read the safetensors flywheel writes.
+            self.llm.collective_rpc(_reload_from_safetensors)
         self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
                             "fp16": torch.float16}[cfg.model_args.dtype]
         self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
