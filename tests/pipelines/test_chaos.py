@@ -1,7 +1,7 @@
 """Runs that survive: SIGKILL of the driver at random moments, and SIGTERM mid-step.
 
-Each run is `platform run` in a child process (chaos_runs.py); `make chaos` runs the
-longer version (more seeds, more kills per run).
+Each run is `platform run` in a child process (chaos_runs.py) joining the test session's
+Ray; `make chaos` runs the longer version (more seeds, 3 kills a run, each run its own Ray).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.pipelines.chaos_runs import (
     write_config,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

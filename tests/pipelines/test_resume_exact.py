@@ -70,6 +70,7 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
 
 
 
+@pytest.mark.long  # two agentic runs: with the RLVR resumes the suite's budget is spent
 @pytest.mark.timeout(240)
 def test_agentic_resume_trains_every_env_group_once(tmp_path, ray_session, tiny_model_path):
     """The same for env groups (2 a step, 1 per env job): ratio 1, stopped after step 2
