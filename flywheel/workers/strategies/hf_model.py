@@ -21,6 +21,7 @@ from flywheel.algorithms.sampled_distribution import (
     picked_logits,
 )
 from flywheel.platform.config.schema import ModelArgs
+from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -86,6 +87,7 @@ def sequence_logprobs(
         flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
         parts = []
         for start in range(0, rows * width, LOGIT_CHUNK_POSITIONS):
+            tick()  # a long forward is progress (platform/liveness.py)
             piece = (flat_hidden[start:start + LOGIT_CHUNK_POSITIONS],
                      flat_targets[start:start + LOGIT_CHUNK_POSITIONS])
             if torch.is_grad_enabled() and flat_hidden.requires_grad:

@@ -21,7 +21,11 @@ only, once per optimizer step, so its horizon is counted in optimizer steps: see
 
 Metrics: each loss metric is the mean over micro-batches, `<prefix>/grad_norm` the mean
 over optimizer steps (before clipping), `<prefix>/lr` the rate after the last step, and
-`<prefix>/optimizer_steps` the count. The prefix is the role's (`actor`, `critic`, `sft`).
+`<prefix>/optimizer_steps` the count. The prefix is the head's (`actor` for the policy,
+SFT included; `critic` for the value head).
+
+Liveness: every micro-batch and optimizer step ticks the worker's progress counter
+(platform/liveness.py), so a long but progressing update is never reported as stalled.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from transformers import get_scheduler
 
 from flywheel.algorithms import count_seqs, count_tokens
 from flywheel.platform.config.schema import TrainingArgs
+from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 
 
@@ -111,11 +116,13 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
                 counts = hooks.global_counts(mini)
                 for metrics in hooks.forward_backward(
                         mini.chunks(args.per_device_train_batch_size), objective, counts):
+                    tick()
                     check_finite(metrics, steps + 1)
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + v
                     micro_steps += 1
                 grad_norm = hooks.optimizer_step(args.max_grad_norm)
+                tick()
                 check_finite({f"{prefix}/grad_norm": grad_norm}, steps + 1)
                 scheduler.step()
                 grad_norms += grad_norm
