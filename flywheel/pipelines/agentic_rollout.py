@@ -33,6 +33,7 @@ import numpy as np
 import ray
 
 from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
+from flywheel.pipelines.role_handles import EnvRole
 from flywheel.pipelines.rollout import Completion, ScoringJob, sampling_params
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import (
@@ -187,7 +188,7 @@ def episode_groups(job: EnvJob, result: EnvJobResult) -> tuple[list[EpisodeGroup
 class EnvSource:
     """Agentic RolloutSource (prefetch.py): env jobs run by env workers."""
 
-    pool: Cluster  # env workers
+    pool: EnvRole  # env workers
     cfg: PipelineConfig
     infer_workers: int
     waits_for_weights: bool = True
@@ -196,7 +197,7 @@ class EnvSource:
         return train_jobs(self.cfg, batch_index, self.infer_workers)
 
     def submit(self, item: EnvJob, rank: int) -> ray.ObjectRef:
-        return self.pool.submit_one(rank, "play", item)
+        return self.pool.play(rank, item)
 
     def complete(self, item: EnvJob, rank: int, result: EnvJobResult) -> Completion:
         kept, failed = episode_groups(item, result)
@@ -204,9 +205,9 @@ class EnvSource:
                           {"env_error": failed} if failed else {})
 
 
-def run_jobs(pool: Cluster, jobs: list[EnvJob]) -> list[tuple[EnvJob, EnvJobResult]]:
+def run_jobs(pool: EnvRole, jobs: list[EnvJob]) -> list[tuple[EnvJob, EnvJobResult]]:
     """Run jobs over the pool (at most one queued per worker beyond the running one)."""
-    refs = [(i % pool.world_size, pool.submit_one(i % pool.world_size, "play", job))
+    refs = [(i % pool.world_size, pool.play(i % pool.world_size, job))
             for i, job in enumerate(jobs)]
     return [(job, pool.get(ref, rank)) for job, (rank, ref) in zip(jobs, refs)]
 
@@ -239,10 +240,10 @@ def check_envs(cfg: PipelineConfig) -> None:
                 raise ValueError(f"custom_envs.{tag}: {error}") from None
 
 
-def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster) -> Cluster:
+def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster) -> EnvRole:
     check_envs(cfg)
     n = num_env_workers(cfg)
-    return Cluster.create(ENV_ROLE, EnvWorker, RoleDevices(ENV_ROLE, tuple(range(n))), None,
+    return EnvRole.create(ENV_ROLE, EnvWorker, RoleDevices(ENV_ROLE, tuple(range(n))), None,
                           init_kwargs=dict(model_path=model_path,
                                            infer_actors=list(actor_infer.actors),
                                            user_envs=user_envs(cfg),

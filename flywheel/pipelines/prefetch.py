@@ -261,7 +261,7 @@ class PrefetchGenerator:
             return
         weights, version = self._weights
         self._weights = None
-        refs = self.actor_infer.submit_all("update_weights", weights, version)
+        refs = self.actor_infer.update_weights(weights, version)
         self._updates.update({ref: rank for rank, ref in enumerate(refs)})
 
     def _submit_allowed_chunks(self) -> None:

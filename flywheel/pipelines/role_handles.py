@@ -76,6 +76,22 @@ class TrainRole(Cluster):
         self.call_all("load", path)
 
 
+class RewardRole(Cluster):
+    """rewards.<name> (workers/reward_worker.py): scores (prompt, response, reference)."""
+
+    def score(self, rank: int, items: list[tuple[str, str, str]]) -> ray.ObjectRef:
+        """A ref to rank `rank`'s list of RewardResult, one per item, in order."""
+        return self.submit_one(rank, "score", items)
+
+
+class EnvRole(Cluster):
+    """The agentic env workers (workers/env_worker.py): each plays whole episode jobs."""
+
+    def play(self, rank: int, job: object) -> ray.ObjectRef:
+        """A ref to rank `rank`'s EnvJobResult for `job` (an agentic_rollout.EnvJob)."""
+        return self.submit_one(rank, "play", job)
+
+
 class InferRole(Cluster):
     """actor_infer (workers/infer_worker.py): one generation call per rank at a time."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from flywheel.pipelines.role_handles import InferRole, TrainRole
+from flywheel.pipelines.role_handles import InferRole, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.checks import data_parallel_size
 from flywheel.platform.config.key_checks import context_length
@@ -63,7 +63,7 @@ class Roles:
     actor_infer: InferRole
     reference: TrainRole | None
     critic: TrainRole | None
-    rewards: dict[str, Cluster]
+    rewards: dict[str, RewardRole]
     placement: DevicePlacement
     all: list[Cluster] = field(default_factory=list)
 
@@ -132,7 +132,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
         rewards = {}
         # Agentic episodes are scored by their envs: no reward workers.
         for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):
-            rewards[name] = Cluster.create(
+            rewards[name] = RewardRole.create(
                 f"rewards.{name}", RewardWorker,
                 RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
                 timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,

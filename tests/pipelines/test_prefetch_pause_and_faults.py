@@ -86,8 +86,9 @@ def test_backend_exception_names_the_role(tmp_path, ray_session, tiny_model_path
     raw = sim_config(tmp_path, 1.0)
     raw[role]["strategy_args"]["strategy_config"]["fail_at_call"] = 3
     start = time.monotonic()
-    with pytest.raises(WorkerError, match=rf"{role} rank 0: SimulatedFailure: injected "
-                                          rf"failure in {strategy_key}"):
+    # the step it happened in is named too ("step N: "), since errors carry their step
+    with pytest.raises(WorkerError, match=rf"{role} rank 0: (step \d+: )?SimulatedFailure: "
+                                          rf"injected failure in {strategy_key}"):
         run(load_config_dict(raw))
     assert time.monotonic() - start < 60  # start-up included; no hang
     alive = [a for a in ray._private.state.actors().values() if a["State"] == "ALIVE"]
