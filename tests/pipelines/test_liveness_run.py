@@ -29,8 +29,8 @@ def test_hung_generate_is_reported_and_slow_train_is_not(tmp_path, ray_session,
     assert main(["run", "--config", str(tmp_path / "c.yaml")]) == 1
     failed_at = time.time()
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: WorkerError: actor_infer rank 0: generation made no "
-                          "progress for 2s (running prompts 8..11 of batch 1)"), err
+    assert err.startswith("error: WorkerError: actor_infer rank 0: step 2: generation made "
+                          "no progress for 2s (running prompts 8..11 of batch 1)"), err
     assert err.endswith(f"(full traceback: {out / 'error.log'})"), err
     assert "Traceback" in (out / "error.log").read_text()
     # step 1 (2.5 s of training against a 1 s limit, progressing) was not reported

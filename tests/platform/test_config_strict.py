@@ -71,7 +71,7 @@ def test_wrong_types_name_the_expected_type(data, key_path, message):
 
 @pytest.mark.parametrize("data, key_path, allowed", [
     ({"adv_estimator": "grp"}, "adv_estimator", "'grpo', 'reinforce', 'gae'"),
-    ({"pipeline_type": "sft"}, "pipeline_type", "'rlvr', 'agentic'"),
+    ({"pipeline_type": "dpo"}, "pipeline_type", "'rlvr', 'agentic', 'sft'"),
     ({"actor_train": {"pg_variant": "ppo2"}}, "actor_train.pg_variant",
      "'vanilla', 'ppo', 'tis', 'topr', 'cispo', 'kimi15'"),
     ({"actor_train": {"model_args": {"dtype": "float16"}}}, "actor_train.model_args.dtype",

@@ -119,4 +119,5 @@ def test_strategy_config_keys_are_checked(tiny_model_path, config, message):
     kwargs = engine_kwargs(WorkerConfig(strategy_args=StrategyArgs(
         "vllm", {"block_size": 32, "max_model_len": 256})), tiny_model_path, 0, on_gpu=False)
     assert kwargs["block_size"] == 32 and kwargs["max_model_len"] == 256
-    assert kwargs["logprobs_mode"] == "raw_logprobs" and kwargs["dtype"] == "float32"
+    # the sampled distribution's log-probs (algorithms/sampled_distribution.py)
+    assert kwargs["logprobs_mode"] == "processed_logprobs" and kwargs["dtype"] == "float32"
