@@ -175,6 +175,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    top = yaml.safe_load(Path(args.config).read_text()) if Path(args.config).is_file() else None
+    if isinstance(top, dict) and "expectations" in top:  # a regression config (configs/ci)
+        from flywheel.pipelines.regression import read_cases
+
+        full = read_cases([Path(args.config)], fast=False, overrides=args.overrides)
+        fast = read_cases([Path(args.config)], fast=True, overrides=args.overrides)
+        print(f"ok: {args.config} (regression config: {len(full)} run(s), "
+              f"{len(fast)} in its fast form)")
+        return 0
     cfg = load_config(args.config, args.overrides)
     _print_warnings(check_environment(cfg))
     print(f"ok: {args.config} ({cfg.pipeline_type}, {_count_roles(cfg)} roles)")

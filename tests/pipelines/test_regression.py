@@ -118,3 +118,14 @@ def test_learning_rate_zero_fails_the_fast_set_with_a_table(tmp_path, ray_sessio
     assert code == 1
     assert "pg/approx_kl (mean)" in out and "FAIL" in out
     assert "1 failed (rlvr_sync: pg/approx_kl (mean))" in out
+
+
+def test_validate_checks_a_regression_config_and_its_expectations(tmp_path, capsys):
+    from flywheel import cli
+
+    assert cli.main(["validate", "--config", str(CI / "rlvr_sync.yaml")]) == 0
+    assert "regression config: 1 run(s), 1 in its fast form" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("expectations:\n  checks: 3\n")
+    assert cli.main(["validate", "--config", str(bad)]) == 2
+    assert "expectations.checks" in capsys.readouterr().err
