@@ -67,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+n-1")
     parser.add_argument("--ratios", default="0,1,2")
     parser.add_argument("--correction", default="auto")
     parser.add_argument("--variants", action="store_true", help="pg_variant table at r=1")
@@ -79,14 +80,14 @@ def main() -> None:
     print(f"runs under {work}", flush=True)
     results = []
     if not args.only_variants:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for ratio in (float(r) for r in args.ratios.split(",")):
                 results.append(one_run(work, args.steps, ratio, seed, None, args.correction))
     if args.variants or args.only_variants:
         for variant in VARIANTS:
             results.append(one_run(work, args.steps, 1, 0, variant, args.correction))
     report(results, args.correction)
-    out = ROOT / "bench" / "results" / "offpolicy.json"
+    out = ROOT / "bench" / "results" / f"offpolicy-{args.first_seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(f"results: {out}")
