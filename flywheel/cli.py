@@ -54,6 +54,7 @@ from flywheel.platform.config import (
     load_config,
 )
 from flywheel.platform.config.checks import roles
+from flywheel.platform.config.yaml_source import read_yaml_mapping
 from flywheel.platform.stop_signals import RunInterrupted
 
 DEFAULT_RUNS_DIR = "runs"
@@ -175,7 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    top = yaml.safe_load(Path(args.config).read_text()) if Path(args.config).is_file() else None
+    # Read through the config reader, so a YAML syntax error is the same one-line error.
+    top = read_yaml_mapping(args.config) if Path(args.config).is_file() else None
     if isinstance(top, dict) and "expectations" in top:  # a regression config (configs/ci)
         from flywheel.pipelines.regression import read_cases
 
