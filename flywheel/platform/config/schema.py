@@ -139,6 +139,16 @@ class DataArgs:
     # A prompt longer than the top-level prompt_length tokens (after templating): "filter"
     # drops it when the data loads and logs how many were dropped; "error" stops the run.
     overlong_prompts: Literal["filter", "error"] = "filter"
+    # RLVR training mix by domain (ROLL's key; actor_train only): domain -> probability,
+    # e.g. {math: 0.7, code: 0.3}. A domain is a record tag found in the data or, as in
+    # ROLL, a reward's name (the records that reward scores); a tag wins when a name is
+    # both. Probabilities are >= 0 and sum to 1 (within 0.01, then rescaled exactly); every
+    # record must fall in exactly one domain (probability 0 leaves a domain out). Each batch
+    # then holds p * rollout_batch_size prompts of each domain, rounded with the remainder
+    # carried to the next batch (so the long-run share is exact), each domain drawn in its
+    # own seeded order, epoch after epoch (pipelines/domain_mix.py). Empty: one shuffled
+    # order over all records, whatever their tags.
+    domain_interleave_probs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -247,6 +257,10 @@ class RewardConfig(WorkerConfig):
     reward_type: str = "math_rule"
     # Record tags this reward scores; empty means every record.
     tag_included: list[str] = field(default_factory=list)
+    # Multiplier of this reward's score under the top-level reward_aggregation:
+    # weighted_sum (a record's score is the sum of weight * score over the rewards that
+    # take its tag). first_match uses the one reward's score as is: only 1.0 is accepted.
+    weight: float = 1.0
     # Number of reward workers (ROLL key); device_mapping may stay unset for rule rewards.
     world_size: int = 1
     # Hard limit in seconds on scoring one sample, enforced from outside: the reward runs
@@ -590,6 +604,12 @@ class PipelineConfig:
     rewards: dict[str, RewardConfig] = field(
         default_factory=lambda: {"math_rule": RewardConfig()}
     )
+    # When several rewards take a record's tag (tag_included; an empty list takes every
+    # tag): first_match scores it with the first of them in file order (one reward per
+    # domain, as in ROLL; put a catch-all reward last); weighted_sum scores it with every
+    # one of them and trains on the sum of weight * score (e.g. a correctness reward plus a
+    # format reward). A record that no reward takes is refused when the data loads.
+    reward_aggregation: Literal["first_match", "weighted_sum"] = "first_match"
     # Validation set and sampling (RLVR); unset: no validation.
     validation: ValidationConfig | None = None
 
