@@ -13,16 +13,19 @@ raised by the reward itself is a bug, not a verdict on the sample: it is re-rais
 Why processes kept alive, not one per sample: importing math-verify (sympy) takes about a
 second, paid again only after a kill. Why not threads or signals: neither stops C code.
 
-Wire format: the parent sends pickles (it is trusted), the child answers in JSON (it has
-read model output). Each message is a 4-byte big-endian length and the payload.
+Wire format: JSON both ways, each message a 4-byte big-endian length and the payload.
+The parent sends the RewardConfig as a dict (rebuilt by the child with the config loader's
+strict conversion), then one [prompt, response, reference] list per sample; the child
+answers {"ready": true} / {"error": ...} once, then {"score", "metadata"} or {"error"} per
+sample. No pickle: nothing that crosses this pipe can run code on the other side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
-import pickle
 import select
 import signal
 import struct
@@ -76,7 +79,8 @@ class _Child:
         return self.proc.stdout.fileno()
 
     def send(self, obj: object) -> None:
-        write_frame(self.proc.stdin.fileno(), pickle.dumps(obj))
+        """`obj` as JSON (plain data: strings, numbers, lists, dicts)."""
+        write_frame(self.proc.stdin.fileno(), json.dumps(obj).encode())
 
     def kill(self) -> None:
         """SIGKILL the child's process group (it leads its own session), then reap it."""
@@ -93,7 +97,7 @@ def start_child(cfg: RewardConfig) -> _Child:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             start_new_session=True)
     child = _Child(proc)
-    child.send(cfg)
+    child.send(dataclasses.asdict(cfg))
     ready, _, _ = select.select([child.out_fd], [], [], START_TIMEOUT_S)
     answer = read_frame(child.out_fd) if ready else None
     if answer is None or "error" in (msg := json.loads(answer)):
@@ -151,7 +155,7 @@ class TimeLimitedScorer:
                 child = self._children[slot] = start_child(self.cfg)
             if child.item < 0:
                 child.item = todo.popleft()
-                child.send(items[child.item])
+                child.send(list(items[child.item]))
                 child.deadline = time.monotonic() + self.cfg.sample_timeout_s
 
     def _answer(self, slot: int, child: _Child) -> RewardResult:
