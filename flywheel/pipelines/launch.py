@@ -20,6 +20,7 @@ import yaml
 
 from flywheel.pipelines.agentic import AgenticPipeline
 from flywheel.pipelines.agentic_rollout import start_env_workers
+from flywheel.pipelines.domain_mix import check_routing
 from flywheel.pipelines.env_catalog import ENV_CATALOG
 from flywheel.pipelines.prompt_data import load_prompts
 from flywheel.pipelines.rlvr import RLVRPipeline
@@ -96,6 +97,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
             system_prompt=train_args.system_prompt,
             chat_template_kwargs=train_args.chat_template_kwargs)
         val_records = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
+    if rlvr:  # a record no reward takes, or in no domain: refused before Ray starts
+        check_routing(cfg, train_records, val_records)
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     owns_ray, roles, tracker = False, None, None

@@ -234,6 +234,10 @@ class PromptOrder:
         return self._perms[epoch]
 
     def batch(self, index: int, size: int) -> list[PromptRecord]:
+        return self.take(index * size, size)
+
+    def take(self, start: int, count: int) -> list[PromptRecord]:
+        """Records at positions start .. start + count - 1 of the endless stream of epochs."""
         n = len(self.records)
-        positions = range(index * size, (index + 1) * size)
-        return [self.records[self._permutation(p // n)[p % n]] for p in positions]
+        return [self.records[self._permutation(p // n)[p % n]]
+                for p in range(start, start + count)]

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
 from flywheel.pipelines.actor_loss_config import build_actor_loss
+from flywheel.pipelines.domain_mix import DomainOrder, training_order
 from flywheel.pipelines.group_filter import group_filter
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.prompt_data import (
@@ -56,6 +57,8 @@ from flywheel.pipelines.rollout import (
 )
 from flywheel.pipelines.sample_ledger import SampleLedger
 from flywheel.pipelines.step_metrics import (
+    domain_reward_metrics,
+    domain_val_metrics,
     partial_rollout_metrics,
     reward_info_metrics,
     rollout_metrics,
@@ -115,7 +118,7 @@ class RLVRPipeline:
     output_dir: Path
     step: int = 0  # train steps completed
     version: int = 0  # train steps included in actor_infer's weights
-    order: PromptOrder = field(init=False)
+    order: PromptOrder | DomainOrder = field(init=False)  # prompts of each batch
     encoder: PromptEncoder = field(init=False)  # prompt -> ids, by actor_train's data_args
     kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
     loss_fn: ActorLoss = field(init=False)
@@ -133,7 +136,7 @@ class RLVRPipeline:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        self.order = PromptOrder(self.train_records, seed=cfg.seed)
+        self.order = training_order(self.train_records, cfg)
         self.encoder = prompt_encoder(self.tokenizer, cfg.actor_train.data_args)
         self.loss_fn = build_actor_loss(cfg)
         self.correction = mismatch_correction(cfg)
@@ -149,7 +152,8 @@ class RLVRPipeline:
         cfg = self.cfg
         source = ChunkSource(self.roles.actor_infer, self.chunks_for_batch,
                              score=lambda groups: submit_scoring(
-                                 groups, self.roles.rewards, cfg.rewards, self.tokenizer),
+                                 groups, self.roles.rewards, cfg.rewards, self.tokenizer,
+                                 cfg.reward_aggregation),
                              segment_tokens=segment_tokens(cfg))
         return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
@@ -284,7 +288,7 @@ class RLVRPipeline:
                               self.kl_ctl.value)
 
     def reward_metrics(self, taken: Taken) -> dict[str, float]:
-        return reward_info_metrics(taken)
+        return reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
 
     def group_state(self, group: Group) -> dict:
         return group_to_dict(group)
@@ -323,11 +327,13 @@ class RLVRPipeline:
         size = max(1, cfg.actor_infer.infer_batch_size)
         chunks = batch_chunks(0, records, self.encode(records), sampling, size, cfg.seed)
         groups = generate_chunks(self.roles.actor_infer, chunks)
-        submit_scoring(groups, self.roles.rewards, cfg.rewards, self.tokenizer).finish()
+        submit_scoring(groups, self.roles.rewards, cfg.rewards, self.tokenizer,
+                       cfg.reward_aggregation).finish()
         scores = [s for g in groups for s in g.scores]
         lengths = [len(r.token_ids) for g in groups for r in g.responses]
         return {"val/accuracy": sum(scores) / len(scores),
-                "val/response_length": sum(lengths) / len(lengths)}
+                "val/response_length": sum(lengths) / len(lengths),
+                **domain_val_metrics(groups)}
 
     def encode(self, records: list[PromptRecord]) -> list[list[int]]:
         return [self.encoder(r.prompt) for r in records]

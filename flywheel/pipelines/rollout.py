@@ -9,7 +9,8 @@ Generation is cut into `Chunk`s of a few prompts; each chunk goes to one actor_i
 worker and has its own sampling seed derived from (run seed, batch, chunk), so the
 responses depend only on the seed and the weights, never on timing. Scoring is submitted
 per finished chunk (`submit_scoring`), so rewards overlap generation; a record goes to
-the reward whose `tag_included` holds its tag (an empty list takes every tag).
+the rewards whose `tag_included` holds its tag, combined by `reward_aggregation`
+(reward_routing.py).
 
 Partial rollout (`partial_rollout: true`), after Kimi k1.5's partial rollouts (arXiv
 2501.12599, sec. 2.6.2): a chunk's request generates at most `segment_tokens` new tokens;
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 import ray
 
 from flywheel.pipelines.prompt_data import PromptRecord
+from flywheel.pipelines.reward_routing import merged_metadata, route_rewards
 from flywheel.pipelines.role_handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
@@ -212,38 +214,36 @@ def continue_chunk(item: Chunk | PartialChunk, result: GenerateResult) -> Partia
     return PartialChunk(item.chunk, responses, item.version, item.segments + 1)
 
 
-def route_rewards(groups: list[Group], rewards: dict[str, RewardConfig]) -> dict[str, list[int]]:
-    """Reward name → indices of the groups it scores; every group gets exactly one."""
-    routes: dict[str, list[int]] = {name: [] for name in rewards}
-    for gi, group in enumerate(groups):
-        for name, rcfg in rewards.items():
-            if not rcfg.tag_included or group.record.tag in rcfg.tag_included:
-                routes[name].append(gi)
-                break
-        else:
-            raise ValueError(f"record {group.record.id}: no reward takes tag "
-                             f"'{group.record.tag}' (check rewards.*.tag_included)")
-    return routes
-
-
 @dataclass
 class ScoringJob:
-    """Reward calls in flight for some groups; `finish` writes the scores back."""
+    """Reward calls in flight for some groups; `finish` writes the scores back: per sample
+    the sum of weight * score over the parts that scored it (one part, weight 1, unless
+    reward_aggregation is weighted_sum), with their metadata merged."""
 
     groups: list[Group]
     parts: list[tuple[Cluster, int, ray.ObjectRef, list[int]]]  # cluster, rank, ref, groups
+    weights: list[float] = field(default_factory=list)  # per part; empty: every part 1
 
     @property
     def refs(self) -> list[ray.ObjectRef]:
         return [ref for _, _, ref, _ in self.parts]
 
     def finish(self) -> list[Group]:
-        for cluster, rank, ref, indices in self.parts:
+        scores: dict[int, list[float]] = {}
+        infos: dict[int, list[list[dict]]] = {}
+        for p, (cluster, rank, ref, indices) in enumerate(self.parts):
+            weight = self.weights[p] if self.weights else 1.0
             results = iter(cluster.get(ref, rank))
             for gi in indices:
                 scored = [next(results) for _ in self.groups[gi].texts]
-                self.groups[gi].scores = [r.score for r in scored]
-                self.groups[gi].reward_info = [r.metadata for r in scored]
+                total = scores.setdefault(gi, [0.0] * len(scored))
+                info = infos.setdefault(gi, [[] for _ in scored])
+                for i, r in enumerate(scored):
+                    total[i] += weight * r.score
+                    info[i].append(r.metadata)
+        for gi, total in scores.items():
+            self.groups[gi].scores = total
+            self.groups[gi].reward_info = [merged_metadata(parts) for parts in infos[gi]]
         return self.groups
 
 
@@ -259,13 +259,15 @@ class Completion:
 
 
 def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
-                   reward_cfgs: dict[str, RewardConfig], tokenizer) -> ScoringJob:
+                   reward_cfgs: dict[str, RewardConfig], tokenizer,
+                   aggregation: str = "first_match") -> ScoringJob:
     """Decode responses and send them to the reward workers without waiting."""
     for group in groups:
         group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                        for g in group.responses]
-    parts = []
-    for name, indices in route_rewards(groups, reward_cfgs).items():
+    parts, weights = [], []
+    routes = route_rewards([g.record.tag for g in groups], reward_cfgs, aggregation)
+    for name, indices in routes.items():
         cluster = reward_clusters[name]
         for rank in range(cluster.world_size):
             mine = indices[rank::cluster.world_size]
@@ -273,7 +275,8 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
                 items = [(groups[gi].record.prompt, text, groups[gi].record.answer)
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
-    return ScoringJob(groups, parts)
+                weights.append(reward_cfgs[name].weight)
+    return ScoringJob(groups, parts, weights)
 
 
 @dataclass

@@ -5,9 +5,13 @@ Names are stable and documented in the README's metrics table: `reward/*`, `resp
 batch's samples), `rollout/*` (drops this step, groups waiting in the buffer). With partial
 rollout also `rollout/partial_frac` (share of responses whose tokens span more than one
 version) and `staleness/token_mean` (the same lag per token, by the version that sampled it).
+RLVR records with a tag are also reported per tag (`reward/<tag>/mean`,
+`reward/<tag>/prompts`, `val/<tag>/accuracy`); untagged ones only in the totals.
 """
 
 from __future__ import annotations
+
+import re
 
 from flywheel.pipelines.replay_buffer import Taken
 from flywheel.pipelines.rollout import Group
@@ -56,4 +60,38 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     parsed = [bool(i["parsed"]) for i in infos if "parsed" in i]
     if parsed:
         metrics["reward/parse_rate"] = sum(parsed) / len(parsed)
+    return metrics
+
+
+def metric_tag(tag: str) -> str:
+    """A record tag as one segment of a metric name: every character other than a letter,
+    digit, `_`, `.` or `-` becomes `_` (so `a/b` cannot open a namespace)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+
+
+def _scores_by_tag(groups: list[Group]) -> dict[str, list[list[float]]]:
+    by_tag: dict[str, list[list[float]]] = {}
+    for g in groups:
+        if g.record.tag:
+            by_tag.setdefault(metric_tag(g.record.tag), []).append(g.scores)
+    return dict(sorted(by_tag.items()))
+
+
+def domain_reward_metrics(groups: list[Group]) -> dict[str, float]:
+    """Per record tag, over the groups trained this step: `reward/<tag>/mean` (mean sample
+    score) and `reward/<tag>/prompts` (prompts of that tag in the batch: the domain mix)."""
+    metrics = {}
+    for tag, groups_scores in _scores_by_tag(groups).items():
+        scores = [s for scores in groups_scores for s in scores]
+        metrics[f"reward/{tag}/mean"] = sum(scores) / len(scores)
+        metrics[f"reward/{tag}/prompts"] = float(len(groups_scores))
+    return metrics
+
+
+def domain_val_metrics(groups: list[Group]) -> dict[str, float]:
+    """`val/<tag>/accuracy`: mean validation score of the records of each tag."""
+    metrics = {}
+    for tag, groups_scores in _scores_by_tag(groups).items():
+        scores = [s for scores in groups_scores for s in scores]
+        metrics[f"val/{tag}/accuracy"] = sum(scores) / len(scores)
     return metrics

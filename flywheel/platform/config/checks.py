@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from flywheel.platform.config.agentic_checks import check_agentic
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.key_checks import check_keys_act
+from flywheel.platform.config.reward_checks import check_reward_routing
 from flywheel.platform.config.schema import (
     PipelineConfig,
     RewardConfig,
@@ -112,6 +113,7 @@ def check_config(cfg: PipelineConfig) -> None:
     check_sampling(cfg)
     check_algorithm_roles(cfg)
     check_agentic(cfg)
+    check_reward_routing(cfg)
     check_keys_act(cfg)  # accepted keys that would do nothing here (key_checks.py)
 
 

@@ -258,7 +258,7 @@ DATA_ARGS: dict[str, Rule] = {
     "file_name": To("file_name", as_list, "a string is a one-file list"),
     # ROLL's column names are flywheel DataArgs fields too (prompt_data reads either).
     **{k: SAME for k in ("prompt", "messages", "response", "id", "tag")},
-    "domain_interleave_probs": Missing("sampling domains by weight (domain_interleave_probs)"),
+    "domain_interleave_probs": SAME,
     "preprocessing_num_workers": Drop(_PERF),
     "eval_file_name": Missing("an eval file in data_args (flywheel: validation.data_args)"),
     "dataset_type": Drop("flywheel reads JSONL and parquet by file suffix"),
