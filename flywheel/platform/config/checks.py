@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from flywheel.platform.config.agentic_checks import check_agentic
 from flywheel.platform.config.errors import ConfigError, did_you_mean
+from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
 from flywheel.platform.config.reward_checks import check_reward_routing
 from flywheel.platform.config.schema import (
@@ -43,7 +44,7 @@ ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
     "rewards": ALL_STRATEGIES,
 }
 # reward_type -> "rule" (scored in Python, no model, strategy unused) or "model".
-REWARD_TYPES: dict[str, str] = {"math_rule": "rule"}
+REWARD_TYPES: dict[str, str] = {"math_rule": "rule", "llm_judge": "model"}
 # megatron_train splits each worker group into model-parallel groups of this many devices;
 # data parallelism is what remains.
 MEGATRON_PARALLEL_KEYS = (
@@ -114,6 +115,7 @@ def check_config(cfg: PipelineConfig) -> None:
     check_algorithm_roles(cfg)
     check_agentic(cfg)
     check_reward_routing(cfg)
+    check_llm_judge(cfg)
     check_keys_act(cfg)  # accepted keys that would do nothing here (key_checks.py)
 
 

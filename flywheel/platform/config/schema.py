@@ -249,11 +249,63 @@ class CodeSandboxArgs:
     max_tests: int = 0
 
 
+DEFAULT_JUDGE_TEMPLATE = (
+    "Question:\n{prompt}\n\nReference answer:\n{reference}\n\nStudent answer:\n{response}"
+    "\n\nIs the student answer correct? Reply with only yes or no.")
+
+
+@dataclass
+class LlmJudgeArgs:
+    """llm_judge: a language model reads (prompt, response, reference) through a prompt
+    template and answers; a parser turns its answer into a score in [0, 1]. The judge is
+    a model this reward role loads itself (`backend: local`) or an OpenAI-compatible
+    server (`backend: endpoint`). Its answer is untrusted text: one that does not parse
+    scores 0 and counts in reward/judge_parse_failures."""
+
+    # "local": generate greedily with this role's strategy_args backend (hf_infer or vllm)
+    # on its device_mapping, with model_args.model_name_or_path (else the top-level
+    # reward_pretrain). "endpoint": POST to an OpenAI-compatible {base_url}/chat/completions
+    # (temperature 0); then model_args, strategy_args and device_mapping must stay unset.
+    backend: Literal["local", "endpoint"] = "local"
+    # endpoint: the server's API root, e.g. "http://127.0.0.1:8000/v1" (http or https).
+    base_url: str | None = None
+    # endpoint: the model name sent in each request.
+    model: str | None = None
+    # endpoint: NAME of the environment variable that holds the API key (sent as
+    # "Authorization: Bearer ..."), never the key itself; unset: no key is sent. A named
+    # variable that is not set when the reward starts is an error.
+    api_key_env: str | None = None
+    # endpoint: seconds to wait for one reply. A server that cannot be reached, or answers
+    # with an HTTP error or not in time, stops the run with an error naming base_url (a
+    # down judge must not score every sample 0); keep it below sample_timeout_s.
+    request_timeout_s: float = 20.0
+    # The judge's prompt (one user message; the local judge applies its tokenizer's chat
+    # template when it has one). Placeholders: {prompt}, {response}, {reference}; {response}
+    # is required, "{{" and "}}" are literal braces; any other placeholder, attribute,
+    # index, conversion or format spec is an error. Values are inserted as is, never
+    # formatted again.
+    prompt_template: str = DEFAULT_JUDGE_TEMPLATE
+    # System message sent before the prompt; unset: none (the local model's chat template
+    # may add its own default).
+    system_prompt: str | None = None
+    # How the judge's answer becomes a score. "yes_no": the first word "yes" (1) or "no"
+    # (0), any case. "number": the last number in the answer (in "7/10" or "7 out of 10",
+    # the 7), which must lie in [score_min, score_max]; score = (x - score_min) /
+    # (score_max - score_min). Anything else is a parse failure: score 0.
+    score_parser: Literal["number", "yes_no"] = "yes_no"
+    # number: the range the template asks the judge to answer in (score_min < score_max).
+    score_min: float = 0.0
+    score_max: float = 10.0
+    # Most tokens the judge writes per answer (greedy decoding).
+    max_new_tokens: int = 32
+
+
 @dataclass
 class RewardConfig(WorkerConfig):
     # Reward by name: "math_rule" compares the final answer (math-verify where it parses);
     # "code_sandbox" runs the response's last fenced code block against the record's
-    # stdin/stdout tests in a bubblewrap sandbox (code_sandbox below).
+    # stdin/stdout tests in a bubblewrap sandbox (code_sandbox below); "llm_judge" asks a
+    # language model for a verdict (llm_judge below).
     reward_type: str = "math_rule"
     # Record tags this reward scores; empty means every record.
     tag_included: list[str] = field(default_factory=list)
@@ -272,6 +324,8 @@ class RewardConfig(WorkerConfig):
     scoring_processes: int = 1
     # Limits of the code_sandbox reward (ignored by other reward types).
     code_sandbox: CodeSandboxArgs = field(default_factory=CodeSandboxArgs)
+    # The judge of the llm_judge reward; written on another reward type, an error.
+    llm_judge: LlmJudgeArgs = field(default_factory=LlmJudgeArgs)
 
 
 @dataclass

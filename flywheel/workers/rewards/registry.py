@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flywheel.platform.config.schema import RewardConfig
-from flywheel.workers.rewards import code_sandbox, math_rule
+from flywheel.workers.rewards import code_sandbox, llm_judge, math_rule
 from flywheel.workers.rewards.result import RewardResult
 
 RewardFn = Callable[[str, str, str], RewardResult]  # (prompt, response, reference)
@@ -18,6 +18,7 @@ RewardFn = Callable[[str, str, str], RewardResult]  # (prompt, response, referen
 REWARDS: dict[str, Callable[[RewardConfig], RewardFn]] = {
     "math_rule": math_rule.build,
     "code_sandbox": code_sandbox.build,
+    "llm_judge": llm_judge.build,
 }
 
 
