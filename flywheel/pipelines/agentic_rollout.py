@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import ray
@@ -240,11 +241,14 @@ def check_envs(cfg: PipelineConfig) -> None:
                 raise ValueError(f"custom_envs.{tag}: {error}") from None
 
 
-def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster) -> EnvRole:
+def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster,
+                      log_dir: Path | None = None) -> EnvRole:
+    """`log_dir`: where each env worker's output goes (platform/backend_logs.py)."""
     check_envs(cfg)
     n = num_env_workers(cfg)
     return EnvRole.create(ENV_ROLE, EnvWorker, RoleDevices(ENV_ROLE, tuple(range(n))), None,
                           init_kwargs=dict(model_path=model_path,
                                            infer_actors=list(actor_infer.actors),
                                            user_envs=user_envs(cfg),
-                                           env_import_allowlist=cfg.env_import_allowlist))
+                                           env_import_allowlist=cfg.env_import_allowlist),
+                          log_dir=log_dir)

@@ -28,13 +28,14 @@ from flywheel.pipelines.roles import Roles, num_slots, start_roles
 from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.sample_texts import SampleTextLog
 from flywheel.pipelines.sft_run import run_sft
+from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.agentic_checks import check_env_names
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.plots import refresh_run_plots
-from flywheel.platform.ray_runtime import start_ray, stop_ray
+from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
 from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
 from flywheel.platform.run_status import write_status
 from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
@@ -101,12 +102,21 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         check_routing(cfg, train_records, val_records)
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
-    owns_ray, roles, tracker = False, None, None
+    owns_ray, roles, tracker, log_dir = False, None, None, None
     status = "failed"
     stop = StopRequest()
     try:
-        owns_ray = start_ray(cfg.ray, num_slots(cfg), address)
-        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps)
+        # Workers write their output to files in the run directory unless the run joins
+        # a cluster, whose other nodes cannot write here (platform/backend_logs.py).
+        log_dir = None if cluster_address(cfg.ray, address) else output_dir / LOG_FOLDER
+        owns_ray = start_ray(cfg.ray, num_slots(cfg), address,
+                             forward_worker_output=log_dir is None)
+        if log_dir is not None:
+            log_dir.mkdir(exist_ok=True)
+            digest = WarningDigest(log_dir)
+        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps, log_dir=log_dir)
+        if log_dir is not None:
+            _print_report(digest.report("at start-up"))
         write_status(output_dir, "running", nodes=role_nodes(roles))
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default))
@@ -114,7 +124,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
             pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
                                     output_dir)
         else:
-            env_workers = start_env_workers(cfg, model_path, roles.actor_infer)
+            env_workers = start_env_workers(cfg, model_path, roles.actor_infer, log_dir)
             roles.all.append(env_workers)  # shut down with the roles
             pipeline = AgenticPipeline.create(cfg, roles, tokenizer, tracker, output_dir,
                                               env_workers)
@@ -147,9 +157,16 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         finally:
             write_status(output_dir, status)
             refresh_run_plots(output_dir)
+            if log_dir is not None:
+                _print_report(digest.report("during the run"))
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
           f"{output_dir / 'plots.png'}", flush=True)
     return output_dir
+
+
+def _print_report(report: str | None) -> None:
+    if report:
+        print(report, flush=True)
 
 
 def write_error_log(output_dir: Path, error: BaseException) -> str:

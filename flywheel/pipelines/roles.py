@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from flywheel.pipelines.role_handles import InferRole, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
@@ -86,8 +87,10 @@ def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) 
                                                         cfg.ppo_epochs)
 
 
-def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles:
-    """Every role's cluster; `total_steps` is the run's number of train steps."""
+def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
+                log_dir: Path | None = None) -> Roles:
+    """Every role's cluster; `total_steps` is the run's number of train steps; `log_dir`:
+    where each worker's output goes (platform/backend_logs.py)."""
     placement = place_devices(device_roles(cfg))
     cores = os.cpu_count() or 1
     default_threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
@@ -105,7 +108,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
                                                   num_threads=threads,
                                                   cpu_affinity=wcfg.cpu_affinity, **kwargs),
                                  timeout_s=cfg.timeouts.call_s,
-                                 startup_timeout_s=cfg.timeouts.startup_s)
+                                 startup_timeout_s=cfg.timeouts.startup_s, log_dir=log_dir)
         started.append(cluster)
         return cluster
 
@@ -136,6 +139,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int) -> Roles
                 f"rewards.{name}", RewardWorker,
                 RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
                 timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
+                log_dir=log_dir,
                 init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
                                  cfg=rcfg),
             )

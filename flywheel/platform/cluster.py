@@ -16,11 +16,13 @@ resources an actor gets come from the config, never from a decorator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from flywheel.platform.backend_logs import WORKER_LOG_ENV, worker_log_path
 from flywheel.platform.liveness import PROGRESS_GROUP, ProgressClock
 from flywheel.platform.resources import DevicePlacement, RoleDevices
 
@@ -63,7 +65,9 @@ class Cluster:
         env_vars: dict[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         startup_timeout_s: float = DEFAULT_STARTUP_S,
+        log_dir: Path | None = None,
     ) -> Cluster:
+        """`log_dir`: each worker's stdout and stderr go to a file there (backend_logs.py)."""
         # `progress` answers in a group of its own while a call runs (liveness.py)
         remote_cls = ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(worker_cls)
         actors = []
@@ -73,8 +77,11 @@ class Cluster:
                 device = devices.worker_device(rank)
                 options = dict(scheduling_strategy=placement.scheduling(device),
                                **placement.actor_resources(device))
-            if env_vars:
-                options["runtime_env"] = {"env_vars": dict(env_vars)}
+            worker_env = dict(env_vars or {})
+            if log_dir is not None:
+                worker_env[WORKER_LOG_ENV] = worker_log_path(log_dir, role, rank)
+            if worker_env:  # merged by Ray with the job's env_vars (ray_runtime.WORKER_ENV)
+                options["runtime_env"] = {"env_vars": worker_env}
             actor = remote_cls.options(max_concurrency=1, **options).remote(
                 role=role, rank=rank, world_size=devices.num_workers, **init_kwargs)
             actors.append(actor)

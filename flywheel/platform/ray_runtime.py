@@ -33,8 +33,12 @@ WORKER_ENV = {
 }
 
 
-def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> bool:
+def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
+              forward_worker_output: bool = True) -> bool:
     """Join `address` (argument, then config) or start a local Ray with `num_slots` slots.
+
+    `forward_worker_output=False`: a local Ray does not copy workers' output to this
+    console (the run's workers write theirs to files, platform/backend_logs.py).
 
     Returns False when Ray was already initialised in this process (a notebook, a test
     session): the caller then leaves it running when done.
@@ -60,7 +64,7 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None) -> boo
         include_dashboard=False,
         runtime_env=runtime_env,
         logging_level=logging.WARNING,
-        log_to_driver=True,
+        log_to_driver=forward_worker_output,
     )
     return True
 

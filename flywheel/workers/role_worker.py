@@ -15,6 +15,7 @@ import os
 import ray
 import torch
 
+from flywheel.platform.backend_logs import redirect_output_to_log
 from flywheel.platform.liveness import PROGRESS_GROUP, snapshot
 
 
@@ -44,6 +45,7 @@ def pin_thread(cpus: list[int], tid: int = 0, key: str = "cpu_affinity") -> None
 class RoleWorker:
     def __init__(self, role: str, rank: int, world_size: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None):
+        redirect_output_to_log()  # before the backend's first line (backend_logs.py)
         self.role = role
         self.rank = rank
         self.world_size = world_size

@@ -116,3 +116,9 @@ def test_gae_critic_reference_and_kl_run_end_to_end(tmp_path, ray_session, arith
         for key in ("vf/loss", "critic/grad_norm", "kl/loss", "kl/coef", "pg/loss"):
             assert key in r and r[key] == r[key], key  # present and not NaN
     assert (run_dir / "checkpoint-2" / "critic" / "model" / "model.safetensors").exists()
+
+
+def test_each_worker_writes_its_own_log_file(first_run):
+    logs = sorted(p.name for p in (first_run / "logs").glob("*.log"))
+    assert {"actor_train-0.log", "actor_infer-0.log"} <= set(logs), logs
+    assert any(name.startswith("rewards.") for name in logs), logs
