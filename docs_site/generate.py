@@ -57,8 +57,8 @@ def metrics_markdown(registry: list[dict] | None = None) -> str:
         "and over the role's ranks. **when** says which settings log a metric; a blank "
         "means every step of both pipelines.",
         "",
-        "In a name, `<tag>` is an env tag (a `custom_envs` key such as `FrozenLake`) and "
-        "`<info>` an env metric name.",
+        "In a name, `<tag>` is an env tag (a `custom_envs` key such as `FrozenLake`) or, in "
+        "RLVR, a record's tag (`math`, `code`), and `<info>` an env metric name.",
         "",
         "Generated from `docs_site/metrics.yaml`; a test fails when a run logs a name this "
         "page does not explain.",

@@ -63,6 +63,7 @@ from flywheel.pipelines.step_metrics import (
     reward_info_metrics,
     rollout_metrics,
     staleness_metrics,
+    uniform_group_metrics,
 )
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
@@ -288,7 +289,8 @@ class RLVRPipeline:
                               self.kl_ctl.value)
 
     def reward_metrics(self, taken: Taken) -> dict[str, float]:
-        return reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
+        return (reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
+                | uniform_group_metrics(taken.groups))
 
     def group_state(self, group: Group) -> dict:
         return group_to_dict(group)

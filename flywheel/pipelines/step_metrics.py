@@ -63,6 +63,14 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     return metrics
 
 
+def uniform_group_metrics(groups: list[Group]) -> dict[str, float]:
+    """`rollout/uniform_frac`: share of the trained groups whose samples all scored the same,
+    which GRPO gives zero advantage (dynamic sampling, drop_uniform_groups, keeps it at 0
+    unless the refill cap is reached)."""
+    uniform = sum(len(set(g.scores)) <= 1 for g in groups)
+    return {"rollout/uniform_frac": uniform / len(groups)}
+
+
 def metric_tag(tag: str) -> str:
     """A record tag as one segment of a metric name: every character other than a letter,
     digit, `_`, `.` or `-` becomes `_` (so `a/b` cannot open a namespace)."""
