@@ -13,14 +13,14 @@ free port, then every rank joins and builds its strategy.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from flywheel.pipelines.role_handles import InferRole, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.checks import data_parallel_size
 from flywheel.platform.config.key_checks import context_length
-from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
@@ -36,6 +36,12 @@ def role_devices(role: str, cfg: WorkerConfig) -> RoleDevices:
     return RoleDevices(role, mapping, cfg.num_gpus_per_worker)
 
 
+def loads_model(reward: RewardConfig) -> bool:
+    """A reward that loads a model (a local llm_judge) owns its device_mapping; the others
+    (rules, an endpoint judge) own no device and go anywhere."""
+    return reward.reward_type == "llm_judge" and reward.llm_judge.backend == "local"
+
+
 def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
     roles = [role_devices("actor_train", cfg.actor_train),
              role_devices("actor_infer", cfg.actor_infer)]
@@ -43,6 +49,9 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
         roles.append(role_devices("reference", cfg.reference))
     if cfg.critic is not None:
         roles.append(role_devices("critic", cfg.critic))
+    if cfg.pipeline_type == "rlvr":
+        roles += [role_devices(f"rewards.{name}", reward)
+                  for name, reward in cfg.rewards.items() if loads_model(reward)]
     return roles
 
 
@@ -135,13 +144,21 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         rewards = {}
         # Agentic episodes are scored by their envs: no reward workers.
         for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):
+            role, wcfg, where, threads = f"rewards.{name}", rcfg, None, 1
+            devices = RoleDevices(role, tuple(range(max(1, rcfg.world_size))))
+            if loads_model(rcfg):  # a judge model on the role's own devices
+                model = rcfg.model_args.model_name_or_path or cfg.reward_pretrain
+                wcfg = replace(rcfg, model_args=replace(rcfg.model_args,
+                                                        model_name_or_path=model))
+                devices, where = role_devices(role, rcfg), placement
+                threads = rcfg.num_threads or (len(rcfg.cpu_affinity) if rcfg.cpu_affinity
+                                               else default_threads)
             rewards[name] = RewardRole.create(
-                f"rewards.{name}", RewardWorker,
-                RoleDevices(f"rewards.{name}", tuple(range(max(1, rcfg.world_size)))), None,
+                role, RewardWorker, devices, where,
                 timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
                 log_dir=log_dir,
                 init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
-                                 cfg=rcfg),
+                                 cfg=wcfg, num_threads=threads),
             )
             started.append(rewards[name])
     except BaseException:

@@ -52,7 +52,9 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     """What the rewards said about the samples whose fate this step decided (trained or
     dropped): `reward/timed_out` and `reward/crashed` count samples the hard per-sample
     limit killed or whose scoring process died (each scored 0); `reward/parse_rate` is the
-    share of samples, among those whose reward reports it, in which an answer was found."""
+    share of samples, among those whose reward reports it, in which an answer was found;
+    `reward/judge_parse_failures` counts llm_judge samples whose judge gave no verdict that
+    parsed (each scored 0), present when an llm_judge reward scored any of them."""
     infos = [info for g in [*taken.groups, *taken.stale, *taken.filtered]
              for info in g.reward_info]
     metrics = {"reward/timed_out": float(sum(bool(i.get("timed_out")) for i in infos)),
@@ -60,6 +62,9 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     parsed = [bool(i["parsed"]) for i in infos if "parsed" in i]
     if parsed:
         metrics["reward/parse_rate"] = sum(parsed) / len(parsed)
+    judged = [bool(i["judge_parse_failure"]) for i in infos if "judge_parse_failure" in i]
+    if judged:
+        metrics["reward/judge_parse_failures"] = float(sum(judged))
     return metrics
 
 

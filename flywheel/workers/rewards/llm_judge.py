@@ -5,8 +5,9 @@ and {reference} filled in (parsed once by `judge_checks.template_parts`; values 
 inserted as they are and never formatted again, so braces in a response are just text).
 The judge answers greedily, and `parse_verdict` turns the answer into a score in [0, 1]:
 `yes_no` (first word yes / no) or `number` (last number, within [score_min, score_max],
-rescaled). An answer that does not parse scores 0 with `judge_parse_failure` in the
-metadata (counted as reward/judge_parse_failures).
+rescaled). Every judged sample's metadata says `judge_parse_failure` (true: the answer
+did not parse, or the endpoint's reply was malformed; the sample scores 0), counted as
+reward/judge_parse_failures, and `judge_answer` (its first 200 characters).
 
 Two judges, one interface (`Judge`: a prompt text in, the answer text out):
 - `LocalJudge`: the reward role's own infer backend (hf_infer, vllm) with its model,
@@ -188,10 +189,9 @@ def score_with(judge: Judge, args: LlmJudgeArgs, parts: Parts,
         return RewardResult(0.0, {"parsed": False, "judge_parse_failure": True,
                                   "judge_error": f"malformed reply: {e}"})
     value = parse_verdict(answer, args)
-    meta = {"parsed": value is not None, "judge_answer": answer[:ANSWER_SHOWN]}
-    if value is None:
-        meta["judge_parse_failure"] = True
-    return RewardResult(value or 0.0, meta)
+    return RewardResult(value or 0.0, {"parsed": value is not None,
+                                       "judge_parse_failure": value is None,
+                                       "judge_answer": answer[:ANSWER_SHOWN]})
 
 
 def build(cfg: RewardConfig) -> Callable[[str, str, str], RewardResult]:
