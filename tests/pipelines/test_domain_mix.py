@@ -4,6 +4,7 @@ seed and batch index), and the rules that keep every record in exactly one domai
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,20 @@ def test_probabilities_within_a_rounding_of_one_are_rescaled():
 def test_mix_keys_that_would_do_nothing_are_refused():
     with pytest.raises(ConfigError, match="validation.data_args.domain_interleave_probs"):
         load_config_dict({"validation": {"data_args": {"domain_interleave_probs": {"a": 1}}}})
+
+
+def test_a_roll_config_with_domain_interleave_probs_converts(tmp_path):
+    from flywheel.platform.config.roll_convert import convert_roll
+
+    roll = Path(__file__).parents[1] / "data" / "configs" / "roll" / "mechanics" / "roll_rlvr.yaml"
+    text = roll.read_text().replace("    file_name: builtin://arithmetic/train\n",
+                                    "    file_name: builtin://arithmetic/train\n"
+                                    "    domain_interleave_probs: {math_rule: 1.0}\n")
+    (tmp_path / "roll.yaml").write_text(text)
+    conversion = convert_roll(tmp_path / "roll.yaml")
+    assert conversion.missing == []
+    cfg = load_config_dict(conversion.data)
+    assert cfg.actor_train.data_args.domain_interleave_probs == {"math_rule": 1.0}
+    # ROLL's key names the reward: its records are those tagged as its tag_included says.
+    domains = split_domains(records(arithmetic=6), cfg)
+    assert [(d.name, len(d.records)) for d in domains] == [("math_rule", 6)]
