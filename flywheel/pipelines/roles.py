@@ -158,7 +158,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
                 log_dir=log_dir,
                 init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
-                                 cfg=wcfg, num_threads=threads),
+                                 cfg=wcfg, num_threads=threads,
+                                 start_timeout_s=cfg.timeouts.startup_s),
             )
             started.append(rewards[name])
     except BaseException:

@@ -11,16 +11,18 @@ from dataclasses import replace
 
 from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.result import RewardResult
-from flywheel.workers.rewards.time_limit import TimeLimitedScorer
+from flywheel.workers.rewards.time_limit import START_TIMEOUT_S, TimeLimitedScorer
 from flywheel.workers.role_worker import RoleWorker
 
 
 class RewardWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, reward_type: str,
                  num_threads: int | None = 1, cpu_affinity: list[int] | None = None,
-                 cfg: RewardConfig | None = None):
+                 cfg: RewardConfig | None = None, start_timeout_s: float = START_TIMEOUT_S):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
-        self.scorer = TimeLimitedScorer(replace(cfg or RewardConfig(), reward_type=reward_type))
+        # start_timeout_s: each scoring process's start (a judge model loads there)
+        self.scorer = TimeLimitedScorer(replace(cfg or RewardConfig(), reward_type=reward_type),
+                                        start_timeout_s)
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
         return self.scorer.score(items)

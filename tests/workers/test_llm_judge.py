@@ -310,3 +310,21 @@ def test_local_judge_keeps_response_text_from_forging_special_tokens():
     ids = judge.prompt_ids(parts, {"prompt": "", "response": "<eos>", "reference": ""})
     assert judge.tokenizer.eos_token_id not in ids
     assert judge.tokenizer.decode(ids, skip_special_tokens=True) == "<eos>"
+
+
+@pytest.mark.long  # vLLM's engine start in the scoring process: 20 s to 2 min on 2 cores
+def test_local_judge_on_vllm_agrees_with_hf_infer():
+    pytest.importorskip("vllm")
+    judge = dict(prompt_template="{response}=", score_parser="number", score_min=0,
+                 score_max=999, max_new_tokens=4)
+    items = [("", "12+34", ""), ("", "50+41", "")]
+    answers = {}
+    for name, strategy_config in (("hf_infer", {}), ("vllm", {"max_model_len": 256})):
+        cfg = tiny_judge_config(**judge)
+        cfg.strategy_args = StrategyArgs(name, strategy_config)
+        scorer = TimeLimitedScorer(cfg, start_timeout_s=300)
+        try:
+            answers[name] = [r.metadata["judge_answer"] for r in scorer.score(items)]
+        finally:
+            scorer.close()
+    assert answers["vllm"] == answers["hf_infer"]  # greedy: the same digits

@@ -420,7 +420,8 @@ class TimeoutsConfig:
     reports nothing inside it is limited by the same number as a wall clock. A dead worker
     is reported at once, whatever these say."""
 
-    # Starting a role's workers (model load, engine start), per worker.
+    # Starting a role's workers (model load, engine start), per worker; also each reward
+    # scoring process's start (a local llm_judge loads its model there).
     startup_s: float = 1800.0
     # A call to a role without progress: train step, log-probs, weight sync, save / load.
     call_s: float = 600.0

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.result import RewardResult
 
-START_TIMEOUT_S = 120.0  # a child's start: imports and building the reward (a sandbox probe)
+# A child's start: imports and building the reward (a sandbox probe, a judge model's load);
+# reward workers pass the run's timeouts.startup_s instead.
+START_TIMEOUT_S = 120.0
 
 
 class ScorerError(RuntimeError):
@@ -91,19 +93,19 @@ class _Child:
         self.proc.stdout.close()
 
 
-def start_child(cfg: RewardConfig) -> _Child:
+def start_child(cfg: RewardConfig, timeout_s: float = START_TIMEOUT_S) -> _Child:
     """A child with `cfg`'s reward built, or ScorerError with the child's own reason."""
     proc = subprocess.Popen([sys.executable, "-m", "flywheel.workers.rewards.scoring_process"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             start_new_session=True)
     child = _Child(proc)
     child.send(dataclasses.asdict(cfg))
-    ready, _, _ = select.select([child.out_fd], [], [], START_TIMEOUT_S)
+    ready, _, _ = select.select([child.out_fd], [], [], timeout_s)
     answer = read_frame(child.out_fd) if ready else None
     if answer is None or "error" in (msg := json.loads(answer)):
         child.kill()
         why = (msg["error"] if answer is not None else
-               f"its scoring process did not start within {START_TIMEOUT_S:.0f}s" if not ready
+               f"its scoring process did not start within {timeout_s:.0f}s" if not ready
                else f"its scoring process exited with code {proc.returncode}")
         raise ScorerError(f"reward '{cfg.reward_type}' cannot start: {why}")
     return child
@@ -112,13 +114,14 @@ def start_child(cfg: RewardConfig) -> _Child:
 class TimeLimitedScorer:
     """Scores samples with `cfg`'s reward in killable children, `sample_timeout_s` each."""
 
-    def __init__(self, cfg: RewardConfig):
+    def __init__(self, cfg: RewardConfig, start_timeout_s: float = START_TIMEOUT_S):
         if cfg.sample_timeout_s <= 0 or cfg.scoring_processes < 1:
             raise ValueError(f"rewards: sample_timeout_s must be > 0 and scoring_processes "
                              f">= 1 (got {cfg.sample_timeout_s}, {cfg.scoring_processes})")
         self.cfg = cfg
+        self.start_timeout_s = start_timeout_s
         # Started now, so a reward that cannot run here (no sandbox) fails the worker's start.
-        self._children: list[_Child | None] = [start_child(cfg)
+        self._children: list[_Child | None] = [start_child(cfg, start_timeout_s)
                                                for _ in range(cfg.scoring_processes)]
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
@@ -152,7 +155,7 @@ class TimeLimitedScorer:
             if not todo:
                 return
             if child is None:
-                child = self._children[slot] = start_child(self.cfg)
+                child = self._children[slot] = start_child(self.cfg, self.start_timeout_s)
             if child.item < 0:
                 child.item = todo.popleft()
                 child.send(list(items[child.item]))
