@@ -118,7 +118,10 @@ class Tracker:
         eta = (self.total_steps - step) / rate if rate > 0 else float("nan")
         parts = [f"step {step}/{self.total_steps}"]
         parts += [f"{k} {metrics[k]:.3f}" for k in PROGRESS_KEYS if k in metrics]
-        parts += [f"{rate:.2f} step/s", f"ETA {_duration(eta)}"]
+        # a real model takes seconds per step: "0.01 step/s" would say nothing
+        speed = f"{rate:.2f} step/s" if rate >= 1 else (f"{1 / rate:.1f} s/step" if rate > 0
+                                                          else "- s/step")
+        parts += [speed, f"ETA {_duration(eta)}"]
         return " | ".join(parts)
 
     def close(self, status: str = "FINISHED") -> None:

@@ -8,6 +8,7 @@ logging step (`sample_texts/step_<N>.json`, shown in the run's Artifacts tab).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,9 @@ class MlflowTracker:
     @classmethod
     def open(cls, run: TrackerRun) -> MlflowTracker:
         os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+        # mlflow's INFO lines ("Creating initial MLflow database tables...") are backend
+        # chatter on flywheel's console; its warnings still show.
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
         mlflow.set_tracking_uri(run.mlflow_uri)
         if (run.mlflow_uri.startswith("sqlite:///")
                 and mlflow.get_experiment_by_name(run.experiment) is None):
