@@ -9,13 +9,14 @@ are dropped as they are scored and more prompts are generated in their stead, up
 - zero-adv groups trained: share of the trained groups whose samples all scored the same
   (`rollout/uniform_frac`, GRPO advantage 0: they cost a train step and teach nothing).
   With the filter it must be 0 (unless the refill cap was reached: `cap kept`).
-- generated samples: every sample generated in the run (trained, filtered, stale or left
-  over at the end; from samples.jsonl), and filtered ones among them.
+- generated samples: every sample generated in the run (from samples.jsonl): filtered
+  ones, and those left over when the run stopped (generated ahead for a next step that
+  never came; a longer run trains them) among them.
 - validation accuracy (greedy, `--val` prompts) before and after training, and the gain
   per 1000 generated samples: accuracy per unit of generation, the price the filter pays.
 - train reward: mean score of the trained samples over the run.
 
-    .venv/bin/python bench/bench_dynamic_sampling.py            # 2 runs x 6 steps (~8 min)
+    .venv/bin/python bench/bench_dynamic_sampling.py            # 2 runs x 5 steps (~8 min)
     .venv/bin/python bench/bench_dynamic_sampling.py --quick    # smoke test
 
 Results go to bench/results/dynamic_sampling.json. Runs are sequential: each takes the
@@ -79,6 +80,8 @@ def table(results: list[dict]) -> str:
             ("generated samples", *(str(r["generated_samples"]) for r in results)),
             ("  filtered", *(str(r["filtered_samples"]) for r in results)),
             ("  cap kept", *(f"{r['cap_kept_samples']:.0f}" for r in results)),
+            ("  left over at the end", *(str(r["generated_samples"] - r["trained_samples"]
+                                             - r["filtered_samples"]) for r in results)),
             ("trained samples", *(str(r["trained_samples"]) for r in results)),
             ("val accuracy before", *(f"{r['val_first']:.3f}" for r in results)),
             ("val accuracy after", *(f"{r['val_last']:.3f}" for r in results)),
@@ -92,10 +95,10 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=16, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
-    parser.add_argument("--val", type=int, default=128, help="validation prompts")
+    parser.add_argument("--val", type=int, default=96, help="validation prompts")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--quick", action="store_true", help="2 steps, 8 prompts: smoke test")
     args = parser.parse_args()
