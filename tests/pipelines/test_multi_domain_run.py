@@ -35,6 +35,9 @@ def metric_registry_explains():
     return lambda name: module.explained(name, registry) is not None
 
 
+# About 2 minutes on 2 busy cores (four roles start: two reward workers, each with a
+# scoring process): beyond the default suite's budget, so `make test-long`.
+@pytest.mark.long
 @pytest.mark.slow
 def test_two_tagged_domains_are_mixed_and_reported_per_tag(tmp_path, ray_session,
                                                            tiny_model_path):
