@@ -82,6 +82,12 @@ def check_judge_args(judge: LlmJudgeArgs, key: str) -> None:
     except ValueError as e:
         raise ConfigError("", f"{key}.prompt_template", str(e).removeprefix(
             "prompt_template ")) from None
+    default = LlmJudgeArgs()
+    if judge.score_parser == "yes_no" and (judge.score_min, judge.score_max) != (
+            default.score_min, default.score_max):
+        raise ConfigError("", f"{key}.score_min", "score_min / score_max are for "
+                                                  "score_parser: number; the yes_no parser "
+                                                  "scores 1 or 0")
     if judge.score_parser == "number" and not judge.score_min < judge.score_max:
         raise ConfigError("", f"{key}.score_min", f"must be below score_max (got "
                                                   f"{judge.score_min} and {judge.score_max})")
@@ -122,8 +128,8 @@ def check_endpoint_role(reward: RewardConfig, key: str) -> None:
 def check_local_role(cfg: PipelineConfig, reward: RewardConfig, key: str) -> None:
     """A local judge generates with an infer backend and names a model."""
     judge = reward.llm_judge
-    for field in ENDPOINT_KEYS:
-        if getattr(judge, field) is not None:
+    for field in ENDPOINT_KEYS + ("request_timeout_s",):
+        if getattr(judge, field) != getattr(LlmJudgeArgs(), field):
             raise ConfigError("", f"{key}.llm_judge.{field}", "is for backend endpoint; "
                                                               "backend is local")
     strategy = reward.strategy_args.strategy_name

@@ -275,7 +275,7 @@ class LlmJudgeArgs:
     # "Authorization: Bearer ..."), never the key itself; unset: no key is sent. A named
     # variable that is not set when the reward starts is an error.
     api_key_env: str | None = None
-    # endpoint: seconds to wait for one reply. A server that cannot be reached, or answers
+    # endpoint (an error on a local judge): seconds to wait for one reply. A server that cannot be reached, or answers
     # with an HTTP error or not in time, stops the run with an error naming base_url (a
     # down judge must not score every sample 0); keep it below sample_timeout_s.
     request_timeout_s: float = 20.0
@@ -293,7 +293,8 @@ class LlmJudgeArgs:
     # the 7), which must lie in [score_min, score_max]; score = (x - score_min) /
     # (score_max - score_min). Anything else is a parse failure: score 0.
     score_parser: Literal["number", "yes_no"] = "yes_no"
-    # number: the range the template asks the judge to answer in (score_min < score_max).
+    # number: the range the template asks the judge to answer in (score_min < score_max);
+    # written with yes_no, an error.
     score_min: float = 0.0
     score_max: float = 10.0
     # Most tokens the judge writes per answer (greedy decoding).
