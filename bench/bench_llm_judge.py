@@ -5,17 +5,20 @@ It runs exactly as a reward worker runs the reward: in a scoring process
 (`TimeLimitedScorer`) on hf_infer (or `--strategy vllm`), greedy, under the per-sample
 limit. For each triple it prints whether the response is right, the judge's answer and
 its score; then agreement with the truth (yes/no), the parse-failure count and seconds per
-sample. A 135M model is a weak judge: the figures are what it does, not what a judge
-should do. Writes JSON with --out.
+sample, with the 1-minute load average before and after. A 135M model is a weak judge:
+the figures are what it does, not what a judge should do. Writes JSON (--out, default
+bench/results/llm_judge.json).
 
-    .venv/bin/python -m bench.bench_llm_judge [--strategy hf_infer] [--out FILE]
+    .venv/bin/python -m bench.bench_llm_judge [--strategy hf_infer|vllm] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from pathlib import Path
 
 from flywheel.platform.config.schema import LlmJudgeArgs, ModelArgs, RewardConfig, StrategyArgs
 from flywheel.workers.rewards.time_limit import TimeLimitedScorer
@@ -43,7 +46,7 @@ def judge(strategy: str, args: LlmJudgeArgs) -> dict:
     cfg = RewardConfig(reward_type="llm_judge", sample_timeout_s=120.0,
                        strategy_args=StrategyArgs(strategy, strategy_config),
                        model_args=ModelArgs(model_name_or_path=MODEL), llm_judge=args)
-    started = time.monotonic()
+    load_before, started = os.getloadavg()[0], time.monotonic()
     scorer = TimeLimitedScorer(cfg)
     start_s = time.monotonic() - started
     try:
@@ -60,6 +63,7 @@ def judge(strategy: str, args: LlmJudgeArgs) -> dict:
               f"{result.score:.2f}  judge said {result.metadata.get('judge_answer', '')!r}")
     failures = sum(bool(r.get("judge_parse_failure")) for r in rows)
     summary = {"parser": args.score_parser, "strategy": strategy, "start_s": start_s,
+               "load_before_after": [load_before, os.getloadavg()[0]],
                "s_per_sample": score_s / len(rows), "parse_failures": failures,
                "mean_score_right": sum(r["score"] for r in rows if r["right"]) / 4,
                "mean_score_wrong": sum(r["score"] for r in rows if not r["right"]) / 4}
@@ -73,7 +77,7 @@ def judge(strategy: str, args: LlmJudgeArgs) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default="hf_infer", choices=("hf_infer", "vllm"))
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default="bench/results/llm_judge.json")
     opts = parser.parse_args()
     out = {}
     print(f"yes/no judge ({MODEL}, {opts.strategy}, default template):")
@@ -82,9 +86,8 @@ def main() -> None:
     out["number"] = judge(opts.strategy, LlmJudgeArgs(
         prompt_template=NUMBER_TEMPLATE, score_parser="number", score_min=0, score_max=10,
         max_new_tokens=8))
-    if opts.out:
-        with open(opts.out, "w") as f:
-            json.dump(out, f, indent=1)
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
