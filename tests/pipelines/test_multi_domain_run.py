@@ -35,10 +35,7 @@ def metric_registry_explains():
     return lambda name: module.explained(name, registry) is not None
 
 
-# About 2 minutes on 2 busy cores (four roles start: two reward workers, each with a
-# scoring process): beyond the default suite's budget, so `make test-long`.
-@pytest.mark.long
-@pytest.mark.slow
+@pytest.mark.slow  # about 17 s on 2 cores (validation generates 2 tokens too)
 def test_two_tagged_domains_are_mixed_and_reported_per_tag(tmp_path, ray_session,
                                                            tiny_model_path):
     (tmp_path / "train").mkdir()
@@ -49,13 +46,14 @@ def test_two_tagged_domains_are_mixed_and_reported_per_tag(tmp_path, ray_session
         "exp_name": "domains", "output_dir": str(tmp_path / "run"),
         "pretrain": "builtin://tiny-qwen2",  # random init: the mix and metrics, not learning
         "max_steps": 1, "eval_steps": 1, "logging_steps": 100, "prompt_length": 16,
+        "response_length": 2,  # training and validation responses alike
         "rollout_batch_size": 4, "num_return_sequences_in_group": 2,
         "tracking": {"backends": ["jsonl"], "sample_text_steps": 0},
         "actor_train": {"device_mapping": [0],
                         "training_args": {"per_device_train_batch_size": 8},
                         "data_args": {"file_name": [str(train_a), str(train_b)],
                                       "domain_interleave_probs": {"a": 0.75, "b": 0.25}}},
-        "actor_infer": {"device_mapping": [0], "generating_args": {"max_new_tokens": 2}},
+        "actor_infer": {"device_mapping": [0]},
         "rewards": {"math_a": {"tag_included": ["a"]},   # one reward per domain
                     "math_b": {"tag_included": ["b"]}},
         "validation": {"data_args": {"file_name": [str(val_a), str(val_b)]}},
