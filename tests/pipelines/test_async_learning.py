@@ -57,6 +57,7 @@ def test_ratio_zero_equals_the_plain_synchronous_loop(tmp_path, ray_session, ari
                 assert got[key] == value, (got["step"], key)
 
 
+@pytest.mark.long  # a learning threshold, 80 steps per ratio: make test-long
 @pytest.mark.parametrize("ratio", [1, 2])
 def test_async_runs_learn(tmp_path, ray_session, arith_model_path, ratio):
     cfg = load_config(EXAMPLE, [
