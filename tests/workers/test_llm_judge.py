@@ -16,7 +16,7 @@ import pytest
 from flywheel.platform.config import ConfigError, load_config_dict
 from flywheel.platform.config.judge_checks import template_parts
 from flywheel.platform.config.schema import LlmJudgeArgs, ModelArgs, RewardConfig, StrategyArgs
-from flywheel.workers.rewards.llm_judge import LocalJudge, parse_verdict, render
+from flywheel.workers.rewards.llm_judge import parse_verdict, prompt_ids, render
 from flywheel.workers.rewards.time_limit import ScorerError, TimeLimitedScorer
 
 NUMBER_0_10 = LlmJudgeArgs(score_parser="number", score_min=0, score_max=10)
@@ -308,12 +308,15 @@ def test_local_judge_on_hf_infer_generates_greedily_and_parses():
         assert result.score == pytest.approx(number / 999)
 
 
-def test_local_judge_keeps_response_text_from_forging_special_tokens():
-    judge = LocalJudge(tiny_judge_config())
-    parts = template_parts("{response}")
-    ids = judge.prompt_ids(parts, {"prompt": "", "response": "<eos>", "reference": ""})
-    assert judge.tokenizer.eos_token_id not in ids
-    assert judge.tokenizer.decode(ids, skip_special_tokens=True) == "<eos>"
+def test_local_judge_prompt_without_a_chat_template_is_bos_and_the_filled_template(
+        arith_model_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(arith_model_path)
+    ids = prompt_ids(tokenizer, template_parts("{prompt}{response}="),
+                     {"prompt": "12+", "response": "<eos>", "reference": ""})
+    assert ids[0] == tokenizer.bos_token_id and tokenizer.eos_token_id not in ids
+    assert tokenizer.decode(ids[1:]) == "12+<eos>="
 
 
 @pytest.mark.long  # vLLM's engine start in the scoring process: 20 s to 2 min on 2 cores

@@ -275,9 +275,10 @@ class LlmJudgeArgs:
     # "Authorization: Bearer ..."), never the key itself; unset: no key is sent. A named
     # variable that is not set when the reward starts is an error.
     api_key_env: str | None = None
-    # endpoint (an error on a local judge): seconds to wait for one reply. A server that cannot be reached, or answers
-    # with an HTTP error or not in time, stops the run with an error naming base_url (a
-    # down judge must not score every sample 0); keep it below sample_timeout_s.
+    # endpoint (an error on a local judge): seconds to wait for one reply. A server that
+    # cannot be reached, or answers with an HTTP error or not in time, stops the run with an
+    # error naming base_url (a down judge must not score every sample 0); keep it below
+    # sample_timeout_s.
     request_timeout_s: float = 20.0
     # The judge's prompt (one user message; the local judge applies its tokenizer's chat
     # template when it has one). Placeholders: {prompt}, {response}, {reference}; {response}

@@ -72,6 +72,43 @@ def parse_verdict(answer: str, args: LlmJudgeArgs) -> float | None:
     return (value - args.score_min) / (args.score_max - args.score_min)
 
 
+def _text_ids(tokenizer, text: str, untrusted: bool) -> list[int]:
+    return tokenizer(text, add_special_tokens=False,
+                     split_special_tokens=untrusted)["input_ids"]
+
+
+def _filled_ids(tokenizer, parts: Parts, values: dict[str, str]) -> list[int]:
+    """The template's literal text may hold special tokens; the values never do."""
+    ids: list[int] = []
+    for literal, name in parts:
+        ids += _text_ids(tokenizer, literal, untrusted=False)
+        if name:
+            ids += _text_ids(tokenizer, values[name], untrusted=True)
+    return ids
+
+
+def prompt_ids(tokenizer, parts: Parts, values: dict[str, str],
+               system_prompt: str | None = None) -> list[int]:
+    """The local judge's prompt tokens: the filled-in template as one user message of the
+    tokenizer's chat template (after bos alone when it has none)."""
+    if not tokenizer.chat_template:
+        bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        return bos + _filled_ids(tokenizer, parts, values)
+    marker = "\x00JUDGE_PROMPT\x00"  # cut the rendered template where the prompt goes
+    messages = ([{"role": "system", "content": system_prompt}]
+                if system_prompt is not None else [])
+    messages.append({"role": "user", "content": marker})
+    pieces = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                           tokenize=False).split(marker)
+    if len(pieces) != 2:
+        raise ValueError(f"llm_judge: the judge's chat template shows the user message "
+                         f"{len(pieces) - 1} times, not once")
+    before, after = pieces
+    return (_text_ids(tokenizer, before, untrusted=False)
+            + _filled_ids(tokenizer, parts, values)
+            + _text_ids(tokenizer, after, untrusted=False))
+
+
 class LocalJudge:
     """The reward role's infer backend with its model, decoding greedily."""
 
@@ -91,35 +128,9 @@ class LocalJudge:
         self.sampling = SamplingParams(max_new_tokens=cfg.llm_judge.max_new_tokens,
                                        do_sample=False, stop_token_ids=stop)
 
-    def _text_ids(self, text: str, untrusted: bool) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False,
-                              split_special_tokens=untrusted)["input_ids"]
-
-    def _filled_ids(self, parts: Parts, values: dict[str, str]) -> list[int]:
-        """The template's literal text may hold special tokens; the values never do."""
-        ids: list[int] = []
-        for literal, name in parts:
-            ids += self._text_ids(literal, untrusted=False)
-            if name:
-                ids += self._text_ids(values[name], untrusted=True)
-        return ids
-
-    def prompt_ids(self, parts: Parts, values: dict[str, str]) -> list[int]:
-        tok = self.tokenizer
-        if not tok.chat_template:
-            bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-            return bos + self._filled_ids(parts, values)
-        marker = "\x00JUDGE_PROMPT\x00"  # cut the rendered template where the prompt goes
-        messages = ([{"role": "system", "content": self.system_prompt}]
-                    if self.system_prompt is not None else [])
-        messages.append({"role": "user", "content": marker})
-        before, after = tok.apply_chat_template(messages, add_generation_prompt=True,
-                                                tokenize=False).split(marker)
-        return (self._text_ids(before, untrusted=False) + self._filled_ids(parts, values)
-                + self._text_ids(after, untrusted=False))
-
     def __call__(self, parts: Parts, values: dict[str, str]) -> str:
-        generation = self.strategy.generate([self.prompt_ids(parts, values)], self.sampling)[0]
+        ids = prompt_ids(self.tokenizer, parts, values, self.system_prompt)
+        generation = self.strategy.generate([ids], self.sampling)[0]
         return self.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
 
 
