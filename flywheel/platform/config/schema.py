@@ -289,8 +289,8 @@ class LlmJudgeArgs:
     # System message sent before the prompt; unset: none (the local model's chat template
     # may add its own default).
     system_prompt: str | None = None
-    # How the judge's answer becomes a score. "yes_no": the first word "yes" (1) or "no"
-    # (0), any case. "number": the last number in the answer (in "7/10" or "7 out of 10",
+    # How the judge's answer becomes a score. "yes_no": the first whole word "yes" (1) or
+    # "no" (0), any case. "number": the last number in the answer (in "7/10" or "7 out of 10",
     # the 7), which must lie in [score_min, score_max]; score = (x - score_min) /
     # (score_max - score_min). Anything else is a parse failure: score 0.
     score_parser: Literal["number", "yes_no"] = "yes_no"

@@ -4,12 +4,12 @@ The judge's prompt is `RewardConfig.llm_judge.prompt_template` with {prompt}, {r
 and {reference} filled in (parsed once by `judge_checks.template_parts`; values are
 inserted as they are and never formatted again, so braces in a response are just text).
 The judge answers greedily, and `parse_verdict` turns the answer into a score in [0, 1]:
-`yes_no` (first word yes / no) or `number` (last number, within [score_min, score_max],
+`yes_no` (the first whole word yes / no) or `number` (last number, within [score_min, score_max],
 rescaled). Every judged sample's metadata says `judge_parse_failure` (true: the answer
 did not parse, or the endpoint's reply was malformed; the sample scores 0), counted as
 reward/judge_parse_failures, and `judge_answer` (its first 200 characters).
 
-Two judges, one interface (`Judge`: a prompt text in, the answer text out):
+Two judges, one interface (`Judge`: the template's parts and values in, the answer out):
 - `LocalJudge`: the reward role's own infer backend (hf_infer, vllm) with its model,
   built inside the scoring process, so the hard per-sample limit covers generation too.
   With a chat template, the filled-in prompt is one user message, and the values from the
