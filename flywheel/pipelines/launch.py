@@ -32,6 +32,7 @@ from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.agentic_checks import check_env_names
+from flywheel.platform.config.length_defaults import loadable_config_data
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.plots import refresh_run_plots
@@ -64,7 +65,9 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
     saved = output_dir / "config.yaml"
     if checkpoint is None or not saved.exists():
         return checkpoint, output_dir
-    for line in check_changes(yaml.safe_load(saved.read_text()), config_to_dict(cfg),
+    # both sides as written (a saved config.yaml from before loadable_config_data too)
+    for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
+                              loadable_config_data(config_to_dict(cfg)),
                               config_path or str(saved)):
         print(f"resume: changed {line}", flush=True)
     step = checkpoint_step(checkpoint)
@@ -80,7 +83,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     output_dir, is_default = output_dir_for(cfg, checkpoint)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config_to_dict(cfg)
-    (output_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+    (output_dir / "config.yaml").write_text(  # as `platform run --resume` loads it back
+        yaml.safe_dump(loadable_config_data(config_dict), sort_keys=False))
     print(f"run directory: {output_dir}", flush=True)
 
     model_path = resolve_pretrain(cfg.pretrain)

@@ -6,6 +6,11 @@ the merged YAML data, not in the dataclasses (a default and a written 128 look a
 generating_args where max_new_tokens is unset, so `show-config` shows the value that
 runs; `check_max_new_tokens` then refuses a written max_new_tokens that differs from a
 written response_length. Agentic runs budget each turn with max_new_tokens alone.
+
+A run's saved config.yaml writes every key, so a run whose max_new_tokens differ from
+response_length (possible only when response_length was left unset) would be refused when
+it is loaded back (`platform run --resume RUN_DIR`): `loadable_config_data` leaves such a
+response_length out, to be filled in again by its default.
 """
 
 from __future__ import annotations
@@ -54,3 +59,16 @@ def check_max_new_tokens(cfg: PipelineConfig, written: list[str],
                               f"is {args.max_new_tokens} but response_length is "
                               f"{cfg.response_length}; it defaults to response_length: "
                               f"write one of them, or the same value")
+
+
+def loadable_config_data(data: dict[str, Any]) -> dict[str, Any]:
+    """A loaded config's plain data (config_to_dict) as a file that loads back to it: without
+    response_length when a max_new_tokens differs from it (it was unset, hence its default,
+    and written beside the differing max_new_tokens it would be refused)."""
+    if data.get("pipeline_type", "rlvr") != "rlvr":
+        return data
+    lengths = [(data.get(block) or {}).get("generating_args", {}).get("max_new_tokens")
+               for block in BLOCKS]
+    if all(n in (None, data.get("response_length")) for n in lengths):
+        return data
+    return {k: v for k, v in data.items() if k != "response_length"}

@@ -1,0 +1,50 @@
+"""A run's saved config.yaml loads back: `platform run --resume RUN_DIR` reads it, so a
+config that writes max_new_tokens without response_length (or the other way round) must
+give a config.yaml the loader accepts, and the same config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from flywheel.cli import main
+from flywheel.platform.config import config_to_dict, load_config, load_config_dict
+from flywheel.platform.config.length_defaults import loadable_config_data
+
+from .sim_config import sim_config
+
+
+def only_response_length(raw: dict) -> dict:
+    del raw["actor_infer"]["generating_args"]["max_new_tokens"]
+    return {**raw, "response_length": 6}
+
+
+def validation_max_new_tokens(raw: dict) -> dict:
+    raw["validation"]["generating_args"] = {"max_new_tokens": 3}  # actor_infer's is 4
+    return raw
+
+
+@pytest.mark.parametrize("shape", [lambda raw: raw, only_response_length,
+                                   validation_max_new_tokens],
+                         ids=["max_new_tokens_only", "response_length_only",
+                              "two_max_new_tokens"])
+def test_saved_config_loads_back_to_the_same_config(tmp_path, shape):
+    cfg = load_config_dict(shape(sim_config(tmp_path / "run", 0.0)))
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(loadable_config_data(config_to_dict(cfg)), sort_keys=False))
+    assert load_config(str(saved)) == cfg
+
+
+@pytest.mark.timeout(120)
+def test_resume_run_dir_of_a_run_that_wrote_only_max_new_tokens(tmp_path, ray_session,
+                                                                  tiny_model_path):
+    out = tmp_path / "run"
+    raw = sim_config(out, 0.0, max_steps=1, eval_steps=0)
+    assert "response_length" not in raw  # actor_infer's max_new_tokens is written: 4
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["run", "--config", str(tmp_path / "c.yaml")]) == 0
+    assert main(["run", "--resume", str(out), "max_steps=2"]) == 0
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
