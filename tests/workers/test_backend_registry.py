@@ -81,3 +81,12 @@ def test_megatron_refuses_what_it_does_not_implement():
         strategy_options(cfg({"tensor_parallel_size": 2}))
     assert strategy_options(cfg({"tensor_model_parallel_size": 2}))[
         "tensor_model_parallel_size"] == 2
+
+
+def test_every_reward_the_workers_have_is_accepted_by_the_config():
+    """platform/ cannot import workers/, so the config keeps its own list of reward types;
+    code_sandbox was missing from it, and a YAML could not use it."""
+    from flywheel.platform.config.checks import REWARD_TYPES
+    from flywheel.workers.rewards.registry import REWARDS
+
+    assert set(REWARD_TYPES) == set(REWARDS)

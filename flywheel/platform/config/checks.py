@@ -44,7 +44,7 @@ ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
     "rewards": ALL_STRATEGIES,
 }
 # reward_type -> "rule" (scored in Python, no model, strategy unused) or "model".
-REWARD_TYPES: dict[str, str] = {"math_rule": "rule", "llm_judge": "model"}
+REWARD_TYPES: dict[str, str] = {"math_rule": "rule", "code_sandbox": "rule", "llm_judge": "model"}
 # megatron_train splits each worker group into model-parallel groups of this many devices;
 # data parallelism is what remains.
 MEGATRON_PARALLEL_KEYS = (
