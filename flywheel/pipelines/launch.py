@@ -123,7 +123,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
             _print_report(digest.report("at start-up"))
         write_status(output_dir, "running", nodes=role_nodes(roles))
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
-                               mlflow_uri=default_mlflow_uri(output_dir, is_default))
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default),
+                               resumed_at=checkpoint_step(checkpoint) if checkpoint else None)
         if rlvr:
             pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
                                     output_dir)

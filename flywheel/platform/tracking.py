@@ -57,7 +57,7 @@ class Tracker:
 
     @classmethod
     def open(cls, output_dir: Path, cfg: PipelineConfig, run_name: str, params: dict,
-             mlflow_uri: str) -> Tracker:
+             mlflow_uri: str, resumed_at: int | None = None) -> Tracker:
         output_dir.mkdir(parents=True, exist_ok=True)
         tracking = cfg.tracking
         tracker = cls(output_dir=output_dir, total_steps=cfg.max_steps,
@@ -68,7 +68,7 @@ class Tracker:
         run = TrackerRun(output_dir=output_dir,
                          experiment=tracking.experiment_name or cfg.exp_name,
                          run_name=run_name, params=params, options=dict(cfg.tracker_kwargs),
-                         mlflow_uri=tracking.mlflow_uri or mlflow_uri)
+                         mlflow_uri=tracking.mlflow_uri or mlflow_uri, resumed_at=resumed_at)
         try:
             for name in backend_names(cfg):
                 tracker.backends[name] = open_backend(name, run)

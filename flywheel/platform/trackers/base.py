@@ -32,6 +32,9 @@ class TrackerRun:
     params: dict  # the resolved config, nested
     options: dict = field(default_factory=dict)  # ROLL's tracker_kwargs
     mlflow_uri: str = ""  # the store to use when tracking.mlflow_uri is unset
+    # A resumed run's checkpoint step: what a backend holds of later steps was lost with
+    # the process that logged it (mlflow drops it; see mlflow_tracker.py). None: a new run.
+    resumed_at: int | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.options) - set(TRACKER_KWARGS))

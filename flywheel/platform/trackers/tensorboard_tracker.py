@@ -20,7 +20,10 @@ class TensorboardTracker:
 
     @classmethod
     def open(cls, run: TrackerRun) -> TensorboardTracker:
-        return cls(SummaryWriter(log_dir=str(run.log_dir("tensorboard")), flush_secs=10))
+        # a resumed run: events of steps after its checkpoint are hidden (lost with a kill)
+        purge = None if run.resumed_at is None else run.resumed_at + 1
+        return cls(SummaryWriter(log_dir=str(run.log_dir("tensorboard")), flush_secs=10,
+                                 purge_step=purge))
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         for name, value in metrics.items():
