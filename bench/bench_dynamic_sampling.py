@@ -9,14 +9,15 @@ are dropped as they are scored and more prompts are generated in their stead, up
 - zero-adv groups trained: share of the trained groups whose samples all scored the same
   (`rollout/uniform_frac`, GRPO advantage 0: they cost a train step and teach nothing).
   With the filter it must be 0 (unless the refill cap was reached: `cap kept`).
-- generated samples: every sample generated in the run (from samples.jsonl): filtered
-  ones, and those left over when the run stopped (generated ahead for a next step that
-  never came; a longer run trains them) among them.
+- generated samples: the samples generation spent on the trained batches (trained plus
+  filtered, from samples.jsonl), the filtered ones among them, and apart from them those
+  left over when the run stopped (ledger fate `aborted`: generated ahead for a step that
+  never came, including groups filtered after the last step; a longer run uses them).
 - validation accuracy (greedy, `--val` prompts) before and after training, and the gain
   per 1000 generated samples: accuracy per unit of generation, the price the filter pays.
 - train reward: mean score of the trained samples over the run.
 
-    .venv/bin/python bench/bench_dynamic_sampling.py            # 2 runs x 5 steps (~8 min)
+    .venv/bin/python bench/bench_dynamic_sampling.py            # 2 runs x 20 steps (~4 min quiet)
     .venv/bin/python bench/bench_dynamic_sampling.py --quick    # smoke test
 
 Results go to bench/results/dynamic_sampling.json. Runs are sequential: each takes the
@@ -68,25 +69,31 @@ def one_run(work: Path, args: argparse.Namespace, filtered: bool) -> dict:
         "val_first": accuracy[0], "val_last": accuracy[-1],
         "train_reward": sum(r["reward/mean"] for r in steps) / len(steps),
     }
-    out["gain_per_1k_generated"] = 1000 * (out["val_last"] - out["val_first"]) / generated
+    out["left_over_samples"] = generated - out["trained_samples"] - out["filtered_samples"]
+    out["gain_per_1k_generated"] = gain_per_1k(out)
     print(f"[{name}] {seconds:.0f} s (load {load:.1f}), val {out['val_first']:.3f} -> "
           f"{out['val_last']:.3f}", flush=True)
     return out
 
 
+def gain_per_1k(r: dict) -> float:
+    """Validation accuracy gained per 1000 samples generated for the trained batches."""
+    spent = r["trained_samples"] + r["filtered_samples"]
+    return 1000 * (r["val_last"] - r["val_first"]) / spent
+
+
 def table(results: list[dict]) -> str:
     rows = [("", *(r["run"] for r in results)),
             ("zero-adv groups trained", *(f"{r['zero_adv_frac']:.3f}" for r in results)),
-            ("generated samples", *(str(r["generated_samples"]) for r in results)),
+            ("generated samples", *(str(r["trained_samples"] + r["filtered_samples"])
+                                    for r in results)),
+            ("  trained", *(str(r["trained_samples"]) for r in results)),
             ("  filtered", *(str(r["filtered_samples"]) for r in results)),
-            ("  cap kept", *(f"{r['cap_kept_samples']:.0f}" for r in results)),
-            ("  left over at the end", *(str(r["generated_samples"] - r["trained_samples"]
-                                             - r["filtered_samples"]) for r in results)),
-            ("trained samples", *(str(r["trained_samples"]) for r in results)),
+            ("  cap kept (trained)", *(f"{r['cap_kept_samples']:.0f}" for r in results)),
+            ("left over at the end", *(str(r["left_over_samples"]) for r in results)),
             ("val accuracy before", *(f"{r['val_first']:.3f}" for r in results)),
             ("val accuracy after", *(f"{r['val_last']:.3f}" for r in results)),
-            ("val gain / 1k generated", *(f"{r['gain_per_1k_generated']:+.4f}"
-                                          for r in results)),
+            ("val gain / 1k generated", *(f"{gain_per_1k(r):+.4f}" for r in results)),
             ("train reward (mean)", *(f"{r['train_reward']:.3f}" for r in results)),
             ("wall seconds", *(f"{r['seconds']:.0f}" for r in results))]
     width = max(len(r[0]) for r in rows)
@@ -95,10 +102,10 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
-    parser.add_argument("--val", type=int, default=96, help="validation prompts")
+    parser.add_argument("--val", type=int, default=200, help="validation prompts")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--quick", action="store_true", help="2 steps, 8 prompts: smoke test")
     args = parser.parse_args()
