@@ -76,6 +76,7 @@ from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
 
+SYNCED_WEIGHTS = "actor_infer_weights"  # a checkpoint's copy of actor_infer's lagging weights
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
 MISMATCH_MODES = {"token-truncate": ("token", "truncate"), "seq-truncate": ("sequence", "truncate"),
                   "token-mask": ("token", "mask"), "seq-mask": ("sequence", "mask")}
@@ -131,6 +132,10 @@ class RLVRPipeline:
     # a resumed run starts its first batch's chunks here, so none is generated twice.
     next_seq: int = 0
     weights_ahead: Pending | None = None  # weights queued behind this step's train call
+    # The weights actor_infer holds (version `version`), kept while they may lag actor_train's
+    # (model_update_frequency > 1): a checkpoint taken between syncs saves them, so a resumed
+    # run generates from the same weights as the uninterrupted one.
+    synced_weights: list | None = None
     # Asked after every step; true: checkpoint and return early (launch: SIGINT/SIGTERM).
     stop_requested: Callable[[], bool] = lambda: False
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
@@ -209,7 +214,7 @@ class RLVRPipeline:
             if self.step % cfg.model_update_frequency == 0:
                 with timer.phase("weight_sync"):  # 5. sync
                     self.version = self.step
-                    generator.publish_weights(self.weights(), self.version)
+                    generator.publish_weights(self.keep_synced(self.weights()), self.version)
             generator.release(len(taken.groups))
             self.ledger.trained(taken.groups, self.step)
             if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
@@ -301,8 +306,13 @@ class RLVRPipeline:
     def sync_first_weights(self) -> None:
         """actor_infer generates from actor_train's weights from the first batch on, whatever
         it loaded itself (`load_format: dummy`, another model path, another dtype)."""
-        self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(self.weights(),
-                                                                            self.version))
+        self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(
+            self.keep_synced(self.weights()), self.version))
+
+    def keep_synced(self, weights: list) -> list:
+        """`weights`, now actor_infer's, kept for a checkpoint when they may lag."""
+        self.synced_weights = weights if self.cfg.model_update_frequency > 1 else None
+        return weights
 
     def weights(self) -> list:
         pending, self.weights_ahead = self.weights_ahead, None
@@ -348,6 +358,9 @@ class RLVRPipeline:
             self.roles.actor_train.save(str(tmp / "actor_train"))
             if self.roles.critic is not None:
                 self.roles.critic.save(str(tmp / "critic"))
+            if self.version != self.step:  # actor_infer's weights lag (model_update_frequency)
+                self.roles.actor_train.save_synced_weights(self.synced_weights,
+                                                           str(tmp / SYNCED_WEIGHTS))
             state = {"step": self.step, "version": self.version,
                      "next_batch": generator.next_batch, "next_seq": self.next_seq,
                      "kl_coef": self.kl_ctl.value,
@@ -361,7 +374,6 @@ class RLVRPipeline:
         self.roles.actor_train.load(str(path / "actor_train"))
         if self.roles.critic is not None:
             self.roles.critic.load(str(path / "critic"))
-        # actor_infer restarts from the checkpoint's weights, whatever it held before.
         self.step = state["step"]
         self.version = state.get("version", self.step)
         self.first_batch = state["next_batch"]
@@ -370,5 +382,10 @@ class RLVRPipeline:
         restored = [self.group_from_state(d) for d in state["buffer"]]
         self.buffer.put(restored)
         self.ledger.generated(restored)
-        self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(self.weights(),
-                                                                            self.version))
+        # actor_infer restarts from the weights it held at the save: actor_train's, or the
+        # earlier ones a checkpoint between two syncs kept
+        synced = path / SYNCED_WEIGHTS
+        weights = (self.roles.actor_train.synced_weights(str(synced)) if synced.exists()
+                   else self.weights())
+        self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(
+            self.keep_synced(weights), self.version))

@@ -75,6 +75,14 @@ class TrainRole(Cluster):
     def load(self, path: str) -> None:
         self.call_all("load", path)
 
+    def save_synced_weights(self, weights: list[ray.ObjectRef], path: str) -> None:
+        """Weights `weights()` gave earlier, written to `path` (by rank 0)."""
+        self.get(self.submit_one(0, "save_synced_weights", weights, path), 0)
+
+    def synced_weights(self, path: str) -> list[ray.ObjectRef]:
+        """`save_synced_weights`' weights, as `weights()` gives them."""
+        return self.get(self.submit_one(0, "synced_weights_ref", path), 0)
+
 
 class RewardRole(Cluster):
     """rewards.<name> (workers/reward_worker.py): scores (prompt, response, reference)."""

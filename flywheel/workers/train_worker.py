@@ -33,6 +33,8 @@ from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 from flywheel.workers.strategies.train_loop import Objective
 
+SYNCED_WEIGHTS_FILE = "weights.pt"  # save_synced_weights
+
 
 class TrainWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
@@ -102,6 +104,18 @@ class TrainWorker(RoleWorker):
         """
         weights = self.strategy.state_dict_for_sync()
         return [ray.put(weights)] if self.rank == 0 else []
+
+    def save_synced_weights(self, weights: list[ray.ObjectRef], path: str) -> None:
+        """Weights synced earlier (a `weights_ref`), into a checkpoint: those actor_infer
+        holds while they lag this role's (model_update_frequency > 1)."""
+        os.makedirs(path, exist_ok=True)
+        torch.save(ray.get(weights[0]), os.path.join(path, SYNCED_WEIGHTS_FILE))
+
+    def synced_weights_ref(self, path: str) -> list[ray.ObjectRef]:
+        """`save_synced_weights`' weights, back into the object store as `weights_ref` puts
+        them."""
+        weights = torch.load(os.path.join(path, SYNCED_WEIGHTS_FILE), weights_only=True)
+        return [ray.put(weights)]
 
     def save(self, path: str) -> None:
         self.strategy.save(path)

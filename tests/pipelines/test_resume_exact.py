@@ -61,6 +61,8 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     sim_run(out, 0.0, max_steps=3, model_update_frequency=2)
     state = json.loads((out / "checkpoint-3" / "pipeline_state.json").read_text())
     assert (state["step"], state["version"]) == (3, 2)
+    # actor_infer's weights (step 2's) are kept: sim_infer's responses depend on them
+    assert (out / "checkpoint-3" / "actor_infer_weights" / "weights.pt").exists()
     assert state["next_seq"] >= 3 * BATCH  # usually part-way into batch 4 (its first chunks)
     sim_run(out, 0.0, max_steps=4, model_update_frequency=2, resume_from_checkpoint=str(out))
     sim_run(whole, 0.0, max_steps=4, model_update_frequency=2)

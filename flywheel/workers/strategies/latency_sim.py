@@ -7,7 +7,10 @@ a benchmark set generation to G seconds per batch and training to T seconds per 
 exactly, and let tests randomise latencies or inject a failure, while every other part of
 the pipeline (Ray actors, prefetch, rewards, ledger, metrics) is the real one.
 
-They learn nothing: responses are uniformly random tokens with log-prob −log(V).
+They learn nothing: responses are uniformly random tokens with log-prob −log(V), drawn from
+the request's seed and the weights actor_infer holds (sim_train's weights are its count of
+train steps), so a run that syncs other weights than another run generates other responses,
+as a real model would.
 
 strategy_config keys (all optional):
   seconds_per_prompt   generation latency per prompt (G = this × prompts per batch)
@@ -84,10 +87,11 @@ class SimInferStrategy(InferStrategy):
         self.vocab = len(tokenizer)
         self.eos_id = tokenizer.eos_token_id
         self.latency = _Latency(cfg, seed)
+        self.weights_steps = 0  # the train steps in the weights synced last
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         self.latency.spend(self.latency.knobs["seconds_per_prompt"] * len(prompts), "generate")
-        rng = random.Random(sampling.seed)
+        rng = random.Random(f"{sampling.seed}/{self.weights_steps}")
         lp = -math.log(self.vocab)
         out = []
         for i in range(len(prompts)):
@@ -101,7 +105,7 @@ class SimInferStrategy(InferStrategy):
         return out
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
-        pass  # nothing to load: the simulated model has no weights
+        self.weights_steps = int(named_tensors.get("steps", 0))  # sim_train's only "weight"
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return _uniform_logprobs(batch, self.vocab)
@@ -130,7 +134,7 @@ class SimTrainStrategy:
         return metrics
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
-        return {}
+        return {"steps": torch.tensor(self.steps)}
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
