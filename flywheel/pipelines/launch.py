@@ -35,6 +35,7 @@ from flywheel.platform.config.agentic_checks import check_env_names
 from flywheel.platform.config.length_defaults import loadable_config_data
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
 from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
@@ -113,8 +114,12 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         # Workers write their output to files in the run directory unless the run joins
         # a cluster, whose other nodes cannot write here (platform/backend_logs.py).
         log_dir = None if cluster_address(cfg.ray, address) else output_dir / LOG_FOLDER
+        train_model = (resolve_pretrain(cfg.actor_train.model_args.model_name_or_path)
+                       if cfg.actor_train.model_args.model_name_or_path else model_path)
         owns_ray = start_ray(cfg.ray, num_slots(cfg), address,
-                             forward_worker_output=log_dir is None)
+                             forward_worker_output=log_dir is None,
+                             weight_bytes=weight_bytes(train_model,
+                                                       cfg.actor_train.model_args.dtype))
         if log_dir is not None:
             log_dir.mkdir(exist_ok=True)
             digest = WarningDigest(log_dir)

@@ -126,7 +126,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
     try:
         actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
                             total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),
-                            trainable=True, head=policy)
+                            trainable=True, head=policy,
+                            weight_sync_bucket_mb=cfg.weight_sync_bucket_mb)
         join_process_group(actor_train, cfg.actor_train)
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
                             context_length=context_length(cfg))

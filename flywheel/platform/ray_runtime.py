@@ -23,6 +23,7 @@ from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.resources import SLOT_RESOURCE
 
 log = logging.getLogger(__name__)
+MIN_OBJECT_STORE_BYTES = 512 << 20
 
 # Environment every worker process inherits: quiet tokenizers, no hub access attempts.
 WORKER_ENV = {
@@ -34,11 +35,13 @@ WORKER_ENV = {
 
 
 def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
-              forward_worker_output: bool = True) -> bool:
+              forward_worker_output: bool = True, weight_bytes: int | None = None) -> bool:
     """Join `address` (argument, then config) or start a local Ray with `num_slots` slots.
 
     `forward_worker_output=False`: a local Ray does not copy workers' output to this
     console (the run's workers write theirs to files, platform/backend_logs.py).
+    `weight_bytes`: the size of one weight sync, which sizes the object store when
+    `cfg.object_store_memory_mb` is unset (`object_store_bytes`).
 
     Returns False when Ray was already initialised in this process (a notebook, a test
     session): the caller then leaves it running when done.
@@ -60,13 +63,22 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
         address="local",
         num_cpus=cfg.num_cpus or os.cpu_count(),
         resources={SLOT_RESOURCE: float(num_slots)},
-        object_store_memory=cfg.object_store_memory_mb * 1024 * 1024,
+        object_store_memory=object_store_bytes(cfg, weight_bytes),
         include_dashboard=False,
         runtime_env=runtime_env,
         logging_level=logging.WARNING,
         log_to_driver=forward_worker_output,
     )
     return True
+
+
+def object_store_bytes(cfg: RayConfig, weight_bytes: int | None) -> int:
+    """`object_store_memory_mb` when given; else room for two weight syncs in flight
+    (an async run may publish the next before the last is loaded) plus 256 MiB, at
+    least 512 MiB (also when the model's size is unknown)."""
+    if cfg.object_store_memory_mb is not None:
+        return cfg.object_store_memory_mb << 20
+    return max(MIN_OBJECT_STORE_BYTES, 2 * (weight_bytes or 0) + (256 << 20))
 
 
 def cluster_address(cfg: RayConfig, address: str | None = None) -> str | None:

@@ -11,8 +11,9 @@ the rows of steps after the checkpoint (they were lost with the process that wro
 are done again), so metrics.jsonl has one row per step and samples.jsonl one per group.
 
 A resumed run may change only what does not change the run's meaning (SAFE_KEYS: how long
-it runs, what it logs, when it evaluates and saves, tracking, timeouts); anything else
-(the model, the batch shape, the loss...) is refused with one line naming the keys.
+it runs, what it logs, when it evaluates and saves, tracking, timeouts, how weights
+travel); anything else (the model, the batch shape, the loss...) is refused with one line
+naming the keys.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SAFE_KEYS = frozenset({
     "max_steps", "logging_steps", "eval_steps", "save_steps", "save_total_limit",
     "val_batch_size", "validation", "tracking", "track_with", "tracker_kwargs",
     "logging_dir", "resume_from_checkpoint", "output_dir", "timeouts", "ray",
+    "weight_sync_bucket_mb",  # the synced weights are the same whatever the bucket size
 })
 # Records cut back to the checkpoint's step (each row has a "step").
 STEP_RECORDS = ("metrics.jsonl", "sample_texts.jsonl")

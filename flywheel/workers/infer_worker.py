@@ -24,6 +24,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import Generation, SamplingParams
 from flywheel.workers.strategies.registry import strategy_class
+from flywheel.workers.weight_buckets import stream_weights
 
 
 @dataclass
@@ -55,7 +56,9 @@ class InferWorker(RoleWorker):
         return GenerateResult(self.version, generations, started, time.time())
 
     def update_weights(self, weights: list[ray.ObjectRef], version: int) -> None:
-        self.strategy.update_weights(ray.get(weights[0]), version)
+        """actor_train's buckets (weight_buckets.py), each read when the engine is ready
+        for it and loaded in place."""
+        self.strategy.update_weights_from_buckets(stream_weights(weights), version)
         self.version = version
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:

@@ -25,13 +25,14 @@ import ray
 import torch
 
 from flywheel.algorithms import MismatchCorrection
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 from flywheel.workers.strategies.train_loop import Objective
+from flywheel.workers.weight_buckets import put_weights, stream_weights
 
 SYNCED_WEIGHTS_FILE = "weights.pt"  # save_synced_weights
 
@@ -40,8 +41,10 @@ class TrainWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, total_steps: int, trainable: bool,
                  num_threads: int | None = None,
-                 cpu_affinity: list[int] | None = None, head: ModelHead = POLICY):
+                 cpu_affinity: list[int] | None = None, head: ModelHead = POLICY,
+                 weight_sync_bucket_mb: int = PipelineConfig.weight_sync_bucket_mb):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
+        self.weight_sync_bucket_mb = weight_sync_bucket_mb
         name = cfg.strategy_args.strategy_name
         self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
                                        total_steps=total_steps, trainable=trainable, head=head)
@@ -98,24 +101,33 @@ class TrainWorker(RoleWorker):
         return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
     def weights_ref(self) -> list[ray.ObjectRef]:
-        """The full weights, put once into the object store (wrapped so Ray passes the ref).
+        """The full weights in buckets of at most `weight_sync_bucket_mb`, each put into
+        the object store as it is built (weight_buckets.py); the refs in a list, so Ray
+        passes them on unread.
 
-        Every rank gathers (a collective for sharded backends); only rank 0's copy is put.
+        Every rank goes through the weights (a collective for sharded backends); only rank
+        0 puts them.
         """
-        weights = self.strategy.state_dict_for_sync()
-        return [ray.put(weights)] if self.rank == 0 else []
+        weights = self.strategy.weights_for_sync()
+        if self.rank != 0:
+            for _ in weights:
+                pass
+            return []
+        return put_weights(weights, self.weight_sync_bucket_mb << 20)
 
     def save_synced_weights(self, weights: list[ray.ObjectRef], path: str) -> None:
         """Weights synced earlier (a `weights_ref`), into a checkpoint: those actor_infer
         holds while they lag this role's (model_update_frequency > 1)."""
         os.makedirs(path, exist_ok=True)
-        torch.save(ray.get(weights[0]), os.path.join(path, SYNCED_WEIGHTS_FILE))
+        tensors = {name: tensor.clone() for bucket in stream_weights(weights)
+                   for name, tensor in bucket.items()}
+        torch.save(tensors, os.path.join(path, SYNCED_WEIGHTS_FILE))
 
     def synced_weights_ref(self, path: str) -> list[ray.ObjectRef]:
         """`save_synced_weights`' weights, back into the object store as `weights_ref` puts
         them."""
         weights = torch.load(os.path.join(path, SYNCED_WEIGHTS_FILE), weights_only=True)
-        return [ray.put(weights)]
+        return put_weights(weights.items(), self.weight_sync_bucket_mb << 20)
 
     def save(self, path: str) -> None:
         self.strategy.save(path)

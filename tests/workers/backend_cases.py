@@ -7,7 +7,6 @@ and weights against hf_train on the same batch, so every backend agrees with eve
 
 from __future__ import annotations
 
-import ray
 import torch
 
 from flywheel.algorithms import PolicyLossParams
@@ -22,6 +21,7 @@ from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.train_worker import TrainWorker
+from flywheel.workers.weight_buckets import gather_weights
 
 PROMPTS = [[1, 20 + i % 10, 21, 15, 22, 23 + i % 7, 33] for i in range(16)]
 LR = 1e-3
@@ -92,7 +92,7 @@ def start_train_cluster(strategy: str, model_path: str, world_size: int,
 def cluster_weights(cluster: Cluster) -> dict[str, torch.Tensor]:
     refs = cluster.call_all("weights_ref")
     assert all(r == [] for r in refs[1:]), "only rank 0 puts the weights"
-    return ray.get(refs[0][0])
+    return gather_weights(refs[0])
 
 
 def weight_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

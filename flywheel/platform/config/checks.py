@@ -126,7 +126,10 @@ def check_positive(cfg: PipelineConfig) -> None:
         "num_return_sequences_in_group": cfg.num_return_sequences_in_group,
         "ppo_epochs": cfg.ppo_epochs,
         "model_update_frequency": cfg.model_update_frequency,
+        "weight_sync_bucket_mb": cfg.weight_sync_bucket_mb,
     }
+    if cfg.ray.object_store_memory_mb is not None:
+        counts["ray.object_store_memory_mb"] = cfg.ray.object_store_memory_mb
     for role in roles(cfg):
         counts[f"{role.key_path}.num_gpus_per_worker"] = role.worker.num_gpus_per_worker
         counts[f"{role.key_path}.infer_batch_size"] = role.worker.infer_batch_size

@@ -466,8 +466,11 @@ class RayConfig:
     address: str | None = None
     # CPUs for a local Ray; unset means all of this machine's.
     num_cpus: int | None = None
-    # Object-store cap in MiB for a local Ray (Ray's default takes ~30% of RAM).
-    object_store_memory_mb: int = 512
+    # Object-store cap in MiB for a local Ray (Ray's default takes ~30% of RAM). Unset:
+    # sized from the policy model, room for two weight syncs in flight (each sync puts one
+    # copy of the weights there, and an async run may publish the next before the last is
+    # loaded) plus 256 MiB, at least 512 (platform/ray_runtime.py).
+    object_store_memory_mb: int | None = None
 
 
 @dataclass
@@ -550,6 +553,13 @@ class PipelineConfig:
     async_generation_ratio: float = 0.0
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1
+    # Weight sync bucket size in MiB, >= 1: actor_train's rank 0 cuts the weights into
+    # buckets of at most this size (a larger tensor travels alone), puts each into Ray's
+    # object store as it is built, and actor_infer loads each in place as it reads it
+    # (workers/weight_buckets.py). Bounds the extra memory a sync takes on either side
+    # beyond the object store's copy; smaller buckets cost a little more overhead per sync.
+    # Bit-identical weights whatever the size. Refused by SFT (no weight sync there).
+    weight_sync_bucket_mb: int = 128
     # Pin the driver's prefetch thread (it feeds actor_infer and hands finished groups to
     # the reward workers) to these CPU cores (Linux); unset: no pinning. On a CPU-only
     # machine, keep it on actor_infer's cores so that it does not take time from training.

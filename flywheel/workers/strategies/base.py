@@ -10,6 +10,7 @@ Adding a backend: one new file here, one line in `registry.py`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -111,6 +112,14 @@ class TrainStrategy(ABC):
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """Full (unsharded) weights in Hugging Face names, on CPU, for actor_infer."""
 
+    def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The same weights one tensor at a time, for a weight sync in buckets
+        (weight_buckets.py): each is read before the next is asked for, and before the
+        next train step. Every rank iterates (gathering may be a collective). This
+        default builds the full state dict first; a backend that can hand out its
+        tensors one by one without a full copy overrides it."""
+        yield from self.state_dict_for_sync().items()
+
     @abstractmethod
     def save(self, path: str) -> None:
         """Model, optimizer, scheduler and RNG state, so a resume continues exactly."""
@@ -127,6 +136,13 @@ class InferStrategy(ABC):
     @abstractmethod
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         """Replace the generation weights in place (no restart)."""
+
+    def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
+                                    version: int) -> None:
+        """`update_weights` with the weights arriving in buckets (weight_buckets.py),
+        together the whole model; a backend loads each one as it arrives and lets it go.
+        This default collects them first (a dict of the buckets' tensors, no copy)."""
+        self.update_weights({k: v for bucket in buckets for k, v in bucket.items()}, version)
 
     @abstractmethod
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:

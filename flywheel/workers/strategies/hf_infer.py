@@ -26,6 +26,7 @@ strategy_config: hf_infer has no keys; any key is an error (it would do nothing)
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import torch
 from transformers import GenerationConfig
@@ -140,9 +141,26 @@ class HFInferStrategy(InferStrategy):
                 for row, (p, r) in enumerate(zip(prompts, responses))]
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
-        missing, unexpected = self.model.load_state_dict(named_tensors, strict=False)
+        self.update_weights_from_buckets([named_tensors], version)
+
+    @torch.no_grad()
+    def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
+                                    version: int) -> None:
+        """Each bucket copied into the parameters in place as it arrives (what
+        `load_state_dict` does, a bucket at a time); a tied head follows its embedding."""
+        targets = self.model.state_dict(keep_vars=True)
+        missing, unexpected = set(targets), []
+        for bucket in buckets:
+            for name, tensor in bucket.items():
+                target = targets.get(name)
+                if target is None or target.shape != tensor.shape:
+                    unexpected.append(name)
+                    continue
+                target.copy_(tensor)
+                missing.discard(name)
         if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-            raise ValueError(f"weight sync mismatch: missing={missing} unexpected={unexpected}")
+            raise ValueError(f"weight sync mismatch: missing={sorted(missing)} "
+                             f"unexpected={unexpected}")
         self.model.tie_weights()
         self.version = version
 

@@ -8,6 +8,7 @@ back-propagates and steps. Data parallelism belongs to deepspeed_train / megatro
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -66,6 +67,15 @@ class HFTrainStrategy(TrainStrategy):
     # ---- weights and checkpoints ---------------------------------------------------------
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The live tensors, no copy (the sync copies each into the object store before
+        the next train step); a tied parameter (lm_head = embed_tokens) once."""
+        seen: set[int] = set()
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                yield name, tensor.detach()
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

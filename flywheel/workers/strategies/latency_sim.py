@@ -33,6 +33,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -135,6 +136,9 @@ class SimTrainStrategy:
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         return {"steps": torch.tensor(self.steps)}
+
+    def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
+        yield from self.state_dict_for_sync().items()
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

@@ -14,9 +14,10 @@ is refused rather than recording log-probs of another distribution. A stop token
 in `token_ids`; `sampling.n` samples per prompt, each with its own
 `sampling_seed` derived from (`sampling.seed`, prompt, sample); results in prompt order.
 
-Weights: `update_weights_from_tensor` sends the tensors to the scheduler processes
-(CUDA IPC on GPU) and flushes the KV cache. Tied embeddings get `lm_head.weight`
-explicitly, as for vllm. Partial rollout needs nothing here: the pipeline cuts responses
+Weights: one `update_weights_from_tensor` per bucket (workers/weight_buckets.py) sends
+its tensors to the scheduler processes (CUDA IPC on GPU), which load them in place; the
+last one flushes the KV cache. Tied embeddings get `lm_head.weight` explicitly, as for
+vllm. Partial rollout needs nothing here: the pipeline cuts responses
 into segments of separate `generate` calls and swaps weights between them (rollout.py).
 
 strategy_config: any field of `sglang.srt.server_args.ServerArgs` (mem_fraction_static,
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import sglang
@@ -119,12 +121,28 @@ class SGLangInferStrategy(InferStrategy):
         return gens
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
-        tensors = {k: v.detach().to(self.torch_dtype) for k, v in named_tensors.items()}
-        if "lm_head.weight" not in tensors:  # a tied checkpoint: the head is the embedding
-            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
-        _succeeded(self.engine.update_weights_from_tensor(
-            named_tensors=list(tensors.items()), flush_cache=True), "update_weights_from_tensor")
+        self.update_weights_from_buckets([named_tensors], version)
+
+    def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
+                                    version: int) -> None:
+        """One `update_weights_from_tensor` call per bucket; the KV cache is flushed with
+        the last one, which also carries a tied head (the embedding)."""
+        embed, head_sent, held = None, False, None
+        for bucket in buckets:
+            tensors = [(k, v.detach().to(self.torch_dtype)) for k, v in bucket.items()]
+            embed = dict(tensors).get("model.embed_tokens.weight", embed)
+            head_sent |= "lm_head.weight" in bucket
+            if held is not None:
+                self._send(held, flush_cache=False)
+            held = tensors
+        if not head_sent and embed is not None:  # a tied checkpoint: the head is the embedding
+            held = (held or []) + [("lm_head.weight", embed)]
+        self._send(held or [], flush_cache=True)
         self.version = version
+
+    def _send(self, tensors: list[tuple[str, torch.Tensor]], flush_cache: bool) -> None:
+        _succeeded(self.engine.update_weights_from_tensor(
+            named_tensors=tensors, flush_cache=flush_cache), "update_weights_from_tensor")
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         lengths = batch.attention_mask.sum(dim=1).tolist()

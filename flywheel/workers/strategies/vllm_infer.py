@@ -16,11 +16,16 @@ Seeds: every prompt gets its own request seed derived from (`sampling.seed`, pro
 index), so two prompts never share a random stream and the same call is reproducible.
 Samples are not the same as hf_infer's for the same seed (different RNG use).
 
-Weight updates: the new weights are written as one safetensors file under /dev/shm and
-vLLM reloads them in place (`collective_rpc("reload_weights")`, no restart). This works in
-and out of process (raw tensors in `collective_rpc` do not cross processes). Tied
-embeddings: `lm_head.weight` is always sent, or vLLM's head would stay stale. The prefix
-cache is reset afterwards, because cached KV blocks were computed by the old weights.
+Weight updates arrive in buckets (workers/weight_buckets.py) and stream into the live
+engine: `reload_weights(weights_iterator=...)` on the in-process worker runs vLLM's
+layerwise reload (each layer is loaded through its checkpoint-format weight loaders, then
+re-processed for its kernels, CPU repacking included, and copied into the engine's own
+tensors once all its weights are in), reading the next bucket only when it needs it: no
+file, no full copy. A multiprocess engine (tensor_parallel_size > 1) cannot take tensors
+through `collective_rpc`, so it still reloads from one safetensors file under /dev/shm.
+Tied embeddings: `lm_head.weight` is always sent, or vLLM's head would stay stale. The
+prefix cache is reset afterwards, because cached KV blocks were computed by the old
+weights.
 
 `forward_logprobs` uses vLLM's prompt log-probs (one engine pass, max_tokens=1), so the
 reference numbers come from the same kernels that generated.
@@ -55,6 +60,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -117,6 +123,7 @@ class VLLMInferStrategy(InferStrategy):
         if kwargs.get("tensor_parallel_size", 1) == 1:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(**kwargs)
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         if kwargs.get("load_format", "auto") not in ("auto", "safetensors"):
             # `load_format: dummy` (ROLL's configs) starts from random weights; the first
             # sync brings actor_train's, and reloads read the safetensors flywheel writes.
@@ -167,10 +174,37 @@ class VLLMInferStrategy(InferStrategy):
         )
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
-        tensors = {k: v.detach().to("cpu", self.torch_dtype, copy=True).contiguous()
-                   for k, v in named_tensors.items()}
-        if self.tied and "lm_head.weight" not in tensors:
-            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        self.update_weights_from_buckets([named_tensors], version)
+
+    def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
+                                    version: int) -> None:
+        if self.in_process:  # the engine's model is in this process: stream into it
+            self.llm.collective_rpc("reload_weights",
+                                    kwargs={"weights_iterator": self._stream(buckets)})
+        else:
+            self._reload_through_file(self._stream(buckets))
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    def _stream(self, buckets: Iterable[dict[str, torch.Tensor]]
+                ) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, tensor) in the engine's dtype, bucket after bucket as vLLM reads them;
+        a tied head is sent last as the embedding (vLLM's head would stay stale)."""
+        embed, head_sent = None, False
+        for bucket in buckets:
+            for name, tensor in bucket.items():
+                tensor = tensor.detach().to("cpu", self.torch_dtype)
+                if name == "model.embed_tokens.weight":
+                    embed = tensor
+                head_sent |= name == "lm_head.weight"
+                yield name, tensor
+        if self.tied and not head_sent and embed is not None:
+            yield "lm_head.weight", embed
+
+    def _reload_through_file(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Multiprocess engines (tensor_parallel_size > 1): tensors do not cross
+        `collective_rpc`, so one safetensors file under /dev/shm carries them."""
+        tensors = {k: v.clone() for k, v in weights}  # save_file refuses shared tensors
         folder = tempfile.mkdtemp(prefix="flywheel-vllm-",
                                   dir=SHM_DIR if os.path.isdir(SHM_DIR) else None)
         try:
@@ -178,8 +212,6 @@ class VLLMInferStrategy(InferStrategy):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        self.llm.reset_prefix_cache()
-        self.version = version
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         lengths = batch.attention_mask.sum(dim=1).tolist()
