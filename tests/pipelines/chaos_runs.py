@@ -32,7 +32,6 @@ def write_config(path: Path, out: Path, ratio: float, max_steps: int, **top) -> 
     cfg = sim_config(out, ratio, gen_s=0.02, train_s=0.1, max_steps=max_steps, eval_steps=0,
                      save_steps=1, **top)
     cfg["actor_infer"]["infer_batch_size"] = 1  # 8 chunks per batch for one infer worker
-    cfg["response_length"] = 4  # = max_new_tokens, so the saved config.yaml loads back
     cfg["ray"] = {"num_cpus": 2, "object_store_memory_mb": 256}
     path.write_text(yaml.safe_dump(cfg))
     return path
