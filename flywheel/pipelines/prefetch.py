@@ -138,6 +138,7 @@ class PrefetchGenerator:
     _scoring_clocks: dict[ray.ObjectRef, tuple[Cluster, int, ProgressClock]] = field(
         default_factory=dict)
     _paused: bool = False
+    _no_new_batches: bool = False  # the trainer took its last batch (no_more_batches)
     _stop: bool = False
     _error: BaseException | None = None
     _thread: threading.Thread | None = None
@@ -174,6 +175,15 @@ class PrefetchGenerator:
                 if taken is not None:
                     return taken
                 self._cond.wait(timeout=0.1)
+
+    def no_more_batches(self) -> None:
+        """The trainer took the run's last batch: start no new chunks. Work already in
+        flight still finishes (the final validation and checkpoint wait for it), but a
+        batch no step will train is not generated and scored: with a real model and a
+        judge reward that cost minutes at the end of every run."""
+        with self._cond:
+            self._no_new_batches = True
+            self._cond.notify_all()
 
     def release(self, groups: int) -> None:
         """A training step is done with `groups` groups (after publishing its weights)."""
@@ -276,7 +286,7 @@ class PrefetchGenerator:
                 return
             self._send(self._continuations.pop(0), rank)
             per_worker[rank] += 1
-        while not self._paused:
+        while not (self._paused or self._no_new_batches):
             while not self._pending_chunks:
                 self._pending_chunks = [i for i in self.source.items(self._next_batch)
                                         if i.first_seq >= self.first_seq]

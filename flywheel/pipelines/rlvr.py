@@ -208,6 +208,8 @@ class RLVRPipeline:
             with timer.phase("wait_for_batch"):
                 taken = generator.take(self.step)  # 1. batch
             self.step += 1
+            if self.step == cfg.max_steps:
+                generator.no_more_batches()
             self.ledger.dropped(taken.stale, "stale", self.step)
             self.ledger.dropped(taken.filtered, "filtered", self.step)
             metrics = self.train_on(taken.groups, timer)  # 2-4. log-probs, advantages, train

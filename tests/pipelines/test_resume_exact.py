@@ -25,7 +25,7 @@ NOT_COMPARABLE = ("time/", "throughput/", "idle/", "rollout/queue_depth")
 
 def sim_run(out: Path, ratio: float, max_steps: int, **top) -> Path:
     cfg = sim_config(out, ratio, gen_s=0.01, train_s=0.05, max_steps=max_steps,
-                     eval_steps=0, save_steps=0, **top)
+                     eval_steps=0, **{"save_steps": 0, **top})
     cfg["actor_infer"]["infer_batch_size"] = 1  # 8 chunks per batch for one infer worker
     return run(load_config_dict(cfg))
 
@@ -54,17 +54,20 @@ def assert_each_group_trained_once(run_dir: Path, steps: int) -> None:
 @pytest.mark.timeout(240)
 def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
         tmp_path, ray_session, tiny_model_path):
-    """Stopped after step 3 with model_update_frequency 2 (so actor_infer holds version 2,
-    not 3) part-way through batch 4, resumed in place to a larger max_steps: the same
-    numbers as the uninterrupted run, and every group trained once."""
+    """Checkpointed after step 3 with model_update_frequency 2 (so actor_infer holds
+    version 2, not 3) part-way through batch 4, then resumed in place from that checkpoint
+    (as after a kill): the same numbers as the uninterrupted run, every group trained once.
+    The checkpoint is a mid-run one: at the end of a run no batch past the last is started,
+    so a final checkpoint is never part-way through one."""
     out, whole = tmp_path / "run", tmp_path / "whole"
-    sim_run(out, 0.0, max_steps=3, model_update_frequency=2)
+    sim_run(out, 0.0, max_steps=4, model_update_frequency=2, save_steps=3)
     state = json.loads((out / "checkpoint-3" / "pipeline_state.json").read_text())
     assert (state["step"], state["version"]) == (3, 2)
     # actor_infer's weights (step 2's) are kept: sim_infer's responses depend on them
     assert (out / "checkpoint-3" / "actor_infer_weights" / "weights.pt").exists()
     assert state["next_seq"] >= 3 * BATCH  # usually part-way into batch 4 (its first chunks)
-    sim_run(out, 0.0, max_steps=4, model_update_frequency=2, resume_from_checkpoint=str(out))
+    sim_run(out, 0.0, max_steps=4, model_update_frequency=2,
+            resume_from_checkpoint=str(out / "checkpoint-3"))
     sim_run(whole, 0.0, max_steps=4, model_update_frequency=2)
     assert sorted(metrics(out)) == [1, 2, 3, 4]  # one row per step, none repeated
     assert metrics(out) == metrics(whole)
@@ -86,3 +89,14 @@ def test_agentic_resume_trains_every_env_group_once(tmp_path, ray_session, tiny_
     assert len(seqs) == len(set(seqs)), f"groups recorded twice: {rows}"
     assert sorted(r["seq"] for r in rows if r["fate"] == "trained") == list(range(8))
     assert sorted(metrics(out)) == [1, 2, 3, 4]
+
+
+def test_no_batch_past_the_last_is_generated(tmp_path, ray_session, tiny_model_path):
+    """The final validation and checkpoint wait for work in flight; a batch that no step
+    will train must not be part of it (with a real model and a judge: minutes)."""
+    out = tmp_path / "run"
+    cfg = sim_config(out, 0.0, gen_s=0.01, train_s=0.05, max_steps=3, eval_steps=3,
+                     save_steps=0)
+    run(load_config_dict(cfg))
+    assert {r["fate"] for r in ledger(out)} == {"trained"}
+    assert len(ledger(out)) == 3 * BATCH
