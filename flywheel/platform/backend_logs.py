@@ -89,12 +89,12 @@ class WarningDigest:
         """One block for the console, or None when nothing new was logged."""
         found = self.new_warnings()
         shown = [line for line in found if not any(text in line for text, _ in EXPECTED)]
-        if not found:
+        if not shown:
             return None
         expected = len(found) - len(shown)
         lines = [f"backend warnings {when}: {len(shown)} distinct"
                  + (f" (+{expected} expected on this setup)" if expected else "")
-                 + f", full logs in {self.log_dir}/" + (":" if shown else "")]
+                 + f", full logs in {self.log_dir}/:"]
         lines += [f"  {line}" for line in shown[:MAX_SHOWN]]
         if len(shown) > MAX_SHOWN:
             lines.append(f"  ... and {len(shown) - MAX_SHOWN} more")
