@@ -22,16 +22,23 @@ from pathlib import Path
 
 import yaml
 
+from tests.pipelines.agentic_sim_config import agentic_sim_config
 from tests.pipelines.sim_config import sim_config
 
 BATCH = 8  # sim_config's rollout_batch_size
+AGENTIC_GROUPS = 2  # agentic_sim_config: rollout_batch_size 8 / group_size 4
 ROOT = Path(__file__).parents[2]
 
 
-def write_config(path: Path, out: Path, ratio: float, max_steps: int, **top) -> Path:
-    cfg = sim_config(out, ratio, gen_s=0.02, train_s=0.1, max_steps=max_steps, eval_steps=0,
-                     save_steps=1, **top)
-    cfg["actor_infer"]["infer_batch_size"] = 1  # 8 chunks per batch for one infer worker
+def write_config(path: Path, out: Path, ratio: float, max_steps: int, agentic: bool = False,
+                 **top) -> Path:
+    if agentic:  # 2 env groups per step, each episode several generate calls
+        cfg = agentic_sim_config(out, ratio, gen_s=0.02, train_s=0.1, max_steps=max_steps,
+                                 eval_steps=0, save_steps=1, **top)
+    else:
+        cfg = sim_config(out, ratio, gen_s=0.02, train_s=0.1, max_steps=max_steps,
+                         eval_steps=0, save_steps=1, **top)
+        cfg["actor_infer"]["infer_batch_size"] = 1  # 8 chunks per batch for one infer worker
     cfg["ray"] = {"num_cpus": 2, "object_store_memory_mb": 256}
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -76,14 +83,14 @@ def ledger_rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
-def check_ledger(out: Path, steps: int) -> None:
+def check_ledger(out: Path, steps: int, groups_per_step: int = BATCH) -> None:
     """Every group of steps 1..`steps` trained exactly once; none recorded twice."""
     rows = ledger_rows(out)
     counts = Counter(r["seq"] for r in rows)
     twice = sorted(s for s, n in counts.items() if n > 1)
     assert not twice, f"groups recorded more than once: {twice[:10]}"
     trained = sorted(r["seq"] for r in rows if r["fate"] == "trained")
-    assert trained == list(range(steps * BATCH)), "a group was lost or trained twice"
+    assert trained == list(range(steps * groups_per_step)), "a group was lost or trained twice"
 
 
 def metrics_by_step(out: Path) -> dict[int, dict]:
@@ -93,12 +100,13 @@ def metrics_by_step(out: Path) -> dict[int, dict]:
 
 
 def chaos_run(work: Path, ratio: float, seed: int, kills: int, max_steps: int = 6,
-              limit_s: float = 120, address: str | None = None) -> tuple[Path, list[str]]:
+              limit_s: float = 120, address: str | None = None,
+              agentic: bool = False) -> tuple[Path, list[str]]:
     """One run killed `kills` times at random moments (seeded) and resumed each time;
     returns its directory and what happened (for the report)."""
     rng = random.Random(seed)
-    out = work / f"chaos-r{ratio:g}-s{seed}"
-    config = write_config(work / f"chaos-r{ratio:g}-s{seed}.yaml", out, ratio, max_steps)
+    out = work / f"chaos-{'agentic-' if agentic else ''}r{ratio:g}-s{seed}"
+    config = write_config(work / f"{out.name}.yaml", out, ratio, max_steps, agentic=agentic)
     log = work / f"{out.name}.log"
     events = []
     args = ["--config", str(config)]
@@ -115,7 +123,7 @@ def chaos_run(work: Path, ratio: float, seed: int, kills: int, max_steps: int = 
     proc = start(args, log, address)
     rc = proc.wait(timeout=limit_s)
     assert rc == 0, f"resumed run failed (rc {rc}); see {log}"
-    check_ledger(out, max_steps)
+    check_ledger(out, max_steps, AGENTIC_GROUPS if agentic else BATCH)
     return out, events
 
 
@@ -126,11 +134,13 @@ def main() -> None:  # `make chaos`
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     for seed in range(args.rounds):
-        for ratio in (0.0, 1.0):
+        for ratio, agentic in ((0.0, False), (1.0, False), (1.0, True)):
             t0 = time.monotonic()
-            out, events = chaos_run(args.work, ratio, seed, kills=3, max_steps=8)
-            print(f"r={ratio:g} seed={seed}: {', '.join(events)}; every group trained once "
-                  f"({time.monotonic() - t0:.0f}s)", flush=True)
+            out, events = chaos_run(args.work, ratio, seed, kills=3, max_steps=8,
+                                    agentic=agentic)
+            kind = "agentic" if agentic else "rlvr"
+            print(f"{kind} r={ratio:g} seed={seed}: {', '.join(events)}; every group trained "
+                  f"once ({time.monotonic() - t0:.0f}s)", flush=True)
 
 
 if __name__ == "__main__":

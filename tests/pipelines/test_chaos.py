@@ -69,3 +69,10 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, address, 
         run(load_config(write_config(tmp_path / "whole.yaml", whole, ratio, max_steps=4)))
         assert metrics_by_step(out) == metrics_by_step(whole)
     print(f"r={ratio}: {events}, {time.monotonic() - t0:.0f}s", file=sys.stderr)
+
+
+@pytest.mark.long  # ~1 min: make test-long and make chaos (3 kills a run there)
+def test_sigkill_of_an_agentic_run_loses_and_repeats_no_env_group(tmp_path, address):
+    out, events = chaos_run(tmp_path, 1.0, seed=3, kills=2, max_steps=5, address=address,
+                            agentic=True)
+    assert events, "the run finished before it could be killed"
