@@ -42,6 +42,10 @@ EXPECTED = (
     ("RotaryEmbedding: Failed to load weights",
      "rotary embeddings hold no weights; a weight update reloads every other layer"),
     ("Setting accelerator to CPU", "DeepSpeed / accelerate on a machine without GPUs"),
+    # vLLM's uniprocess CPU engine (the one flywheel runs) binds no threads of its own
+    ("doesn't allow to use `torch.set_num_threads` after the thread binding",
+     "the worker set its threads before vLLM started (role_worker.py)"),
+    ("is set; leaving Torch threads at", "the worker's num_threads, set by flywheel"),
 )
 # "path/to/file.py:12: UserWarning: text" -> "UserWarning: text"
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: (\w*Warning: .*)$")
