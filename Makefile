@@ -39,8 +39,9 @@ test-long: setup
 	$(PY) -m pytest -q -m long
 
 # Regression configs (configs/ci): learning, staleness and async-vs-sync speed checks, a
-# pass/fail table, exit 1 on a regression. Their fast forms already run in `make test`
-# (tests/pipelines/test_regression.py). CI_ARGS: e.g. --only rlvr_sync rlvr_async.
+# pass/fail table, exit 1 on a regression. rlvr_sync's fast form runs in `make test`, all
+# fast forms in `make test-long` (tests/pipelines/test_regression.py). CI_ARGS: e.g.
+# --only rlvr_sync rlvr_async.
 ci-configs: setup
 	$(VENV)/bin/platform ci configs/ci $(CI_ARGS)
 

@@ -35,6 +35,8 @@ def smollm2_run(out: Path, *extra: str) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.long  # suite budget: the vllm step below covers the chat-templated run in
+# make test; hf_infer on SmolLM2 is covered there by tests/models/test_smollm2_infer_parity.py
 @pytest.mark.timeout(600)
 def test_one_step_with_hf_infer(tmp_path, ray_session, smollm2_path):
     (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=hf_infer")

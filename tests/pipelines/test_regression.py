@@ -101,8 +101,10 @@ def test_no_expectations_block_is_an_error(tmp_path):
         parse_expectations(None, "f.yaml", fast=False)
 
 
+@pytest.mark.long  # every fast form (~1 min); make ci-configs runs them too, and the
+# learning-rate-zero test below runs one fast form through the same machinery in make test
 def test_fast_set_passes(tmp_path, ray_session, arith_model_path, tiny_model_path, capsys):
-    """The fast forms of configs/ci through `platform ci --fast` (what `make test` runs)."""
+    """The fast forms of configs/ci through `platform ci --fast`."""
     code = cli.main(["ci", str(CI), "--fast", "--runs-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
