@@ -24,7 +24,7 @@ from flywheel.pipelines.domain_mix import check_routing
 from flywheel.pipelines.env_catalog import ENV_CATALOG
 from flywheel.pipelines.prompt_data import load_prompts
 from flywheel.pipelines.rlvr import RLVRPipeline
-from flywheel.pipelines.roles import Roles, num_slots, start_roles
+from flywheel.pipelines.roles import Roles, actor_train_model, num_slots, start_roles
 from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.sample_texts import SampleTextLog
 from flywheel.pipelines.sft_run import run_sft
@@ -114,8 +114,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         # Workers write their output to files in the run directory unless the run joins
         # a cluster, whose other nodes cannot write here (platform/backend_logs.py).
         log_dir = None if cluster_address(cfg.ray, address) else output_dir / LOG_FOLDER
-        train_model = (resolve_pretrain(cfg.actor_train.model_args.model_name_or_path)
-                       if cfg.actor_train.model_args.model_name_or_path else model_path)
+        train_model = actor_train_model(cfg, model_path)
         owns_ray = start_ray(cfg.ray, num_slots(cfg), address,
                              forward_worker_output=log_dir is None,
                              weight_bytes=weight_bytes(train_model,

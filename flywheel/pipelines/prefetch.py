@@ -71,6 +71,7 @@ from flywheel.pipelines.rollout import Completion, ScoringJob
 from flywheel.platform.cluster import Cluster, WorkerError
 from flywheel.platform.liveness import ProgressClock
 from flywheel.workers.role_worker import pin_thread
+from flywheel.workers.weight_transfer import SyncedWeights
 
 POLL_S = 0.02
 
@@ -191,7 +192,7 @@ class PrefetchGenerator:
             self.released_groups += groups
             self._cond.notify_all()
 
-    def publish_weights(self, weights: list, version: int) -> None:
+    def publish_weights(self, weights: SyncedWeights, version: int) -> None:
         with self._cond:
             self._weights = (weights, version)
             self._cond.notify_all()

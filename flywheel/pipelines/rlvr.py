@@ -75,6 +75,7 @@ from flywheel.platform.tracking import Tracker
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
+from flywheel.workers.weight_transfer import SyncedWeights
 
 SYNCED_WEIGHTS = "actor_infer_weights"  # a checkpoint's copy of actor_infer's lagging weights
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
@@ -135,7 +136,7 @@ class RLVRPipeline:
     # The weights actor_infer holds (version `version`), kept while they may lag actor_train's
     # (model_update_frequency > 1): a checkpoint taken between syncs saves them, so a resumed
     # run generates from the same weights as the uninterrupted one.
-    synced_weights: list | None = None
+    synced_weights: SyncedWeights | None = None
     # Asked after every step; true: checkpoint and return early (launch: SIGINT/SIGTERM).
     stop_requested: Callable[[], bool] = lambda: False
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
@@ -311,12 +312,12 @@ class RLVRPipeline:
         self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(
             self.keep_synced(self.weights()), self.version))
 
-    def keep_synced(self, weights: list) -> list:
+    def keep_synced(self, weights: SyncedWeights) -> SyncedWeights:
         """`weights`, now actor_infer's, kept for a checkpoint when they may lag."""
         self.synced_weights = weights if self.cfg.model_update_frequency > 1 else None
         return weights
 
-    def weights(self) -> list:
+    def weights(self) -> SyncedWeights:
         pending, self.weights_ahead = self.weights_ahead, None
         return (pending or self.roles.actor_train.weights()).result()
 

@@ -22,6 +22,8 @@ from flywheel.platform.cluster import Cluster
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.train_loop import Objective
+from flywheel.workers.weight_shm import shared_memory_room
+from flywheel.workers.weight_transfer import SyncedWeights
 
 T = TypeVar("T")
 
@@ -64,9 +66,28 @@ class TrainRole(Cluster):
             "train_step", batch.shard(self.world_size), loss_fn=objective,
             ppo_epochs=ppo_epochs, **kwargs), list)
 
-    def weights(self) -> Pending[list[ray.ObjectRef]]:
-        """The full weights, put once into the object store by rank 0 (every rank takes
-        part: gathering sharded weights is a collective)."""
+    def share_weights_with(self, infer: InferRole, nbytes: int | None) -> str:
+        """Syncs go through shared memory (workers/weight_shm.py) when rank 0 and every
+        actor_infer worker share a node and /dev/shm has room for `nbytes` (the weights;
+        None: unknown), else through the object store; which one, and why."""
+        node = self.get(self.submit_one(0, "node_id"), 0)
+        readers = infer.call_all("node_id")
+        if any(other != node for other in readers):
+            return "object store (actor_infer runs on another node than actor_train rank 0)"
+        short = shared_memory_room(nbytes or 0)
+        if short:
+            return f"object store ({short})"
+        self.call_all("share_weights_in_memory", len(readers))
+        return "shared memory (/dev/shm, reused every sync)"
+
+    def stop_sharing_weights(self) -> None:
+        """Rank 0 removes its shared-memory files (at shutdown: a worker that does not
+        answer within seconds leaves them to the next writer's sweep)."""
+        self.gather(self.submit_all("stop_sharing_weights"), timeout_s=5)
+
+    def weights(self) -> Pending[SyncedWeights]:
+        """The full weights, written once by rank 0 (every rank takes part: gathering
+        sharded weights is a collective); a handle actor_infer reads them through."""
         return Pending(self, self.submit_all("weights_ref"), lambda parts: parts[0])
 
     def save(self, path: str) -> None:
@@ -75,11 +96,11 @@ class TrainRole(Cluster):
     def load(self, path: str) -> None:
         self.call_all("load", path)
 
-    def save_synced_weights(self, weights: list[ray.ObjectRef], path: str) -> None:
+    def save_synced_weights(self, weights: SyncedWeights, path: str) -> None:
         """Weights `weights()` gave earlier, written to `path` (by rank 0)."""
         self.get(self.submit_one(0, "save_synced_weights", weights, path), 0)
 
-    def synced_weights(self, path: str) -> list[ray.ObjectRef]:
+    def synced_weights(self, path: str) -> SyncedWeights:
         """`save_synced_weights`' weights, as `weights()` gives them."""
         return self.get(self.submit_one(0, "synced_weights_ref", path), 0)
 
@@ -108,5 +129,5 @@ class InferRole(Cluster):
         """A ref to rank `rank`'s list of Generation; read it with `get(ref, rank)`."""
         return self.submit_one(rank, "generate", prompts, sampling)
 
-    def update_weights(self, weights: list[ray.ObjectRef], version: int) -> list[ray.ObjectRef]:
+    def update_weights(self, weights: SyncedWeights, version: int) -> list[ray.ObjectRef]:
         return self.submit_all("update_weights", weights, version)

@@ -12,6 +12,7 @@ free port, then every rank joins and builds its strategy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from flywheel.platform.config.checks import data_parallel_size
 from flywheel.platform.config.key_checks import context_length
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
@@ -78,6 +80,8 @@ class Roles:
     all: list[Cluster] = field(default_factory=list)
 
     def shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # a dead rank 0 left its files to the sweep
+            self.actor_train.stop_sharing_weights()
         for cluster in self.all:
             cluster.shutdown()
         self.placement.release()
@@ -94,6 +98,12 @@ def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) 
     per_replica = max(1, rows // data_parallel_size(wcfg))
     return train_steps * optimizer_steps_per_train_step(wcfg.training_args, per_replica,
                                                         cfg.ppo_epochs)
+
+
+def actor_train_model(cfg: PipelineConfig, model_path: str) -> str:
+    """actor_train's own model when it names one, else the run's `pretrain`."""
+    name = cfg.actor_train.model_args.model_name_or_path
+    return resolve_pretrain(name) if name else model_path
 
 
 def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
@@ -131,6 +141,10 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         join_process_group(actor_train, cfg.actor_train)
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
                             context_length=context_length(cfg))
+        train_path = actor_train_model(cfg, model_path)
+        carrier = actor_train.share_weights_with(
+            actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype))
+        print(f"weight sync: {carrier}", flush=True)
         reference = None
         if cfg.reference is not None:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,

@@ -24,7 +24,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import Generation, SamplingParams
 from flywheel.workers.strategies.registry import strategy_class
-from flywheel.workers.weight_buckets import stream_weights
+from flywheel.workers.weight_transfer import SyncedWeights, finished_reading, received_buckets
 
 
 @dataclass
@@ -55,11 +55,15 @@ class InferWorker(RoleWorker):
             generations = self.strategy.generate(prompts, sampling)
         return GenerateResult(self.version, generations, started, time.time())
 
-    def update_weights(self, weights: list[ray.ObjectRef], version: int) -> None:
-        """actor_train's buckets (weight_buckets.py), each read when the engine is ready
-        for it and loaded in place."""
-        self.strategy.update_weights_from_buckets(stream_weights(weights), version)
+    def update_weights(self, weights: SyncedWeights, version: int) -> None:
+        """actor_train's weights (weight_transfer.py), bucket by bucket, each read when the
+        engine is ready for it and loaded in place."""
+        self.strategy.update_weights_from_buckets(received_buckets(weights), version)
+        finished_reading(weights, self.rank)
         self.version = version
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch)

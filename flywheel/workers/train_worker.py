@@ -32,7 +32,9 @@ from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 from flywheel.workers.strategies.train_loop import Objective
-from flywheel.workers.weight_buckets import put_weights, stream_weights
+from flywheel.workers.weight_buckets import put_weights
+from flywheel.workers.weight_shm import SharedWeightWriter
+from flywheel.workers.weight_transfer import SyncedWeights, copied_weights
 
 SYNCED_WEIGHTS_FILE = "weights.pt"  # save_synced_weights
 
@@ -45,6 +47,7 @@ class TrainWorker(RoleWorker):
                  weight_sync_bucket_mb: int = PipelineConfig.weight_sync_bucket_mb):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         self.weight_sync_bucket_mb = weight_sync_bucket_mb
+        self.shared_writer: SharedWeightWriter | None = None  # share_weights_in_memory
         name = cfg.strategy_args.strategy_name
         self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
                                        total_steps=total_steps, trainable=trainable, head=head)
@@ -100,34 +103,49 @@ class TrainWorker(RoleWorker):
                                                       batch.infer_log_probs, batch.response_mask)
         return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
-    def weights_ref(self) -> list[ray.ObjectRef]:
-        """The full weights in buckets of at most `weight_sync_bucket_mb`, each put into
-        the object store as it is built (weight_buckets.py); the refs in a list, so Ray
-        passes them on unread.
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def share_weights_in_memory(self, readers: int) -> None:
+        """From now on rank 0 writes each sync into shared memory read by `readers`
+        actor_infer workers on this node (weight_shm.py), not into the object store."""
+        if self.rank == 0:
+            self.shared_writer = SharedWeightWriter(readers, self.weight_sync_bucket_mb << 20)
+
+    def stop_sharing_weights(self) -> None:
+        if self.shared_writer is not None:
+            self.shared_writer.close()
+            self.shared_writer = None
+
+    def weights_ref(self) -> SyncedWeights:
+        """The full weights for actor_infer, passed on by the pipeline unread: written into
+        shared memory (`share_weights_in_memory`) or put into the object store in buckets
+        of at most `weight_sync_bucket_mb`, each as it is built (weight_buckets.py).
 
         Every rank goes through the weights (a collective for sharded backends); only rank
-        0 puts them.
+        0 writes them.
         """
-        weights = self.strategy.weights_for_sync()
+        return self._publish(self.strategy.weights_for_sync())
+
+    def _publish(self, weights) -> SyncedWeights:
         if self.rank != 0:
             for _ in weights:
                 pass
             return []
+        if self.shared_writer is not None:
+            return self.shared_writer.publish(weights)
         return put_weights(weights, self.weight_sync_bucket_mb << 20)
 
-    def save_synced_weights(self, weights: list[ray.ObjectRef], path: str) -> None:
+    def save_synced_weights(self, weights: SyncedWeights, path: str) -> None:
         """Weights synced earlier (a `weights_ref`), into a checkpoint: those actor_infer
         holds while they lag this role's (model_update_frequency > 1)."""
         os.makedirs(path, exist_ok=True)
-        tensors = {name: tensor.clone() for bucket in stream_weights(weights)
-                   for name, tensor in bucket.items()}
-        torch.save(tensors, os.path.join(path, SYNCED_WEIGHTS_FILE))
+        torch.save(copied_weights(weights), os.path.join(path, SYNCED_WEIGHTS_FILE))
 
-    def synced_weights_ref(self, path: str) -> list[ray.ObjectRef]:
-        """`save_synced_weights`' weights, back into the object store as `weights_ref` puts
-        them."""
+    def synced_weights_ref(self, path: str) -> SyncedWeights:
+        """`save_synced_weights`' weights, published again as `weights_ref` publishes."""
         weights = torch.load(os.path.join(path, SYNCED_WEIGHTS_FILE), weights_only=True)
-        return put_weights(weights.items(), self.weight_sync_bucket_mb << 20)
+        return self._publish(weights.items())
 
     def save(self, path: str) -> None:
         self.strategy.save(path)
