@@ -22,6 +22,7 @@ still that of its first token (the bound), and `staleness/token_mean` averages p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -33,6 +34,7 @@ from flywheel.algorithms import AdaptiveKLController, FixedKLController, Mismatc
 from flywheel.pipelines.actor_loss_config import build_actor_loss
 from flywheel.pipelines.domain_mix import DomainOrder, training_order
 from flywheel.pipelines.group_filter import group_filter
+from flywheel.pipelines.phase_switch import PhaseSwitch, describe
 from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.prompt_data import (
     PromptEncoder,
@@ -68,7 +70,11 @@ from flywheel.pipelines.step_metrics import (
 from flywheel.pipelines.train_batch import add_advantages, pack_groups
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config.derived import infer_is_correction
+from flywheel.platform.config.derived import (
+    infer_is_correction,
+    offloads_between_phases,
+    shared_actor_devices,
+)
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
 from flywheel.platform.tracking import Tracker
@@ -77,6 +83,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
 from flywheel.workers.weight_transfer import SyncedWeights
 
+PHASE_EVENTS = "phase_events.jsonl"  # a colocated run's phase switches (phase_switch.py)
 SYNCED_WEIGHTS = "actor_infer_weights"  # a checkpoint's copy of actor_infer's lagging weights
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
 MISMATCH_MODES = {"token-truncate": ("token", "truncate"), "seq-truncate": ("sequence", "truncate"),
@@ -140,6 +147,7 @@ class RLVRPipeline:
     # Asked after every step; true: checkpoint and return early (launch: SIGINT/SIGTERM).
     stop_requested: Callable[[], bool] = lambda: False
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
+    switch: PhaseSwitch = field(init=False)  # colocated roles take turns (phase_switch.py)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -153,6 +161,8 @@ class RLVRPipeline:
                        if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
         self.buffer = ReplayBuffer(max_staleness(cfg), group_filter=group_filter(cfg))
         self.ledger = SampleLedger(self.output_dir / "samples.jsonl")
+        self.switch = PhaseSwitch(self.roles.actor_train, self.roles.actor_infer,
+                                  offloads_between_phases(cfg))
 
     # ---- the loop -------------------------------------------------------------------
     def make_generator(self) -> PrefetchGenerator:
@@ -179,10 +189,12 @@ class RLVRPipeline:
 
     def run(self) -> None:
         cfg = self.cfg
+        print(self.phase_switch_line(), flush=True)
         if self.step == 0:  # a resumed run synced in load_checkpoint
             self.sync_first_weights()
         if cfg.eval_steps and self.step == 0:  # the baseline every later evaluation is read against
             self.tracker.log(0, self.validate())
+        self.switch.start_generation()  # colocated: actor_train leaves the devices
         generator = self.make_generator()
         generator.start()
         try:
@@ -200,11 +212,14 @@ class RLVRPipeline:
         finally:
             generator.stop()
             self.ledger.close(self.step)
+            with contextlib.suppress(Exception):  # never hide the error that got us here
+                self.switch.write_events(self.output_dir / PHASE_EVENTS)
 
     def train_step(self, generator: PrefetchGenerator) -> dict[str, float]:
         cfg = self.cfg
         timer = StepTimer()
         started = time.time()
+        self.switch.take_seconds()  # from here on, this step's
         with timer.phase("step"):
             with timer.phase("wait_for_batch"):
                 taken = generator.take(self.step)  # 1. batch
@@ -213,11 +228,12 @@ class RLVRPipeline:
                 generator.no_more_batches()
             self.ledger.dropped(taken.stale, "stale", self.step)
             self.ledger.dropped(taken.filtered, "filtered", self.step)
-            metrics = self.train_on(taken.groups, timer)  # 2-4. log-probs, advantages, train
-            if self.step % cfg.model_update_frequency == 0:
-                with timer.phase("weight_sync"):  # 5. sync
-                    self.version = self.step
-                    generator.publish_weights(self.keep_synced(self.weights()), self.version)
+            with self.training_phase(generator):  # colocated: the engine sleeps meanwhile
+                metrics = self.train_on(taken.groups, timer)  # 2-4. log-probs, adv., train
+                sync = self.step % cfg.model_update_frequency == 0
+                if sync or self.switch.active:
+                    with timer.phase("weight_sync"):  # 5. sync
+                        self.sync_weights(generator, sync)
             generator.release(len(taken.groups))
             self.ledger.trained(taken.groups, self.step)
             if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
@@ -226,6 +242,8 @@ class RLVRPipeline:
         seconds = timer.seconds
         infer_busy = generator.busy_seconds(started, time.time())
         metrics.update(timer.metrics())
+        if self.switch.active:  # this step's switches (a checkpoint's are not counted)
+            metrics["time/phase_switch"] = self.switch.take_seconds()
         metrics.update(staleness_metrics(taken, self.step, generator.queue_depth()))
         metrics.update(self.reward_metrics(taken))
         if cfg.partial_rollout:
@@ -252,6 +270,49 @@ class RLVRPipeline:
         with timer.phase("train"):
             metrics |= self.update(batch)  # 4. train
         return metrics
+
+    @contextlib.contextmanager
+    def training_phase(self, generator: PrefetchGenerator):
+        """Steps 2-5 of a colocated run: generation paused (nothing in flight), the engine
+        asleep and actor_train back on the devices until `sync_weights` hands them over;
+        otherwise nothing."""
+        if not self.switch.active:
+            yield
+            return
+        with generator.paused():
+            self.switch.to_training()
+            yield
+
+    def sync_weights(self, generator: PrefetchGenerator, sync: bool) -> None:
+        """5. sync (when `sync`: every model_update_frequency steps): the generator applies
+        the weights before its next chunk. Colocated, the engine wakes for them first and
+        they are applied here, before actor_train's parameters leave the devices."""
+        weights = None
+        if sync:
+            self.version = self.step
+            weights = self.keep_synced(self.weights())
+        if not self.switch.active:
+            if weights is not None:
+                generator.publish_weights(weights, self.version)
+            return
+        self.switch.before_sync()
+        if weights is not None:
+            self.roles.actor_infer.gather(self.roles.actor_infer.update_weights(
+                weights, self.version))
+        self.switch.after_sync()
+
+    def phase_switch_line(self) -> str:
+        cfg = self.cfg
+        shared = shared_actor_devices(cfg)
+        if self.switch.active:
+            reason = "they take turns, each freeing its device memory for the other"
+        elif cfg.offload_between_phases is False:
+            reason = "offload_between_phases: false keeps both resident"
+        elif shared:
+            reason = "async_generation_ratio > 0"
+        else:
+            reason = "nothing to hand over"
+        return describe(self.switch.active, shared, reason)
 
     def compute_logprobs(self, batch: TokenBatch) -> dict[str, float]:
         """Reference log-probs and critic values, on their own devices at once; the old
@@ -357,7 +418,8 @@ class RLVRPipeline:
     def save_checkpoint(self, generator: PrefetchGenerator) -> None:
         """Pause generation so the checkpoint holds every finished group: a resumed run
         continues with exactly the batches the uninterrupted one would have trained."""
-        with generator.paused(), writing_checkpoint(self.output_dir, self.step) as tmp:
+        with (generator.paused(), self.switch.training(),
+              writing_checkpoint(self.output_dir, self.step) as tmp):
             self.roles.actor_train.save(str(tmp / "actor_train"))
             if self.roles.critic is not None:
                 self.roles.critic.save(str(tmp / "critic"))

@@ -90,6 +90,17 @@ class TrainRole(Cluster):
         sharded weights is a collective); a handle actor_infer reads them through."""
         return Pending(self, self.submit_all("weights_ref"), lambda parts: parts[0])
 
+    def offload(self, part: str) -> list[str]:
+        """`part` (strategies/offload.py) off every rank's device; each rank's note."""
+        return self.call_all("offload", part)
+
+    def onload(self) -> list[str]:
+        return self.call_all("onload")
+
+    def phase_events(self) -> list[list[tuple[str, float, str]]]:
+        """Each rank's recorded phase switches and the calls around them (role_worker.py)."""
+        return self.call_all("phase_events")
+
     def save(self, path: str) -> None:
         self.call_all("save", path)
 
@@ -131,3 +142,13 @@ class InferRole(Cluster):
 
     def update_weights(self, weights: SyncedWeights, version: int) -> list[ray.ObjectRef]:
         return self.submit_all("update_weights", weights, version)
+
+    def sleep(self) -> list[str]:
+        """Every rank's engine frees its device memory (phase_switch.py); their notes."""
+        return self.call_all("sleep")
+
+    def wake(self) -> list[str]:
+        return self.call_all("wake")
+
+    def phase_events(self) -> list[list[tuple[str, float, str]]]:
+        return self.call_all("phase_events")

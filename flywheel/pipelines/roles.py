@@ -20,6 +20,7 @@ from pathlib import Path
 from flywheel.pipelines.role_handles import InferRole, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.checks import data_parallel_size
+from flywheel.platform.config.derived import offloads_between_phases
 from flywheel.platform.config.key_checks import context_length
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
@@ -140,7 +141,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                             weight_sync_bucket_mb=cfg.weight_sync_bucket_mb)
         join_process_group(actor_train, cfg.actor_train)
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
-                            context_length=context_length(cfg))
+                            context_length=context_length(cfg),
+                            sleep_mode=offloads_between_phases(cfg))
         train_path = actor_train_model(cfg, model_path)
         carrier = actor_train.share_weights_with(
             actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype))

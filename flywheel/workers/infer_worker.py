@@ -38,14 +38,19 @@ class GenerateResult:
 class InferWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None,
-                 cpu_affinity: list[int] | None = None, context_length: int | None = None):
+                 cpu_affinity: list[int] | None = None, context_length: int | None = None,
+                 sleep_mode: bool = False):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         extra = {"context_length": context_length} if context_length is not None else {}
+        if sleep_mode:  # a colocated run: the engine must be able to sleep (phase_switch.py)
+            extra["sleep_mode"] = True
         self.strategy = cls(model_path, cfg, seed=seed, **extra)
         self.version = 0
+        self.awake = True  # False between `sleep` and `wake`: no call may use the engine
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> GenerateResult:
+        self.require_awake("generate")
         started = time.time()
         if sampling.expand and sampling.n > 1:
             copies = [p for p in prompts for _ in range(sampling.n)]
@@ -58,6 +63,7 @@ class InferWorker(RoleWorker):
     def update_weights(self, weights: SyncedWeights, version: int) -> None:
         """actor_train's weights (weight_transfer.py), bucket by bucket, each read when the
         engine is ready for it and loaded in place."""
+        self.require_awake("update_weights")
         self.strategy.update_weights_from_buckets(received_buckets(weights), version)
         finished_reading(weights, self.rank)
         self.version = version
@@ -66,4 +72,26 @@ class InferWorker(RoleWorker):
         return ray.get_runtime_context().get_node_id()
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        self.require_awake("forward_logprobs")
         return self.strategy.forward_logprobs(batch)
+
+    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    def sleep(self) -> str:
+        """Free the engine's device memory for training; a second call does nothing."""
+        note = self.strategy.sleep() if self.awake else "already asleep"
+        self.awake = False
+        self.record("sleep", note)
+        return note
+
+    def wake(self) -> str:
+        note = self.strategy.wake() if not self.awake else "already awake"
+        self.awake = True
+        self.record("wake", note)
+        return note
+
+    def require_awake(self, call: str) -> None:
+        """Record `call`; on a sleeping engine it is a phase-switch ordering bug: say so."""
+        if not self.awake:
+            raise RuntimeError(f"{self.role} rank {self.rank}: {call} while the engine "
+                               "sleeps (phase switch out of order)")
+        self.record(call)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections import deque
 
 import ray
 import torch
@@ -42,6 +44,9 @@ def pin_thread(cpus: list[int], tid: int = 0, key: str = "cpu_affinity") -> None
                          f"cores 0..{(os.cpu_count() or 1) - 1}") from None
 
 
+PHASE_EVENTS_KEPT = 1000
+
+
 class RoleWorker:
     def __init__(self, role: str, rank: int, world_size: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None):
@@ -54,6 +59,16 @@ class RoleWorker:
         threads = num_threads or len(os.sched_getaffinity(0))
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        # (event, time.monotonic(), note): the phase switch and the calls it must order
+        # (pipelines/phase_switch.py), newest last; bounded, it is for inspection.
+        self.events: deque[tuple[str, float, str]] = deque(maxlen=PHASE_EVENTS_KEPT)
+
+    def record(self, event: str, note: str = "") -> None:
+        self.events.append((event, time.monotonic(), note))
+
+    def phase_events(self) -> list[tuple[str, float, str]]:
+        """What `record` kept: a colocated run's phase switches in the order they ran."""
+        return list(self.events)
 
     def ready(self) -> str:
         return f"{self.role}:{self.rank}"

@@ -52,6 +52,7 @@ class TrainWorker(RoleWorker):
         self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
                                        total_steps=total_steps, trainable=trainable, head=head)
         self._strategy: TrainStrategy | None = None
+        self.offloaded: set[str] = set()  # offload.PARTS moved off the device (phase switch)
         if not strategy_spec(name).process_group:
             self._strategy = self.build()
 
@@ -80,6 +81,7 @@ class TrainWorker(RoleWorker):
         self._strategy = self.build()
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        self.require_onloaded("forward_logprobs", "all")
         return self.strategy.forward_logprobs(batch)
 
     def forward_values(self, batch: TokenBatch) -> torch.Tensor:
@@ -96,6 +98,7 @@ class TrainWorker(RoleWorker):
         its side needs the old log-probs before training; it saves a second trip of the
         batch and a round trip on the training path.
         """
+        self.require_onloaded("train_step", "all")
         metrics = {}
         if old_log_probs is not None:
             batch.old_log_probs = self.strategy.forward_logprobs(batch)
@@ -125,6 +128,7 @@ class TrainWorker(RoleWorker):
         Every rank goes through the weights (a collective for sharded backends); only rank
         0 writes them.
         """
+        self.require_onloaded("weights", "model")
         return self._publish(self.strategy.weights_for_sync())
 
     def _publish(self, weights) -> SyncedWeights:
@@ -148,7 +152,33 @@ class TrainWorker(RoleWorker):
         return self._publish(weights.items())
 
     def save(self, path: str) -> None:
+        self.require_onloaded("save", "all")
         self.strategy.save(path)
 
     def load(self, path: str) -> None:
+        self.require_onloaded("load", "all")
         self.strategy.load(path)
+
+    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    def offload(self, part: str) -> str:
+        """`part` (offload.OPTIMIZER, then offload.MODEL after the weight sync) off the
+        device while actor_infer generates on it; a second call does nothing."""
+        note = self.strategy.offload(part) if part not in self.offloaded else "already"
+        self.offloaded.add(part)
+        self.record(f"offload_{part}", note)
+        return note
+
+    def onload(self) -> str:
+        note = self.strategy.onload() if self.offloaded else "already on the device"
+        self.offloaded.clear()
+        self.record("onload", note)
+        return note
+
+    def require_onloaded(self, call: str, need: str) -> None:
+        """Record `call`; it needs `need` ("all", or the "model" part) on the device, and
+        anything else is a phase-switch ordering bug: say so."""
+        missing = self.offloaded if need == "all" else self.offloaded & {need}
+        if missing:
+            raise RuntimeError(f"{self.role} rank {self.rank}: {call} while {sorted(missing)} "
+                               "is offloaded (phase switch out of order)")
+        self.record(call)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flywheel.platform.config.agentic_checks import check_agentic
+from flywheel.platform.config.derived import shared_actor_devices
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
@@ -226,6 +227,12 @@ def check_async(cfg: PipelineConfig) -> None:
                 f"time, so actor_train and actor_infer cannot share devices, but both use "
                 f"{shared} (an unset device_mapping means [0]); give them disjoint "
                 f"device_mapping or set async_generation_ratio: 0")
+    if cfg.offload_between_phases is True and not shared_actor_devices(cfg):
+        raise ConfigError(
+            "", "offload_between_phases",
+            "true, but actor_train and actor_infer share no device, so there is no memory "
+            "to hand over between phases; use auto or false, or give them the same "
+            "device_mapping (with async_generation_ratio: 0)")
     if cfg.partial_rollout and ratio == 0:
         raise ConfigError(
             "", "partial_rollout",

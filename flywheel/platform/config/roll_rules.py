@@ -99,7 +99,10 @@ TOP: dict[str, Rule] = {
     "local_rank": Drop("set by the launcher, never by a config"),
     "profiler_timeline": Drop("profiling"), "profiler_memory": Drop("profiling"),
     "report_length_and_rewards": Drop("flywheel always logs response/* and reward/*"),
-    "is_offload_states": Drop(_PERF), "is_offload_optimizer_states_in_train_step": Drop(_PERF),
+    # ROLL offloads whenever it is set; flywheel has nothing to free on unshared devices,
+    # so true becomes auto (on exactly when actor_train and actor_infer share devices)
+    "is_offload_states": To("offload_between_phases", lambda v: "auto" if v else False),
+    "is_offload_optimizer_states_in_train_step": Drop(_PERF),
     "model_update_buffer_size_mb": Drop(_PERF), "generate_opt_level": Drop(_PERF),
     "max_running_requests": Drop(_PERF), "router_args": Drop(_PERF),
     "max_additional_running_prompts": Drop(_PERF), "transfer_backend": Drop(_PERF),

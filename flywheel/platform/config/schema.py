@@ -553,6 +553,16 @@ class PipelineConfig:
     async_generation_ratio: float = 0.0
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1
+    # Colocated (hybrid) mode: free device memory between phases when actor_train and
+    # actor_infer share devices in a synchronous run (pipelines/phase_switch.py): the
+    # engine sleeps while training runs (vllm sleep mode, sglang memory release, hf_infer
+    # model to CPU) and actor_train moves optimizer state and parameters to CPU while the
+    # engine generates. auto: on exactly when the two roles share a device (and then
+    # async_generation_ratio is 0, which sharing requires); true: the same, but refused
+    # when they share none; false: never (both phases' memory stays resident). On CPU
+    # nothing is freed; the switch still runs in order (each call says it is a no-op).
+    # ROLL's `is_offload_states` maps here. Refused by SFT (one role, no phases).
+    offload_between_phases: Literal["auto", True, False] = "auto"
     # Weight sync bucket size in MiB, >= 1: actor_train's rank 0 cuts the weights into
     # buckets of at most this size (a larger tensor travels alone), puts each into Ray's
     # object store as it is built, and actor_infer loads each in place as it reads it

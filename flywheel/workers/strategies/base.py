@@ -107,6 +107,16 @@ class TrainStrategy(ABC):
                             ) -> tuple[dict[str, float], int]:
         return sums, micro_steps
 
+    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    @abstractmethod
+    def offload(self, part: str) -> str:
+        """Move `part` (offload.OPTIMIZER or offload.MODEL) off the device so the engine
+        sharing it can generate; what happened, in words (on CPU: a no-op, said so)."""
+
+    @abstractmethod
+    def onload(self) -> str:
+        """Everything `offload` moved, back onto the device before training."""
+
     # ---- weights and checkpoints --------------------------------------------------------
     @abstractmethod
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
@@ -147,3 +157,14 @@ class InferStrategy(ABC):
     @abstractmethod
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Log-probs [B, L] of given sequences under the current generation weights."""
+
+    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    def sleep(self) -> str:
+        """Free the device memory the engine holds (weights, KV cache) while actor_train
+        trains on the same devices; what happened, in words. This default is for a
+        backend that holds none."""
+        return f"no-op: {type(self).__name__} holds no accelerator memory"
+
+    def wake(self) -> str:
+        """Take the memory back before the weight sync and generation."""
+        return f"no-op: {type(self).__name__} holds no accelerator memory"

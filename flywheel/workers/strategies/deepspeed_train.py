@@ -48,6 +48,14 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.hf_model import batched_outputs, pick_device
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
+from flywheel.workers.strategies.offload import (
+    CPU_NOTE,
+    OPTIMIZER,
+    check_part,
+    offload_torch,
+    on_accelerator,
+    onload_torch,
+)
 from flywheel.workers.strategies.strategy_config import checked_config, require
 from flywheel.workers.strategies.train_loop import (
     Counts,
@@ -152,6 +160,44 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def optimizer_step(self, max_grad_norm: float) -> float:
         self.engine.step()  # clips by the config's gradient_clipping, then zeroes the grads
         return float(self.engine.get_global_grad_norm() or 0.0)
+
+    # ---- phase switch (unverified on GPU) ----------------------------------------------
+    def offload(self, part: str) -> str:
+        """ZeRO 1-3 with an optimizer: DeepSpeed's own `offload_states` (it knows its flat
+        buffers and partitions; a plain `.to` would miss them), optimizer part first
+        (fp32 master weights, optimizer state, gradients), the bf16/fp16 parameters after
+        the weight sync. DeepSpeed refuses it under `offload_param` (the parameters live on
+        the CPU already and ZeRO-3 moves them itself), and without a ZeRO optimizer (stage
+        0, the forward-only reference): those get nothing, and a plain torch move."""
+        check_part(part)
+        if not on_accelerator(self.device):
+            return CPU_NOTE
+        if self._params_offloaded():
+            return "nothing moved: offload_param keeps the states on the cpu (DeepSpeed)"
+        if self.zero_stage == 0 or self.optimizer is None:
+            return offload_torch(self.engine.module, self.optimizer, part, self.device)
+        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum as States
+
+        include = ([States.optim_states, States.hp_params, States.lp_grads,
+                    States.contiguous_grad_buffer] if part == OPTIMIZER else [States.lp_params])
+        self.engine.offload_states(include=include)
+        return f"deepspeed offload_states({[s.value for s in include]})"
+
+    def onload(self) -> str:
+        if not on_accelerator(self.device):
+            return CPU_NOTE
+        if self._params_offloaded():
+            return "nothing moved: offload_param keeps the states on the cpu (DeepSpeed)"
+        if self.zero_stage == 0 or self.optimizer is None:
+            return onload_torch(self.engine.module, self.optimizer, self.device)
+        self.engine.reload_states()
+        return "deepspeed reload_states()"
+
+    def _params_offloaded(self) -> bool:
+        from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+
+        config = self.engine.zero_offload_param()
+        return config is not None and config.device != OffloadDeviceEnum.none
 
     def _gathered(self) -> contextlib.AbstractContextManager:
         """Full parameters on every rank for the duration (ZeRO-3); a no-op otherwise."""

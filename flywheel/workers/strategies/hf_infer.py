@@ -52,7 +52,8 @@ SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "repetition_pen
 
 class HFInferStrategy(InferStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
-                 context_length: int | None = None):
+                 context_length: int | None = None, sleep_mode: bool = False):
+        # sleep_mode: nothing to prepare at start; `sleep` moves the model when on CUDA
         checked_config("hf_infer", cfg.strategy_args.strategy_config, {})
         self.cfg = cfg
         self.context_length = context_length  # prompt + response tokens allowed, if bounded
@@ -166,3 +167,18 @@ class HFInferStrategy(InferStrategy):
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return batched_logprobs(self.model, batch, self.cfg.infer_batch_size)
+
+    # ---- phase switch (pipelines/phase_switch.py; unverified on GPU) ----------------------
+    def sleep(self) -> str:
+        """The model to the CPU (transformers keeps no KV cache between calls)."""
+        if self.device.type == "cpu":
+            return "no-op on cpu: nothing on an accelerator to free"
+        self.model.to("cpu")
+        torch.cuda.empty_cache()
+        return "model to cpu"
+
+    def wake(self) -> str:
+        if self.device.type == "cpu":
+            return "no-op on cpu: nothing on an accelerator to free"
+        self.model.to(self.device)
+        return f"model to {self.device}"

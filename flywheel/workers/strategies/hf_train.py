@@ -17,6 +17,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.hf_model import batched_outputs, pick_device
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
+from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -63,6 +64,13 @@ class HFTrainStrategy(TrainStrategy):
             norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
         self.optimizer.step()
         return norm
+
+    # ---- phase switch (offload.py; unverified on GPU) -----------------------------------
+    def offload(self, part: str) -> str:
+        return offload_torch(self.model, self.optimizer, part, self.device)
+
+    def onload(self) -> str:
+        return onload_torch(self.model, self.optimizer, self.device)
 
     # ---- weights and checkpoints ---------------------------------------------------------
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:

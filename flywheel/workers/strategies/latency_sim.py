@@ -83,7 +83,8 @@ class _Latency:
 
 class SimInferStrategy(InferStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
-                 context_length: int | None = None):  # no model: nothing to bound
+                 context_length: int | None = None,  # no model: nothing to bound
+                 sleep_mode: bool = False):  # nor to free (InferStrategy.sleep)
         tokenizer = load_tokenizer(model_path)
         self.vocab = len(tokenizer)
         self.eos_id = tokenizer.eos_token_id
@@ -139,6 +140,12 @@ class SimTrainStrategy:
 
     def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
         yield from self.state_dict_for_sync().items()
+
+    def offload(self, part: str) -> str:  # TrainStrategy.offload: no model, nothing to move
+        return "no-op: sim_train holds no model"
+
+    def onload(self) -> str:
+        return "no-op: sim_train holds no model"
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

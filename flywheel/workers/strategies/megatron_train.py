@@ -74,6 +74,7 @@ from flywheel.workers.strategies.megatron_weights import (
     tp_unshard,
 )
 from flywheel.workers.strategies.model_head import POLICY, ModelHead, init_value_head
+from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.strategy_config import checked_config, require
 from flywheel.workers.strategies.train_loop import (
     Counts,
@@ -298,6 +299,15 @@ class MegatronTrainStrategy(TrainStrategy):
         if self.autocast_dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    # ---- phase switch (offload.py; unverified on GPU) -----------------------------------
+    def offload(self, part: str) -> str:
+        """A plain move of this rank's shard: the optimizer here is torch's (train_loop.py),
+        not Megatron's distributed optimizer, so torch's own calls reach every state."""
+        return offload_torch(self.model, self.optimizer, part, self.device)
+
+    def onload(self) -> str:
+        return onload_torch(self.model, self.optimizer, self.device)
 
     # ---- checkpoints -------------------------------------------------------------------
     def _shard_file(self, path: str) -> str:

@@ -52,9 +52,14 @@ OWNED_KEYS = {"model_path": "the role's model_args.model_name_or_path (or pretra
 
 
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int,
-                  context_length: int | None = None) -> dict[str, Any]:
+                  context_length: int | None = None, sleep_mode: bool = False
+                  ) -> dict[str, Any]:
+    """`sleep_mode` (a colocated run, pipelines/phase_switch.py): `enable_memory_saver`,
+    which `release_memory_occupation` needs (it uses the torch_memory_saver package)."""
     fields = {f.name: None for f in dataclasses.fields(ServerArgs)}
     fields["context_length"] = context_length  # the run's, unless strategy_config sets it
+    if sleep_mode:
+        fields["enable_memory_saver"] = True
     merged = checked_config("sglang", cfg.strategy_args.strategy_config, fields,
                             owned=OWNED_KEYS, known="the fields of sglang ServerArgs")
     kwargs = {k: v for k, v in merged.items() if v is not None}
@@ -73,11 +78,12 @@ def _succeeded(result: Any, what: str) -> None:
 
 class SGLangInferStrategy(InferStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
-                 context_length: int | None = None):
+                 context_length: int | None = None, sleep_mode: bool = False):
         for name in ("SGLANG_RETURN_ORIGINAL_LOGPROB", "RETURN_ORIGINAL_LOGPROB"):
             os.environ.setdefault(name, "0")  # the name moved between 0.4 and 0.5
         self.cfg = cfg
-        self.engine = sglang.Engine(**engine_kwargs(cfg, model_path, seed, context_length))
+        self.engine = sglang.Engine(**engine_kwargs(cfg, model_path, seed, context_length,
+                                                    sleep_mode))
         self.torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
                             "fp16": torch.float16}[cfg.model_args.dtype]
         self.tokenizer = load_tokenizer(model_path)
@@ -143,6 +149,17 @@ class SGLangInferStrategy(InferStrategy):
     def _send(self, tensors: list[tuple[str, torch.Tensor]], flush_cache: bool) -> None:
         _succeeded(self.engine.update_weights_from_tensor(
             named_tensors=tensors, flush_cache=flush_cache), "update_weights_from_tensor")
+
+    # ---- phase switch (pipelines/phase_switch.py; UNVERIFIED, like this whole file) --
+    def sleep(self) -> str:
+        """SGLang's memory release: weights and KV cache off the GPU (Engine 0.5.x,
+        `release_memory_occupation()`; needs `enable_memory_saver`, set at start)."""
+        self.engine.release_memory_occupation()
+        return "sglang release_memory_occupation()"
+
+    def wake(self) -> str:
+        self.engine.resume_memory_occupation()
+        return "sglang resume_memory_occupation()"
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         lengths = batch.attention_mask.sum(dim=1).tolist()

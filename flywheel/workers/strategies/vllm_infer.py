@@ -85,14 +85,18 @@ SHM_DIR = "/dev/shm"
 
 
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
-                  context_length: int | None = None) -> dict[str, Any]:
-    """LLM(...) arguments: checked strategy_config over flywheel's defaults."""
+                  context_length: int | None = None, sleep_mode: bool = False
+                  ) -> dict[str, Any]:
+    """LLM(...) arguments: checked strategy_config over flywheel's defaults. `sleep_mode`
+    (a colocated run, pipelines/phase_switch.py) turns on vLLM's `enable_sleep_mode` on
+    GPU; vLLM refuses it on CPU ("Sleep mode is not supported on current platform")."""
     fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)
               if not f.name.startswith("_")}
     given = cfg.strategy_args.strategy_config
     # No progress bar per weight reload: a sync every step would print one per step.
     defaults: dict[str, Any] = {**fields, "enforce_eager": not on_gpu,
-                                "use_tqdm_on_load": False, "max_model_len": context_length}
+                                "use_tqdm_on_load": False, "max_model_len": context_length,
+                                "enable_sleep_mode": True if sleep_mode and on_gpu else None}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS,
@@ -116,10 +120,12 @@ def request_seed(seed: int, index: int) -> int:
 
 class VLLMInferStrategy(InferStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
-                 context_length: int | None = None):
+                 context_length: int | None = None, sleep_mode: bool = False):
         self.cfg = cfg
-        kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=torch.cuda.is_available(),
-                               context_length=context_length)
+        self.on_gpu = torch.cuda.is_available()
+        kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=self.on_gpu,
+                               context_length=context_length, sleep_mode=sleep_mode)
+        self.sleep_mode = bool(kwargs.get("enable_sleep_mode"))
         if kwargs.get("tensor_parallel_size", 1) == 1:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(**kwargs)
@@ -212,6 +218,27 @@ class VLLMInferStrategy(InferStrategy):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    # ---- phase switch (pipelines/phase_switch.py; unverified on GPU) ----------------------
+    def sleep(self) -> str:
+        """vLLM sleep mode level 1: weights to CPU memory, KV cache dropped. Level 1, not
+        2, because a step without a weight sync (model_update_frequency > 1) wakes up to
+        the same weights. On CPU vLLM ignores sleep (its CPU worker logs "sleep mode is
+        not supported on CPU, ignore it"), so flywheel does not call it there."""
+        if not self.on_gpu:
+            return "no-op on cpu: vLLM's CPU worker ignores sleep mode"
+        if not self.sleep_mode:
+            raise RuntimeError("vllm: sleep needs enable_sleep_mode, which strategy_config "
+                               "turned off; remove it or set offload_between_phases: false")
+        self.llm.sleep(level=1)
+        return "vllm sleep(level=1): weights to cpu, kv cache freed"
+
+    def wake(self) -> str:
+        if not self.on_gpu:
+            return "no-op on cpu: vLLM's CPU worker ignores sleep mode"
+        self.llm.wake_up()
+        self.llm.reset_prefix_cache()  # the KV blocks were dropped with the cache
+        return "vllm wake_up(): weights and kv cache back"
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         lengths = batch.attention_mask.sum(dim=1).tolist()
