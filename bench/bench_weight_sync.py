@@ -2,21 +2,25 @@
 against the bucketed one, on a real model (SmolLM2-135M-Instruct, fp32).
 
 Two Ray actors, as in a run: a TrainWorker holding the model and an InferWorker running
-vLLM in its own process. Each round does both paths, in alternating order (old first on
-even rounds), so drift on a shared machine hits both alike. Per sync:
+vLLM in its own process. Each round does every path, in alternating order (forward on
+even rounds, backward on odd ones), so drift on a shared machine hits all alike. Per sync:
 
 - old (the path before workers/weight_buckets.py, replayed here as it was): rank 0 copies
   the full state dict and `ray.put`s it as one object; the infer worker `ray.get`s all of
   it, copies it to the engine's dtype, writes one safetensors file under /dev/shm and vLLM
   reloads from the file (`reload_weights(weights_path=...)`).
-- new: rank 0 puts buckets of `--bucket-mb` as it builds them (`weights_ref`); the infer
-  worker reads bucket after bucket and vLLM loads each in place
-  (`update_weights_from_buckets`, vLLM's layerwise `reload_weights(weights_iterator=...)`).
+- new: rank 0 puts buckets of `--bucket-mb` into the object store as it builds them
+  (workers/weight_buckets.py); the infer worker reads bucket after bucket and vLLM loads
+  each in place (`update_weights_from_buckets`, vLLM's layerwise
+  `reload_weights(weights_iterator=...)`).
+- shm: what a run on one node does (workers/weight_shm.py): rank 0 writes the weights into
+  a /dev/shm file reused from sync to sync; the infer worker maps it and vLLM loads bucket
+  views in place as above.
 
 Columns: `put` (train side: building and putting the weights), `get` (infer side: reading
 them out of the object store), `transfer` = put + get; `engine` = the engine's own load
-(old: file write + vLLM's reload from it; new: vLLM's in-place load of buckets already
-read, measured on its own in an extra call on the same refs); `sync` = the whole call
+(old: file write + vLLM's reload from it; new and shm: vLLM's in-place load of buckets
+already read, measured on its own in an extra call on the same weights); `sync` = the whole call
 as the pipeline sees it (put + the infer worker's update_weights). `memcpy`: copying the
 same bytes in memory once (torch `copy_` into buffers already touched, in the train
 process), the floor the transfer is compared with (target: transfer <= 2x memcpy);
@@ -50,18 +54,21 @@ from flywheel.platform.ray_runtime import start_ray
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.role_worker import PROGRESS_GROUP
 from flywheel.workers.train_worker import TrainWorker
-from flywheel.workers.weight_buckets import stream_weights
+from flywheel.workers.weight_buckets import put_weights
+from flywheel.workers.weight_shm import SharedWeights
+from flywheel.workers.weight_transfer import finished_reading, received_buckets
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 MODEL = "builtin://smollm2-135m-instruct"
-PATHS = ("old", "new")
+PATHS = ("old", "new", "shm")
+WARMUP_ROUNDS = 2
 
 
 class TrainBench(TrainWorker):
     def memcpy_s(self, path: str) -> dict[str, float]:
         """One in-memory copy of the weights a sync sends (old: the full state dict, the
-        tied head twice; new: each tensor once)."""
-        tensors = ([t for _, t in self.strategy.weights_for_sync()] if path == "new" else
+        tied head twice; new and shm: each tensor once)."""
+        tensors = ([t for _, t in self.strategy.weights_for_sync()] if path != "old" else
                    [t.detach() for t in self.strategy.model.state_dict().values()])
         begin = time.perf_counter()
         copies = [torch.empty_like(t) for t in tensors]
@@ -79,9 +86,16 @@ class TrainBench(TrainWorker):
         return refs, time.perf_counter() - begin
 
     def put_new(self) -> tuple[list[ray.ObjectRef], float]:
-        begin = time.perf_counter()
-        refs = self.weights_ref()
+        begin = time.perf_counter()  # weights_ref's object-store path, whatever the carrier
+        refs = put_weights(self.strategy.weights_for_sync(), self.weight_sync_bucket_mb << 20)
         return refs, time.perf_counter() - begin
+
+    def put_shm(self) -> tuple[SharedWeights, float]:
+        if self.shared_writer is None:
+            self.share_weights_in_memory(readers=1)
+        begin = time.perf_counter()
+        handle = self.weights_ref()
+        return handle, time.perf_counter() - begin
 
 
 class InferBench(InferWorker):
@@ -111,30 +125,39 @@ class InferBench(InferWorker):
                 "update": end - begin}
 
     def update_new(self, refs: list[ray.ObjectRef], version: int) -> dict[str, float]:
-        """`update_weights` as the pipeline calls it; reading the store timed apart."""
+        """`update_weights` as the pipeline calls it; reading the carrier timed apart."""
+        return self._timed_update(refs, version)
+
+    def update_shm(self, handle: SharedWeights, version: int) -> dict[str, float]:
+        return self._timed_update(handle, version)
+
+    def _timed_update(self, weights, version: int) -> dict[str, float]:
         fetch = [0.0]
 
-        def timed(refs):
-            for ref in refs:
+        def timed(buckets):
+            while True:
                 begin = time.perf_counter()
-                bucket = ray.get(ref)
+                bucket = next(buckets, None)
                 fetch[0] += time.perf_counter() - begin
+                if bucket is None:
+                    return
                 yield bucket
 
         begin = time.perf_counter()
-        buckets = (dict(b.tensors()) for b in timed(refs))
-        self.strategy.update_weights_from_buckets(buckets, version)
+        self.strategy.update_weights_from_buckets(timed(received_buckets(weights)), version)
+        finished_reading(weights, self.rank)
         self.version = version
         return {"get": fetch[0], "update": time.perf_counter() - begin}
 
-    def load_only_new(self, refs: list[ray.ObjectRef], version: int) -> float:
-        """vLLM's in-place load of buckets already read out of the store."""
-        buckets = list(stream_weights(refs))
-        for b in buckets:  # fault the store's pages in: time the engine, not the mapping
+    def load_only_new(self, weights, version: int) -> float:
+        """vLLM's in-place load of buckets already read out of the carrier."""
+        buckets = list(received_buckets(weights))
+        for b in buckets:  # fault the pages in: time the engine, not the mapping
             for t in b.values():
                 t.sum()
         begin = time.perf_counter()
         self.strategy.update_weights_from_buckets(buckets, version)
+        finished_reading(weights, self.rank)
         return time.perf_counter() - begin
 
 
@@ -145,7 +168,7 @@ def one_round(train, infer, path: str, version: int) -> dict[str, float]:
     row.update(ray.get(getattr(infer, f"update_{path}").remote(refs, version)))
     row["sync"] = time.perf_counter() - begin
     row["transfer"] = row["put"] + row["get"]
-    if path == "new":
+    if path != "old":
         row["engine"] = ray.get(infer.load_only_new.remote(refs, version))
     del refs
     return row
@@ -176,11 +199,13 @@ def main() -> None:
         "actor_infer", 0, 1, path, infer_cfg, seed=0, num_threads=1, context_length=512)
     memcpy = {p: [ray.get(train.memcpy_s.remote(p))] for p in PATHS}
     rows: dict[str, list[dict]] = {p: [] for p in PATHS}
-    for r in range(args.rounds + 1):  # round 0 warms both paths up, not reported
-        order = ("old", "new") if r % 2 == 0 else ("new", "old")
+    # Rounds 0 and 1 warm every path up, not reported: shm maps and first touches each of
+    # its two files there (a run's first two syncs pay that once).
+    for r in range(args.rounds + WARMUP_ROUNDS):
+        order = PATHS if r % 2 == 0 else PATHS[::-1]
         for p in order:
-            row = one_round(train, infer, p, version=2 * r + (p == "new"))
-            if r:
+            row = one_round(train, infer, p, version=len(PATHS) * r + PATHS.index(p))
+            if r >= WARMUP_ROUNDS:
                 rows[p].append(row)
         for p in PATHS:
             memcpy[p].append(ray.get(train.memcpy_s.remote(p)))
