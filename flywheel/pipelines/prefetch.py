@@ -128,6 +128,7 @@ class PrefetchGenerator:
     started_groups: int = 0  # outstanding at start: groups restored into the buffer
     released_groups: int = 0  # consumed by finished steps, or dropped
     busy: list[tuple[int, float, float]] = field(default_factory=list)  # rank, t0, t1
+    loads: list[tuple[int, float, float]] = field(default_factory=list)  # weight loads, too
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _pending_chunks: list[Any] = field(default_factory=list)  # WorkItems not yet sent
     _continuations: list[Any] = field(default_factory=list)  # started items' next requests
@@ -220,7 +221,13 @@ class PrefetchGenerator:
         intervals that ended before `since` are forgotten."""
         with self._cond:
             self.busy = [b for b in self.busy if b[2] > since]
-            return sum(max(0.0, min(t1, until) - max(t0, since)) for _, t0, t1 in self.busy)
+            return _overlap(self.busy, since, until)
+
+    def load_seconds(self, since: float, until: float) -> float:
+        """Worker-seconds actor_infer spent loading new weights inside [since, until]."""
+        with self._cond:
+            self.loads = [b for b in self.loads if b[2] > since]
+            return _overlap(self.loads, since, until)
 
     def queue_depth(self) -> int:
         with self._cond:
@@ -339,7 +346,9 @@ class PrefetchGenerator:
             if not any(r in self._scoring for r in scoring.refs):
                 self._put(scoring.finish())
         else:
-            self.actor_infer.get(ref, self._updates.pop(ref))  # raises if the update failed
+            rank = self._updates.pop(ref)
+            started, finished = self.actor_infer.get(ref, rank)  # raises if it failed
+            self.loads.append((rank, started, finished))
 
     def _put(self, groups: list) -> None:
         """Scored groups into the buffer; those its filter drops free their place now."""
@@ -365,3 +374,7 @@ class PrefetchGenerator:
             clock.asked = time.monotonic()
             clock.saw(pool.progress(rank, min(1.0, clock.limit_s / 5)))
         return clock.stalled()
+
+
+def _overlap(intervals: list[tuple[int, float, float]], since: float, until: float) -> float:
+    return sum(max(0.0, min(t1, until) - max(t0, since)) for _, t0, t1 in intervals)

@@ -250,6 +250,8 @@ class RLVRPipeline:
             metrics.update(partial_rollout_metrics(taken.groups, self.step))
         metrics.update({
             "time/generate": infer_busy / self.roles.actor_infer.world_size,
+            "time/weight_load": (generator.load_seconds(started, time.time())
+                                 / self.roles.actor_infer.world_size),
             "idle/actor_infer": 1 - infer_busy / (seconds["step"] *
                                                   self.roles.actor_infer.world_size),
             "idle/actor_train": 1 - (seconds["logprobs"] + seconds["train"]) / seconds["step"],

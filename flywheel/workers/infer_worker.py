@@ -60,13 +60,16 @@ class InferWorker(RoleWorker):
             generations = self.strategy.generate(prompts, sampling)
         return GenerateResult(self.version, generations, started, time.time())
 
-    def update_weights(self, weights: SyncedWeights, version: int) -> None:
+    def update_weights(self, weights: SyncedWeights, version: int) -> tuple[float, float]:
         """actor_train's weights (weight_transfer.py), bucket by bucket, each read when the
-        engine is ready for it and loaded in place."""
+        engine is ready for it and loaded in place; when it began and ended (wall clock:
+        the pipeline's time/weight_load)."""
         self.require_awake("update_weights")
+        started = time.time()
         self.strategy.update_weights_from_buckets(received_buckets(weights), version)
         finished_reading(weights, self.rank)
         self.version = version
+        return started, time.time()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
