@@ -29,6 +29,7 @@ from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import TrainStrategy
+from flywheel.workers.strategies.fused_old_logprobs import FusedOldLogProbs
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 from flywheel.workers.strategies.train_loop import Objective
@@ -96,14 +97,23 @@ class TrainWorker(RoleWorker):
         from the weights before this update, exactly as forward_logprobs would, followed by
         the train/infer mismatch correction. The pipeline asks for this when nothing on
         its side needs the old log-probs before training; it saves a second trip of the
-        batch and a round trip on the training path.
+        batch and a round trip on the training path. When the step is one optimizer step
+        on a backend that allows it, they are taken from the training forwards instead of
+        a separate pass (strategies/fused_old_logprobs.py); `actor/old_logprobs_fused`
+        says which.
         """
         self.require_onloaded("train_step", "all")
         metrics = {}
+        if old_log_probs is not None and self.strategy.fuses_old_logprobs(len(batch),
+                                                                          ppo_epochs):
+            fused = FusedOldLogProbs(loss_fn, old_log_probs)
+            metrics = self.strategy.train_step(batch, fused, ppo_epochs)
+            return fused.metrics() | {"actor/old_logprobs_fused": 1.0} | metrics
         if old_log_probs is not None:
             batch.old_log_probs = self.strategy.forward_logprobs(batch)
             batch.is_weights, metrics = old_log_probs(batch.old_log_probs,
                                                       batch.infer_log_probs, batch.response_mask)
+            metrics["actor/old_logprobs_fused"] = 0.0
         return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
     def node_id(self) -> str:

@@ -46,6 +46,8 @@ def test_fused_train_call_equals_forward_then_train(tiny_model_path):
     got = fused.train_step(batch_without_old_log_probs(tiny_model_path), loss, ppo_epochs=2,
                            old_log_probs=correction)
 
+    # two epochs: the separate pass is run (test_fused_old_logprobs.py has the fused one)
+    assert got.pop("actor/old_logprobs_fused") == 0.0
     assert got == want  # mismatch metrics, then the train step's, number for number
     assert "offpolicy/k3_kl" in got and "actor/grad_norm" in got
     for (name, a), (_, b) in zip(two_calls.strategy.model.state_dict().items(),

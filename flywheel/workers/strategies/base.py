@@ -85,6 +85,13 @@ class TrainStrategy(ABC):
         return run_update(self, batch, loss_fn, self.cfg.training_args, ppo_epochs,
                           self.scheduler, self.head.metric_prefix)
 
+    def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
+        """Whether a train step of `rows` rows on this rank may take the old log-probs from
+        its own training forwards instead of a separate pass first (fused_old_logprobs.py).
+        No by default: a backend says yes when its objective sees every row of the rank
+        with outputs exactly those of `forward`, and the step is one optimizer step."""
+        return False
+
     def _require_head(self, kind: str, what: str) -> None:
         if self.head.kind != kind:
             raise RuntimeError(f"this model has a {self.head.kind} head: it computes no {what}")

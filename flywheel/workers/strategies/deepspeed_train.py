@@ -46,6 +46,7 @@ import torch.distributed as dist
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
+from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import batched_outputs, pick_device
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import (
@@ -137,6 +138,12 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         return batched_outputs(lambda micro: self.head.hf_outputs(self.engine, micro, False)[0],
                                batch, self.cfg.infer_batch_size)
+
+    def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
+        """Every rank holds an equal shard, so all ranks decide alike (the separate pass is
+        a collective under ZeRO-3)."""
+        return can_fuse_old_logprobs(self.engine.module, self.cfg.training_args, rows,
+                                     ppo_epochs)
 
     # ---- update-loop hooks ---------------------------------------------------------------
     def set_training(self, training: bool) -> None:

@@ -20,6 +20,12 @@ log-softmax (max, sum-exp and the target logit reduced over TP), equal to HF's. 
 TP needs the vocabulary and the KV heads to divide by its size (no vocab padding yet).
 The critic is the same model with `ValueOutput` in place of the output layer (untied).
 
+Old log-probs stay a separate forward here, even for a one-step update (the base
+`fuses_old_logprobs` says no; fused_old_logprobs.py is hf_train's and deepspeed_train's):
+the objective runs on the last PP stage only, over the union of the replica's shards,
+so the training forward's log-probs are neither on every rank nor of the rank's own rows,
+and the whole-batch off-policy metrics would need their own gather and broadcast.
+
 Deliberately plain: AdamW from torch over local parameters (fp32; bf16/fp16 in
 `model_args.dtype` run the forward under autocast), and grad all-reduce with
 torch.distributed, instead of megatron's DDP / DistributedOptimizer, whose buffers
