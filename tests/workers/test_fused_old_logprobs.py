@@ -96,5 +96,8 @@ def test_dropout_keeps_the_separate_pass(tiny_model_path):
     strategy.model.config.attention_dropout = 0.1  # applied functionally: no module
     assert not strategy.fuses_old_logprobs(32, 1)
     strategy.model.config.attention_dropout = 0.0
+    strategy.model.config.router_jitter_noise = 0.01  # Mixtral's train-mode router noise
+    assert not strategy.fuses_old_logprobs(32, 1)
+    strategy.model.config.router_jitter_noise = 0.0
     strategy.model.model.extra_dropout = torch.nn.Dropout(0.1)
     assert not strategy.fuses_old_logprobs(32, 1)

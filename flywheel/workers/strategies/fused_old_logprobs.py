@@ -18,7 +18,9 @@ Two conditions make the shortcut exact, and `can_fuse_old_logprobs` checks both:
 - train mode computes what eval mode computes: the training forward runs in train mode,
   the separate pass in eval mode, so any active dropout (an `nn.Dropout` with p > 0, or
   a positive `*dropout*` / `*pdrop` field in the Hugging Face config: several models
-  apply attention dropout functionally, with no module) rules it out.
+  apply attention dropout functionally, with no module) or router noise (a positive
+  `*jitter*` field: Mixtral's `router_jitter_noise` acts in train mode only) rules it
+  out.
 
 `FusedOldLogProbs` wraps the objective: per micro-batch it sets `old_log_probs` to the
 detached log-probs and, when the mismatch correction is applied, `is_weights` from them
@@ -61,8 +63,9 @@ def can_fuse_old_logprobs(model: nn.Module, args: TrainingArgs, rows: int,
 
 
 def has_active_dropout(model: nn.Module) -> bool:
-    """Dropout that train mode would apply: a dropout module with p > 0, or a positive
-    dropout probability anywhere in the model's Hugging Face config (nested configs too)."""
+    """Randomness that train mode would apply: a dropout module with p > 0, or a positive
+    dropout probability or router jitter anywhere in the model's Hugging Face config
+    (nested configs too)."""
     if any(isinstance(m, DROPOUT_MODULES) and m.p > 0 for m in model.modules()):
         return True
     config = model.config.to_dict() if hasattr(model, "config") else {}
@@ -73,7 +76,8 @@ def dropout_fields(config: dict) -> Iterator[float]:
     for key, value in config.items():
         if isinstance(value, dict):
             yield from dropout_fields(value)
-        elif (isinstance(key, str) and ("dropout" in key or key.endswith("pdrop"))
+        elif (isinstance(key, str)
+              and ("dropout" in key or key.endswith("pdrop") or "jitter" in key)
               and isinstance(value, int | float) and not isinstance(value, bool)):
             yield float(value)
 
