@@ -22,6 +22,7 @@ from flywheel.platform.cluster import Cluster
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.train_loop import Objective
+from flywheel.workers.weight_broadcast import Backend, GroupAddress
 from flywheel.workers.weight_shm import shared_memory_room
 from flywheel.workers.weight_transfer import SyncedWeights
 
@@ -66,10 +67,15 @@ class TrainRole(Cluster):
             "train_step", batch.shard(self.world_size), loss_fn=objective,
             ppo_epochs=ppo_epochs, **kwargs), list)
 
-    def share_weights_with(self, infer: InferRole, nbytes: int | None) -> str:
-        """Syncs go through shared memory (workers/weight_shm.py) when rank 0 and every
+    def share_weights_with(self, infer: InferRole, nbytes: int | None,
+                           collective: Backend | None = None, timeout_s: float = 600.0) -> str:
+        """Syncs go over a collective group of rank 0 and every actor_infer worker when
+        `collective` names its backend (workers/weight_broadcast.py; roles.py decides),
+        else through shared memory (workers/weight_shm.py) when rank 0 and every
         actor_infer worker share a node and /dev/shm has room for `nbytes` (the weights;
         None: unknown), else through the object store; which one, and why."""
+        if collective is not None:
+            return self.broadcast_weights_to(infer, collective, timeout_s)
         node = self.get(self.submit_one(0, "node_id"), 0)
         readers = infer.call_all("node_id")
         if any(other != node for other in readers):
@@ -79,6 +85,19 @@ class TrainRole(Cluster):
             return f"object store ({short})"
         self.call_all("share_weights_in_memory", len(readers))
         return "shared memory (/dev/shm, reused every sync)"
+
+    def broadcast_weights_to(self, infer: InferRole, backend: Backend, timeout_s: float
+                             ) -> str:
+        """Rank 0 and every actor_infer worker form the group at once (a TCP rendezvous
+        on rank 0's node, waiting at most `timeout_s`); the other ranks only learn that
+        syncs now run while actor_infer receives them."""
+        host, port = self.get(self.submit_one(0, "master_address"), 0)
+        address = GroupAddress(host, port, 1 + infer.world_size, backend, timeout_s)
+        joining = infer.submit_all("join_weight_group", address)
+        self.call_all("join_weight_group", address)
+        infer.gather(joining)
+        return (f"collective ({backend}: actor_train rank 0 broadcasts to "
+                f"{infer.world_size} actor_infer worker(s), bucket by bucket)")
 
     def stop_sharing_weights(self) -> None:
         """Rank 0 removes its shared-memory files (at shutdown: a worker that does not

@@ -20,7 +20,7 @@ from pathlib import Path
 from flywheel.pipelines.role_handles import InferRole, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.checks import data_parallel_size
-from flywheel.platform.config.derived import offloads_between_phases
+from flywheel.platform.config.derived import offloads_between_phases, shared_actor_devices
 from flywheel.platform.config.key_checks import context_length
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
@@ -32,6 +32,7 @@ from flywheel.workers.strategies.model_head import VALUE, policy_head
 from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
 from flywheel.workers.train_worker import TrainWorker
+from flywheel.workers.weight_broadcast import Backend
 
 
 def role_devices(role: str, cfg: WorkerConfig) -> RoleDevices:
@@ -64,6 +65,19 @@ def join_process_group(cluster: Cluster, wcfg: WorkerConfig) -> None:
         return
     master_addr, master_port = cluster.get(cluster.submit_one(0, "master_address"), rank=0)
     cluster.call_all("init_process_group", master_addr, master_port)
+
+
+def collective_weight_sync(cfg: PipelineConfig, actor_train: TrainRole,
+                           actor_infer: InferRole) -> Backend | None:
+    """"nccl" when actor_train and actor_infer run on CUDA on devices of their own (NCCL
+    refuses two ranks on one GPU) and every sync is loaded as soon as it is made (a
+    broadcast keeps no copy for a checkpoint: model_update_frequency 1); else None, and
+    shared memory or the object store carry the syncs. On CPU gloo could carry them too,
+    but slower than shared memory: tests force it by replacing this function."""
+    if cfg.model_update_frequency > 1 or shared_actor_devices(cfg):
+        return None
+    seen = actor_train.call_all("accelerator")[:1] + actor_infer.call_all("accelerator")
+    return "nccl" if all(a == "cuda" for a in seen) else None
 
 
 def num_slots(cfg: PipelineConfig) -> int:
@@ -145,7 +159,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                             sleep_mode=offloads_between_phases(cfg))
         train_path = actor_train_model(cfg, model_path)
         carrier = actor_train.share_weights_with(
-            actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype))
+            actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype),
+            collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s)
         print(f"weight sync: {carrier}", flush=True)
         reference = None
         if cfg.reference is not None:

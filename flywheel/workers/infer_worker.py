@@ -24,6 +24,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import Generation, SamplingParams
 from flywheel.workers.strategies.registry import strategy_class
+from flywheel.workers.weight_broadcast import GroupAddress, WeightGroup
 from flywheel.workers.weight_transfer import SyncedWeights, finished_reading, received_buckets
 
 
@@ -48,6 +49,7 @@ class InferWorker(RoleWorker):
         self.strategy = cls(model_path, cfg, seed=seed, **extra)
         self.version = 0
         self.awake = True  # False between `sleep` and `wake`: no call may use the engine
+        self.weight_group: WeightGroup | None = None  # join_weight_group
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> GenerateResult:
         self.require_awake("generate")
@@ -66,10 +68,16 @@ class InferWorker(RoleWorker):
         the pipeline's time/weight_load)."""
         self.require_awake("update_weights")
         started = time.time()
-        self.strategy.update_weights_from_buckets(received_buckets(weights), version)
+        self.strategy.update_weights_from_buckets(received_buckets(weights, self.weight_group),
+                                                  version)
         finished_reading(weights, self.rank)
         self.version = version
         return started, time.time()
+
+    def join_weight_group(self, address: GroupAddress) -> None:
+        """Receive syncs over a collective group with actor_train rank 0 (group rank 0;
+        this worker is 1 + its rank): weight_broadcast.py."""
+        self.weight_group = WeightGroup(address, 1 + self.rank, f"{self.role} rank {self.rank}")
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -73,6 +73,11 @@ class RoleWorker:
     def ready(self) -> str:
         return f"{self.role}:{self.rank}"
 
+    def accelerator(self) -> str:
+        """"cuda" when this worker sees a GPU, else "cpu" (the weight-sync carrier is
+        chosen from it: pipelines/roles.py)."""
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
     @ray.method(concurrency_group=PROGRESS_GROUP)
     def progress(self) -> tuple[int, str]:
         """(progress counter, what it is doing): answered while a call is busy (its own

@@ -31,8 +31,16 @@ from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.fused_old_logprobs import FusedOldLogProbs
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
+from flywheel.workers.strategies.offload import MODEL
 from flywheel.workers.strategies.registry import strategy_class, strategy_spec
 from flywheel.workers.strategies.train_loop import Objective
+from flywheel.workers.weight_broadcast import (
+    BroadcastWeights,
+    GroupAddress,
+    SendInFlight,
+    WeightGroup,
+    send,
+)
 from flywheel.workers.weight_buckets import put_weights
 from flywheel.workers.weight_shm import SharedWeightWriter
 from flywheel.workers.weight_transfer import SyncedWeights, copied_weights
@@ -49,6 +57,10 @@ class TrainWorker(RoleWorker):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         self.weight_sync_bucket_mb = weight_sync_bucket_mb
         self.shared_writer: SharedWeightWriter | None = None  # share_weights_in_memory
+        self.broadcasts_weights = False  # join_weight_group, on every rank
+        self.weight_group: WeightGroup | None = None  # join_weight_group (rank 0)
+        self.syncs_sent = 0  # over the weight group
+        self.sending = SendInFlight(f"{role} rank {rank}")  # a sync over the group, or none
         name = cfg.strategy_args.strategy_name
         self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
                                        total_steps=total_steps, trainable=trainable, head=head)
@@ -125,6 +137,14 @@ class TrainWorker(RoleWorker):
         if self.rank == 0:
             self.shared_writer = SharedWeightWriter(readers, self.weight_sync_bucket_mb << 20)
 
+    def join_weight_group(self, address: GroupAddress) -> None:
+        """From now on syncs go over a collective group with every actor_infer worker
+        (weight_broadcast.py): rank 0 is its rank 0; the other ranks only take part in
+        gathering the weights. Called on every rank at once with the receivers' joins."""
+        self.broadcasts_weights = True
+        if self.rank == 0:
+            self.weight_group = WeightGroup(address, 0, f"{self.role} rank 0")
+
     def stop_sharing_weights(self) -> None:
         if self.shared_writer is not None:
             self.shared_writer.close()
@@ -136,12 +156,16 @@ class TrainWorker(RoleWorker):
         of at most `weight_sync_bucket_mb`, each as it is built (weight_buckets.py).
 
         Every rank goes through the weights (a collective for sharded backends); only rank
-        0 writes them.
+        0 writes them. Over a weight group (`join_weight_group`) the sync runs in a thread
+        while actor_infer receives it, and this returns at once: the call that next needs
+        the parameters unchanged waits for it (`require_onloaded`, `offload` of the model).
         """
         self.require_onloaded("weights", "model")
         return self._publish(self.strategy.weights_for_sync())
 
     def _publish(self, weights) -> SyncedWeights:
+        if self.broadcasts_weights:
+            return self._broadcast(weights)
         if self.rank != 0:
             for _ in weights:
                 pass
@@ -149,6 +173,15 @@ class TrainWorker(RoleWorker):
         if self.shared_writer is not None:
             return self.shared_writer.publish(weights)
         return put_weights(weights, self.weight_sync_bucket_mb << 20)
+
+    def _broadcast(self, weights) -> SyncedWeights:
+        group = self.weight_group
+        if group is None:  # another rank: it gathers (a collective) while rank 0 sends
+            self.sending.start(lambda: [None for _ in weights])
+            return []
+        sync, self.syncs_sent = self.syncs_sent, self.syncs_sent + 1
+        self.sending.start(lambda: send(group, sync, weights, self.weight_sync_bucket_mb << 20))
+        return BroadcastWeights(sync)
 
     def save_synced_weights(self, weights: SyncedWeights, path: str) -> None:
         """Weights synced earlier (a `weights_ref`), into a checkpoint: those actor_infer
@@ -173,6 +206,8 @@ class TrainWorker(RoleWorker):
     def offload(self, part: str) -> str:
         """`part` (offload.OPTIMIZER, then offload.MODEL after the weight sync) off the
         device while actor_infer generates on it; a second call does nothing."""
+        if part == MODEL:
+            self.sending.join()
         note = self.strategy.offload(part) if part not in self.offloaded else "already"
         self.offloaded.add(part)
         self.record(f"offload_{part}", note)
@@ -187,6 +222,7 @@ class TrainWorker(RoleWorker):
     def require_onloaded(self, call: str, need: str) -> None:
         """Record `call`; it needs `need` ("all", or the "model" part) on the device, and
         anything else is a phase-switch ordering bug: say so."""
+        self.sending.join()  # a sync over the weight group reads the parameters
         missing = self.offloaded if need == "all" else self.offloaded & {need}
         if missing:
             raise RuntimeError(f"{self.role} rank {self.rank}: {call} while {sorted(missing)} "

@@ -132,11 +132,13 @@ class SGLangInferStrategy(InferStrategy):
     def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
                                     version: int) -> None:
         """One `update_weights_from_tensor` call per bucket; the KV cache is flushed with
-        the last one, which also carries a tied head (the embedding)."""
+        the last one, which also carries a tied head (the embedding, copied: a bucket's
+        views may be overwritten two buckets later, workers/weight_broadcast.py)."""
         embed, head_sent, held = None, False, None
         for bucket in buckets:
             tensors = [(k, v.detach().to(self.torch_dtype)) for k, v in bucket.items()]
-            embed = dict(tensors).get("model.embed_tokens.weight", embed)
+            if "model.embed_tokens.weight" in bucket:
+                embed = dict(tensors)["model.embed_tokens.weight"].clone()
             head_sent |= "lm_head.weight" in bucket
             if held is not None:
                 self._send(held, flush_cache=False)

@@ -195,13 +195,16 @@ class VLLMInferStrategy(InferStrategy):
     def _stream(self, buckets: Iterable[dict[str, torch.Tensor]]
                 ) -> Iterator[tuple[str, torch.Tensor]]:
         """(name, tensor) in the engine's dtype, bucket after bucket as vLLM reads them;
-        a tied head is sent last as the embedding (vLLM's head would stay stale)."""
+        a tied head is sent last as the embedding (vLLM's head would stay stale). Tensors
+        stay on the device they arrived on (a collective sync's are on the GPU), and the
+        embedding is copied when it is kept: a bucket's views may be overwritten two
+        buckets later (workers/weight_broadcast.py)."""
         embed, head_sent = None, False
         for bucket in buckets:
             for name, tensor in bucket.items():
-                tensor = tensor.detach().to("cpu", self.torch_dtype)
-                if name == "model.embed_tokens.weight":
-                    embed = tensor
+                tensor = tensor.detach().to(dtype=self.torch_dtype)
+                if name == "model.embed_tokens.weight" and self.tied:
+                    embed = tensor.clone()
                 head_sent |= name == "lm_head.weight"
                 yield name, tensor
         if self.tied and not head_sent and embed is not None:
