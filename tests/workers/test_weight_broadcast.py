@@ -24,6 +24,7 @@ from flywheel.workers.weight_broadcast import (
     ALIGN,
     BroadcastWeights,
     GroupAddress,
+    SendInFlight,
     WeightGroup,
     bucket_size_needed,
     pack,
@@ -172,3 +173,12 @@ def test_hf_train_to_two_hf_infer_workers_over_gloo(ray_session, tiny_model_path
     finally:
         infer.shutdown()
         train.shutdown()
+
+
+def test_a_failed_send_is_raised_by_the_next_call_that_joins_it():
+    sending = SendInFlight("actor_train rank 0")
+    sending.start(lambda: 1 / 0)
+    with pytest.raises(RuntimeError, match="actor_train rank 0: the previous weight sync "
+                                           "failed: division by zero"):
+        sending.join()
+    sending.join()  # reported once

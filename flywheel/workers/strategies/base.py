@@ -158,8 +158,11 @@ class InferStrategy(ABC):
                                     version: int) -> None:
         """`update_weights` with the weights arriving in buckets (weight_buckets.py),
         together the whole model; a backend loads each one as it arrives and lets it go.
-        This default collects them first (a dict of the buckets' tensors, no copy)."""
-        self.update_weights({k: v for bucket in buckets for k, v in bucket.items()}, version)
+        A bucket's tensors are views that may be overwritten two buckets later (a
+        collective sync reuses its receive buffers: weight_broadcast.py), so this default
+        copies them while it collects the whole model."""
+        self.update_weights({k: v.clone() for bucket in buckets for k, v in bucket.items()},
+                            version)
 
     @abstractmethod
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
