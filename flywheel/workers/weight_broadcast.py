@@ -31,7 +31,7 @@ GPU: only the gloo path has run (tests/workers/test_weight_broadcast.py).
 
 from __future__ import annotations
 
-import pickle
+import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -75,6 +75,19 @@ class BucketLayout:
     offsets: tuple[int, ...] = ()
     nbytes: int = 0  # bytes of the buffer the bucket fills
     end: bool = False
+
+    def encode(self) -> bytes:
+        """JSON, not pickle: the store listens on a TCP port, and what it carries is data."""
+        return json.dumps([self.names, self.dtypes, self.shapes, self.offsets, self.nbytes,
+                           self.end]).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> BucketLayout:
+        names, dtypes, shapes, offsets, nbytes, end = json.loads(raw)
+        if any(d not in DTYPES for d in dtypes):
+            raise ValueError(f"weight broadcast: unknown dtype in a bucket layout: {dtypes}")
+        return cls(tuple(names), tuple(dtypes), tuple(tuple(s) for s in shapes),
+                   tuple(offsets), nbytes, end)
 
 
 def _aligned(n: int) -> int:
@@ -203,10 +216,10 @@ def send(group: WeightGroup, sync: int, named_tensors: Iterable[tuple[str, torch
     for bucket in plan_buckets(named_tensors, bucket_bytes):
         buffer = group.room(bucket_size_needed(bucket))
         layout = pack(bucket, buffer)
-        group.store.set(_layout_key(sync, index), pickle.dumps(layout))
+        group.store.set(_layout_key(sync, index), layout.encode())
         group.broadcast(buffer[:layout.nbytes])
         index += 1
-    group.store.set(_layout_key(sync, index), pickle.dumps(BucketLayout(end=True)))
+    group.store.set(_layout_key(sync, index), BucketLayout(end=True).encode())
     return index
 
 
@@ -227,7 +240,7 @@ def receive(group: WeightGroup, weights: BroadcastWeights) -> Iterator[dict[str,
     while True:
         key = _layout_key(weights.sync, index)
         group.wait(key, f"bucket {index} of sync {weights.sync} from actor_train rank 0")
-        layout: BucketLayout = pickle.loads(group.store.get(key))
+        layout = BucketLayout.decode(group.store.get(key))
         if layout.end:
             return
         buffer = group.room(layout.nbytes, slot=index % 2)[:layout.nbytes]

@@ -89,7 +89,7 @@ def _tiny_roles(strategy_train: str = "hf_train") -> dict:
 
 @pytest.mark.slow
 def test_an_rlvr_run_logs_only_explained_metrics(tmp_path, ray_session, tiny_model_path,
-                                                  site_generate):
+                                                  site_generate, capsys):
     cfg = load_config_dict({
         "exp_name": "docs_metrics", "output_dir": str(tmp_path / "rlvr"),
         "pretrain": "builtin://tiny-qwen2",  # random init: mechanics, not learning
@@ -105,9 +105,11 @@ def test_an_rlvr_run_logs_only_explained_metrics(tmp_path, ray_session, tiny_mod
     })
     keys = _logged_keys(run(cfg))
     for expected in ("reward/mean", "reward/timed_out", "entropy/mean", "offpolicy/k3_kl",
-                     "actor/grad_norm", "time/train", "time/step"):
+                     "actor/grad_norm", "time/train", "time/step", "time/weight_load"):
         assert expected in keys, expected
     _assert_explained(site_generate, keys)
+    # one node: the syncs went through shared memory (workers/weight_shm.py)
+    assert "weight sync: shared memory" in capsys.readouterr().out
 
 
 @pytest.mark.slow

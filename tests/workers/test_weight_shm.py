@@ -1,7 +1,10 @@
 """Weight sync through shared memory (workers/weight_shm.py): every byte arrives, files are
 reused only once every reader is past them, the newest sync is never overwritten, a dead
-writer's files are swept, and a run on one node syncs this way with the same result as
-the object store.
+writer's files are swept, and hf_infer loaded from it holds exactly the trainer's weights.
+
+Every RLVR and agentic run of the suite syncs this way (one node: the start-up line says
+"weight sync: shared memory"); tests/pipelines/test_collective_weight_sync.py compares a
+run on it with one on the collective path.
 """
 
 from __future__ import annotations
