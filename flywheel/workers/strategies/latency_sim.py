@@ -126,6 +126,11 @@ class SimTrainStrategy:
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return _uniform_logprobs(batch, self.vocab)
 
+    def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
+        """No: the old log-probs come from `forward_logprobs`, as the tests expect them
+        (TrainStrategy.fuses_old_logprobs)."""
+        return False
+
     def train_step(self, batch: TokenBatch, loss_fn: object, ppo_epochs: int = 1) -> dict:
         self.latency.spend(self.latency.knobs["seconds_per_step"], "train_step")
         self.steps += 1
