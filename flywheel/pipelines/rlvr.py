@@ -81,6 +81,7 @@ from flywheel.platform.tracking import Tracker
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
+from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.weight_transfer import SyncedWeights
 
 PHASE_EVENTS = "phase_events.jsonl"  # a colocated run's phase switches (phase_switch.py)
@@ -392,7 +393,8 @@ class RLVRPipeline:
                                    cfg.num_return_sequences_in_group, seed=0,
                                    expand=cfg.is_num_return_sequences_expand)
         size = chunk_size(cfg.rollout_batch_size, self.roles.actor_infer.world_size,
-                          cfg.actor_infer.infer_batch_size)
+                          cfg.actor_infer.infer_batch_size, strategy_spec(
+                              cfg.actor_infer.strategy_args.strategy_name).continuous_batching)
         return batch_chunks(batch_index, records, self.encode(records), sampling, size,
                             cfg.seed)
 

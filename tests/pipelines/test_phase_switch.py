@@ -56,7 +56,7 @@ def test_colocated_run_switches_phases_in_order(tmp_path, ray_session, arith_mod
     assert len(switch) == 3 and all(0 < s < 5 for s in switch)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the unit test below covers "inactive"; this run is for make test-long
 def test_disjoint_devices_do_not_switch(tmp_path, ray_session, arith_model_path, capsys):
     out = small_run(tmp_path / "apart", "max_steps=1", "eval_steps=0",
                     "actor_infer.device_mapping=[1]")

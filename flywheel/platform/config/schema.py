@@ -176,7 +176,10 @@ class WorkerConfig:
     # Devices per worker (tensor/pipeline parallel group size); workers =
     # len(device_mapping) / num_gpus_per_worker.
     num_gpus_per_worker: int = 1
-    # Micro-batch size for forward-only work (log-probs, generation chunks).
+    # Micro-batch size for forward-only work (log-probs), and the most prompts in one
+    # generation request: hf_infer cuts a batch into at least two requests per worker (so
+    # scoring overlaps generation), vllm and sglang take it in one request per worker up to
+    # this many prompts (pipelines/rollout.py `chunk_size`).
     infer_batch_size: int = 16
     # torch intra-op threads per worker; unset: every core when generation and training
     # take turns (async_generation_ratio 0), half of them each when they overlap.

