@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-import ray
 import torch
 
 from flywheel.platform.config.schema import WorkerConfig
@@ -78,9 +77,6 @@ class InferWorker(RoleWorker):
         """Receive syncs over a collective group with actor_train rank 0 (group rank 0;
         this worker is 1 + its rank): weight_broadcast.py."""
         self.weight_group = WeightGroup(address, 1 + self.rank, f"{self.role} rank {self.rank}")
-
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         self.require_awake("forward_logprobs")

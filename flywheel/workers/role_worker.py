@@ -73,6 +73,10 @@ class RoleWorker:
     def ready(self) -> str:
         return f"{self.role}:{self.rank}"
 
+    def node_id(self) -> str:
+        """The Ray node this worker runs on (shared memory needs one: pipelines/roles.py)."""
+        return ray.get_runtime_context().get_node_id()
+
     def accelerator(self) -> str:
         """"cuda" when this worker sees a GPU, else "cpu" (the weight-sync carrier is
         chosen from it: pipelines/roles.py)."""

@@ -128,9 +128,6 @@ class TrainWorker(RoleWorker):
             metrics["actor/old_logprobs_fused"] = 0.0
         return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
-
     def share_weights_in_memory(self, readers: int) -> None:
         """From now on rank 0 writes each sync into shared memory read by `readers`
         actor_infer workers on this node (weight_shm.py), not into the object store."""

@@ -41,7 +41,7 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
-from flywheel.workers.weight_buckets import DTYPES
+from flywheel.workers.weight_buckets import DTYPES, cut, tensor_bytes
 
 Backend = Literal["gloo", "nccl"]
 ALIGN = 64  # bytes: every tensor starts at a multiple, so its view needs no copy
@@ -102,19 +102,7 @@ def plan_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], max_bytes: i
                  ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Consecutive groups of tensors filling at most `max_bytes` of aligned buffer each (a
     larger tensor travels alone, and the buffer grows to hold it)."""
-    if max_bytes <= 0:
-        raise ValueError(f"bucket size must be positive, got {max_bytes} bytes")
-    bucket: list[tuple[str, torch.Tensor]] = []
-    used = 0
-    for name, tensor in named_tensors:
-        size = _aligned(tensor.numel() * tensor.element_size())
-        if bucket and used + size > max_bytes:
-            yield bucket
-            bucket, used = [], 0
-        bucket.append((name, tensor))
-        used += size
-    if bucket:
-        yield bucket
+    return cut(named_tensors, max_bytes, lambda named: _aligned(tensor_bytes(named)))
 
 
 def pack(bucket: list[tuple[str, torch.Tensor]], buffer: torch.Tensor) -> BucketLayout:

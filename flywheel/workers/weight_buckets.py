@@ -28,13 +28,15 @@ of the weights per sync in flight: platform/ray_runtime.py sizes it from the mod
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import ray
 import torch
 
+T = TypeVar("T")
 DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.float64,
                                torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)}
 
@@ -70,19 +72,36 @@ class WeightBucket:
             yield name, raw.view(DTYPES[dtype]).reshape(shape)
 
 
+def cut(items: Iterable[T], max_bytes: int, size: Callable[[T], int]) -> Iterator[list[T]]:
+    """Consecutive runs of `items` of at most `max_bytes` by `size` (an item larger than
+    that alone): the one bucketing rule of every carrier (here, weight_shm.py,
+    weight_broadcast.py)."""
+    if max_bytes <= 0:
+        raise ValueError(f"bucket size must be positive, got {max_bytes} bytes")
+    run: list[T] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if run and used + n > max_bytes:
+            yield run
+            run, used = [], 0
+        run.append(item)
+        used += n
+    if run:
+        yield run
+
+
+def tensor_bytes(named: tuple[str, torch.Tensor]) -> int:
+    return named[1].numel() * named[1].element_size()
+
+
 def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]],
             max_bytes: int) -> Iterator[WeightBucket]:
     """Consecutive buckets of at most `max_bytes` each (one larger tensor travels alone)."""
-    if max_bytes <= 0:
-        raise ValueError(f"bucket size must be positive, got {max_bytes} bytes")
-    bucket = WeightBucket()
-    for name, tensor in named_tensors:
-        size = tensor.numel() * tensor.element_size()
-        if bucket.names and bucket.nbytes + size > max_bytes:
-            yield bucket
-            bucket = WeightBucket()
-        bucket.add(name, tensor)
-    if bucket.names:
+    for run in cut(named_tensors, max_bytes, tensor_bytes):
+        bucket = WeightBucket()
+        for name, tensor in run:
+            bucket.add(name, tensor)
         yield bucket
 
 

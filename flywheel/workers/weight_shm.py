@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flywheel.workers.weight_buckets import DTYPES
+from flywheel.workers.weight_buckets import DTYPES, cut
 
 SHM_DIR = "/dev/shm"
 PREFIX = "flywheel-weights-"
@@ -186,19 +186,12 @@ def read_buckets(weights: SharedWeights) -> Iterator[dict[str, torch.Tensor]]:
     `bucket_bytes` (a larger tensor alone). Copy from them; do not keep them past
     `mark_loaded`, after which the writer may overwrite the file."""
     buffer = np.frombuffer(_mapped(weights.path), dtype=np.uint8)
-    bucket: dict[str, torch.Tensor] = {}
-    size = 0
-    with warnings.catch_warnings():  # torch warns once about read-only numpy arrays
-        warnings.filterwarnings("ignore", message=".*not writable.*")
-        for slot in weights.slots:
-            if bucket and size + slot.nbytes > weights.bucket_bytes:
-                yield bucket
-                bucket, size = {}, 0
-            raw = torch.from_numpy(buffer[slot.offset:slot.offset + slot.nbytes])
-            bucket[slot.name] = raw.view(DTYPES[slot.dtype]).reshape(slot.shape)
-            size += slot.nbytes
-    if bucket:
-        yield bucket
+    for run in cut(weights.slots, weights.bucket_bytes, lambda slot: slot.nbytes):
+        with warnings.catch_warnings():  # torch warns once about read-only numpy arrays
+            warnings.filterwarnings("ignore", message=".*not writable.*")
+            raws = [torch.from_numpy(buffer[s.offset:s.offset + s.nbytes]) for s in run]
+        yield {slot.name: raw.view(DTYPES[slot.dtype]).reshape(slot.shape)
+               for slot, raw in zip(run, raws)}
 
 
 def mark_loaded(weights: SharedWeights, reader: int) -> None:
