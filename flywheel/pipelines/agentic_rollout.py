@@ -193,11 +193,12 @@ class EnvSource:
     cfg: PipelineConfig
     infer_workers: int
     waits_for_weights: bool = True
+    per_worker: int = 2  # a job running and one queued behind it
 
     def items(self, batch_index: int) -> list[EnvJob]:
         return train_jobs(self.cfg, batch_index, self.infer_workers)
 
-    def submit(self, item: EnvJob, rank: int) -> ray.ObjectRef:
+    def submit(self, item: EnvJob, rank: int, version: int) -> ray.ObjectRef:
         return self.pool.play(rank, item)
 
     def complete(self, item: EnvJob, rank: int, result: EnvJobResult) -> Completion:

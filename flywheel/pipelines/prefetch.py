@@ -29,6 +29,13 @@ it. When the pool is not actor_infer (env workers call it themselves, from other
 processes), that order does not hold, so the source sets `waits_for_weights` and new items
 go out only once pending updates have been applied.
 
+Streaming (a backend whose engine takes many calls at once, vllm): the source sends one
+call per prompt group and keeps up to `per_worker` of them on each worker, sized by the
+engine's capacity, so the engine decodes them in one batch and each group is scored the
+moment its samples are done. Such calls run beside weight updates on the worker, not
+after them; each carries the version of the newest update sent before it, and the worker
+starts it only once that update is loaded, which keeps the ordering above.
+
 Partial rollout: a finished request may hand back its item's continuation (the unfinished
 responses of a segmented chunk, see rollout.py) instead of groups. It goes out before any
 new item, paused or not, without counting against capacity again (its groups were counted
@@ -93,10 +100,12 @@ class RolloutSource(Protocol):
 
     pool: Cluster  # the workers that run items
     waits_for_weights: bool  # see "Ordering" above
+    per_worker: int  # items in flight on one worker at once (see "Streaming" above)
 
     def items(self, batch_index: int) -> list[Any]: ...  # WorkItems, in order
 
-    def submit(self, item: Any, rank: int) -> ray.ObjectRef: ...
+    # `version`: the newest weights update sent to actor_infer before this item
+    def submit(self, item: Any, rank: int, version: int) -> ray.ObjectRef: ...
 
     def complete(self, item: Any, rank: int, result: Any) -> Completion: ...
 
@@ -134,6 +143,7 @@ class PrefetchGenerator:
     _continuations: list[Any] = field(default_factory=list)  # started items' next requests
     _next_batch: int = -1
     _weights: tuple[list, int] | None = None  # (weights ref, version) to publish
+    _sent_version: int = 0  # of the newest update sent to actor_infer
     _updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
     _inflight: dict[ray.ObjectRef, _InFlight] = field(default_factory=dict)
     _scoring: dict[ray.ObjectRef, ScoringJob] = field(default_factory=dict)
@@ -280,6 +290,7 @@ class PrefetchGenerator:
         weights, version = self._weights
         self._weights = None
         refs = self.actor_infer.update_weights(weights, version)
+        self._sent_version = version
         self._updates.update({ref: rank for rank, ref in enumerate(refs)})
 
     def _submit_allowed_chunks(self) -> None:
@@ -288,9 +299,10 @@ class PrefetchGenerator:
         per_worker = {rank: 0 for rank in range(self.source.pool.world_size)}
         for f in self._inflight.values():
             per_worker[f.rank] += 1
+        most = self.source.per_worker
         while self._continuations:  # already started (and counted): first, even when paused
             rank = min(per_worker, key=per_worker.get)
-            if per_worker[rank] >= 2:
+            if per_worker[rank] >= most:
                 return
             self._send(self._continuations.pop(0), rank)
             per_worker[rank] += 1
@@ -306,14 +318,14 @@ class PrefetchGenerator:
             # a batch, the next item goes out even if it does not fit whole (at ratio 0 its
             # extra groups go stale and are dropped; waiting would wait forever).
             full = outstanding + item.num_groups > self.capacity
-            if (full and outstanding >= self.batch_size) or per_worker[rank] >= 2:
+            if (full and outstanding >= self.batch_size) or per_worker[rank] >= most:
                 return
             self._send(self._pending_chunks.pop(0), rank)
             per_worker[rank] += 1
             self.started_groups += item.num_groups
 
     def _send(self, item: Any, rank: int) -> None:
-        ref = self.source.submit(item, rank)
+        ref = self.source.submit(item, rank, self._sent_version)
         self._inflight[ref] = _InFlight(item, rank, ProgressClock(self.stall_timeout_s))
 
     def _complete(self, ref: ray.ObjectRef) -> None:
@@ -377,4 +389,14 @@ class PrefetchGenerator:
 
 
 def _overlap(intervals: list[tuple[int, float, float]], since: float, until: float) -> float:
-    return sum(max(0.0, min(t1, until) - max(t0, since)) for _, t0, t1 in intervals)
+    """Seconds inside [since, until] covered by the intervals, per rank (a streaming
+    worker's calls overlap: their union is the time it was busy), summed over ranks."""
+    total = 0.0
+    for rank in {r for r, _, _ in intervals}:
+        end = since
+        for _, t0, t1 in sorted(i for i in intervals if i[0] == rank):
+            t0, t1 = max(t0, end), min(t1, until)
+            if t1 > t0:
+                total += t1 - t0
+                end = t1
+    return total

@@ -44,7 +44,7 @@ from flywheel.pipelines.prompt_data import (
 )
 from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
 from flywheel.pipelines.role_handles import Pending
-from flywheel.pipelines.roles import Roles
+from flywheel.pipelines.roles import Roles, streams
 from flywheel.pipelines.rollout import (
     Chunk,
     ChunkSource,
@@ -81,6 +81,7 @@ from flywheel.platform.tracking import Tracker
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
+from flywheel.workers.infer_worker import STREAM_CALLS
 from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.weight_transfer import SyncedWeights
 
@@ -110,8 +111,9 @@ def max_staleness(cfg: PipelineConfig) -> int:
 
 
 def segment_tokens(cfg: PipelineConfig) -> int:
-    """New tokens per generation request under partial rollout; 0: whole responses."""
-    if not cfg.partial_rollout:
+    """New tokens per generation request under partial rollout; 0: whole responses (also
+    on a streaming backend, which continues running requests on new weights instead)."""
+    if not cfg.partial_rollout or streams(cfg):
         return 0
     if cfg.partial_rollout_segment_tokens is not None:
         return cfg.partial_rollout_segment_tokens
@@ -173,6 +175,12 @@ class RLVRPipeline:
                                  groups, self.roles.rewards, cfg.rewards, self.tokenizer,
                                  cfg.reward_aggregation),
                              segment_tokens=segment_tokens(cfg))
+        if streams(cfg):  # one call per group, as many as the engine decodes at once
+            per_call = 1 if cfg.is_num_return_sequences_expand else (
+                cfg.num_return_sequences_in_group)
+            capacity = self.roles.actor_infer.stream_capacity()
+            source.stream = True
+            source.per_worker = max(1, min(STREAM_CALLS, capacity // per_call))
         return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
             batch_size=cfg.rollout_batch_size,
@@ -394,7 +402,8 @@ class RLVRPipeline:
                                    expand=cfg.is_num_return_sequences_expand)
         size = chunk_size(cfg.rollout_batch_size, self.roles.actor_infer.world_size,
                           cfg.actor_infer.infer_batch_size, strategy_spec(
-                              cfg.actor_infer.strategy_args.strategy_name).continuous_batching)
+                              cfg.actor_infer.strategy_args.strategy_name).continuous_batching,
+                          streams(cfg))
         return batch_chunks(batch_index, records, self.encode(records), sampling, size,
                             cfg.seed)
 

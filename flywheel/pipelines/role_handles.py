@@ -152,12 +152,24 @@ class EnvRole(Cluster):
 
 
 class InferRole(Cluster):
-    """actor_infer (workers/infer_worker.py): one generation call per rank at a time."""
+    """actor_infer (workers/infer_worker.py): one generation call per rank at a time, or
+    many at once with `generate_stream` on a backend that streams."""
 
     def generate(self, rank: int, prompts: list[list[int]],
                  sampling: SamplingParams) -> ray.ObjectRef:
         """A ref to rank `rank`'s list of Generation; read it with `get(ref, rank)`."""
         return self.submit_one(rank, "generate", prompts, sampling)
+
+    def generate_stream(self, rank: int, prompts: list[list[int]], sampling: SamplingParams,
+                        min_version: int) -> ray.ObjectRef:
+        """`generate` beside the rank's other calls in one engine batch, on weights of at
+        least `min_version` (a streaming backend: workers/infer_worker.py)."""
+        return self.submit_one(rank, "generate_stream", prompts, sampling, min_version)
+
+    def stream_capacity(self) -> int:
+        """Sequences each rank's engine decodes at once; 0 when the backend does not
+        stream (every rank runs the same backend)."""
+        return min(self.call_all("stream_capacity"))
 
     def update_weights(self, weights: SyncedWeights, version: int) -> list[ray.ObjectRef]:
         return self.submit_all("update_weights", weights, version)

@@ -40,6 +40,12 @@ def role_devices(role: str, cfg: WorkerConfig) -> RoleDevices:
     return RoleDevices(role, mapping, cfg.num_gpus_per_worker)
 
 
+def streams(cfg: PipelineConfig) -> bool:
+    """Whether actor_infer's backend takes many generate calls at once into one engine
+    batch (vllm; workers/infer_worker.py's generate_stream)."""
+    return strategy_spec(cfg.actor_infer.strategy_args.strategy_name).streams
+
+
 def loads_model(reward: RewardConfig) -> bool:
     """A reward that loads a model (a local llm_judge) owns its device_mapping; the others
     (rules, an endpoint judge) own no device and go anywhere."""
@@ -156,7 +162,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         join_process_group(actor_train, cfg.actor_train)
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
                             context_length=context_length(cfg),
-                            sleep_mode=offloads_between_phases(cfg))
+                            sleep_mode=offloads_between_phases(cfg),
+                            in_flight_updates=cfg.partial_rollout and streams(cfg))
         train_path = actor_train_model(cfg, model_path)
         carrier = actor_train.share_weights_with(
             actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype),

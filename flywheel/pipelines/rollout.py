@@ -21,6 +21,10 @@ is paused, the weights swapped, and it continues on the newest policy; each toke
 the version that sampled it (`Generation.token_versions`) next to its log-prob, and the
 group keeps the version of its first segment, which the staleness bound reads. Only
 `generate` is used, so every backend supports it; the price is one prefill per segment.
+A streaming backend (vllm) needs no segments: its requests run whole, a weight update
+loads between two engine steps while they run, and they continue on the new weights with
+their KV cache kept (workers/strategies/vllm_engine_loop.py), each token stamped with
+its version by the engine.
 """
 
 from __future__ import annotations
@@ -113,8 +117,11 @@ def sampling_params(args: GeneratingArgs, n: int, seed: int,
 
 
 def chunk_size(batch_prompts: int, infer_workers: int, infer_batch_size: int,
-               continuous_batching: bool = False) -> int:
+               continuous_batching: bool = False, streams: bool = False) -> int:
     """Prompts per generation request, capped by infer_batch_size.
+
+    A streaming engine (vllm) gets one prompt group per request: its requests share one
+    engine batch whatever their number, and each group is scored as soon as it is done.
 
     A static-batching engine (hf_infer) gets at least two requests per worker per batch, so
     scoring the first overlaps generating the next. An engine that batches continuously
@@ -123,6 +130,8 @@ def chunk_size(batch_prompts: int, infer_workers: int, infer_batch_size: int,
     per engine step for about the same cost per step (on SmolLM2 with 2 prompts x 8
     samples, generation ran at ~0.7 of raw vLLM that way: bench/bench_smollm2_async.py).
     """
+    if streams:
+        return 1
     per_worker = -(-batch_prompts // infer_workers)
     if not continuous_batching:
         per_worker = batch_prompts // (2 * infer_workers)
@@ -300,13 +309,19 @@ class ChunkSource:
     score: Callable[[list[Group]], ScoringJob]  # groups -> scoring job in flight
     waits_for_weights: bool = False
     segment_tokens: int = 0  # partial rollout: new tokens per request (0: off)
+    # Requests in flight per worker: a blocking backend holds one running and one queued;
+    # a streaming one (stream=True) as many groups as its engine decodes at once.
+    per_worker: int = 2
+    stream: bool = False
 
     def items(self, batch_index: int) -> list[Chunk]:
         return self.make_chunks(batch_index)
 
-    def submit(self, item: Chunk | PartialChunk, rank: int) -> ray.ObjectRef:
+    def submit(self, item: Chunk | PartialChunk, rank: int, version: int) -> ray.ObjectRef:
         prompts, sampling = (segment_request(item, self.segment_tokens) if self.segment_tokens
                              else (item.prompt_ids, item.sampling))
+        if self.stream:
+            return self.pool.generate_stream(rank, prompts, sampling, min_version=version)
         return self.pool.generate(rank, prompts, sampling)
 
     def complete(self, item: Chunk | PartialChunk, rank: int,

@@ -68,8 +68,10 @@ class Cluster:
         log_dir: Path | None = None,
     ) -> Cluster:
         """`log_dir`: each worker's stdout and stderr go to a file there (backend_logs.py)."""
-        # `progress` answers in a group of its own while a call runs (liveness.py)
-        remote_cls = ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(worker_cls)
+        # `progress` answers in a group of its own while a call runs (liveness.py); a
+        # worker class may declare more groups (infer_worker.py's generate_stream)
+        groups = {PROGRESS_GROUP: 1, **getattr(worker_cls, "CONCURRENCY_GROUPS", {})}
+        remote_cls = ray.remote(concurrency_groups=groups)(worker_cls)
         actors = []
         for rank in range(devices.num_workers):
             options: dict = {"num_cpus": 0}  # deviceless workers (rule rewards) go anywhere

@@ -9,6 +9,13 @@ idle-time metrics).
 back to n samples per prompt (same distribution, another request layout).
 `context_length` (prompt + response tokens the engine must hold; the pipeline derives it
 from prompt_length/response_length or sequence_length) reaches the backend when given.
+
+A backend that `streams` (vllm: its engine runs in a thread of its own) also serves
+`generate_stream`: many calls at once, from a concurrency group of their own, all decoded
+in the engine's one batch, each answered when its own requests finish. The prefetch
+generator sends one such call per prompt group, so every group is scored the moment its
+samples are done. `min_version` orders a call after the weight update its caller sent
+before it (calls in different concurrency groups are not run in submission order).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+import ray
 import torch
 
 from flywheel.platform.config.schema import WorkerConfig
@@ -25,6 +33,11 @@ from flywheel.workers.strategies.base import Generation, SamplingParams
 from flywheel.workers.strategies.registry import strategy_class
 from flywheel.workers.weight_broadcast import GroupAddress, WeightGroup
 from flywheel.workers.weight_transfer import SyncedWeights, finished_reading, received_buckets
+
+STREAM_GROUP = "stream"
+# generate_stream calls one worker holds at once (threads of its concurrency group); the
+# pipeline keeps within it (pipelines/rlvr.py).
+STREAM_CALLS = 64
 
 
 @dataclass
@@ -36,15 +49,19 @@ class GenerateResult:
 
 
 class InferWorker(RoleWorker):
+    CONCURRENCY_GROUPS = {STREAM_GROUP: STREAM_CALLS}  # declared by Cluster.create
+
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None, context_length: int | None = None,
-                 sleep_mode: bool = False):
+                 sleep_mode: bool = False, in_flight_updates: bool = False):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         extra = {"context_length": context_length} if context_length is not None else {}
         if sleep_mode:  # a colocated run: the engine must be able to sleep (phase_switch.py)
             extra["sleep_mode"] = True
+        if in_flight_updates:  # partial rollout on a streaming engine (vllm_engine_loop.py)
+            extra["in_flight_updates"] = True
         self.strategy = cls(model_path, cfg, seed=seed, **extra)
         self.version = 0
         self.awake = True  # False between `sleep` and `wake`: no call may use the engine
@@ -52,14 +69,42 @@ class InferWorker(RoleWorker):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> GenerateResult:
         self.require_awake("generate")
+        return self._generate(prompts, sampling, min_version=0)
+
+    @ray.method(concurrency_group=STREAM_GROUP)
+    def generate_stream(self, prompts: list[list[int]], sampling: SamplingParams,
+                        min_version: int) -> GenerateResult:
+        """`generate` beside other calls on the same engine, on weights of at least
+        `min_version`; only for a backend that `streams`."""
+        if not self.streams():
+            raise RuntimeError(f"{self.role}: {type(self.strategy).__name__} does not "
+                               "stream; call generate")
+        self.require_awake("generate_stream")
+        return self._generate(prompts, sampling, min_version)
+
+    def streams(self) -> bool:
+        return getattr(self.strategy, "streams", False)
+
+    def stream_capacity(self) -> int:
+        """Sequences the engine decodes at once (0: it does not stream)."""
+        return self.strategy.capacity if self.streams() else 0
+
+    def _generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                  min_version: int) -> GenerateResult:
         started = time.time()
-        if sampling.expand and sampling.n > 1:
-            copies = [p for p in prompts for _ in range(sampling.n)]
-            generations = [replace(g, prompt_index=g.prompt_index // sampling.n) for g in
-                           self.strategy.generate(copies, replace(sampling, n=1))]
+        fold = sampling.n if sampling.expand and sampling.n > 1 else 1
+        if fold > 1:
+            prompts = [p for p in prompts for _ in range(fold)]
+            sampling = replace(sampling, n=1)
+        if self.streams():
+            version, generations = self.strategy.generate_versioned(prompts, sampling,
+                                                                    min_version)
         else:
-            generations = self.strategy.generate(prompts, sampling)
-        return GenerateResult(self.version, generations, started, time.time())
+            version, generations = self.version, self.strategy.generate(prompts, sampling)
+        if fold > 1:
+            generations = [replace(g, prompt_index=g.prompt_index // fold)
+                           for g in generations]
+        return GenerateResult(version, generations, started, time.time())
 
     def update_weights(self, weights: SyncedWeights, version: int) -> tuple[float, float]:
         """actor_train's weights (weight_transfer.py), bucket by bucket, each read when the

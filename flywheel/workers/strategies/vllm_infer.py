@@ -30,11 +30,12 @@ weights.
 `forward_logprobs` uses vLLM's prompt log-probs (one engine pass, max_tokens=1), so the
 reference numbers come from the same kernels that generated.
 
-Partial rollout asks nothing of this backend: the pipeline cuts long responses into
-segments of separate blocking `generate` calls (rollout.py) and weights change between
-calls, each segment re-reading its prefix (a prefill, cheap beside decoding). Pausing a
-request mid-decode instead (pause/resume/abort on `AsyncLLM`) would save those prefills;
-it is not wired.
+The engine runs in a thread of its own (vllm_engine_loop.py): concurrent `generate`
+calls (the worker's `generate_stream`, one per prompt group) share its batch, each
+answered as soon as its own requests finish, and the number in flight is bounded by the
+engine's `max_num_seqs` (`capacity`). With `in_flight_updates` (partial rollout) a weight
+update loads between two engine steps and running requests continue on the new weights
+with their KV cache kept; otherwise an update waits for the running requests to finish.
 
 Sampling: exactly the generating_args (temperature, top-p/k, repetition_penalty), the
 same distribution hf_infer samples; stops are eos, `stop_token_ids` and `stop_strings`,
@@ -74,6 +75,7 @@ from flywheel.workers.strategies.base import Generation, InferStrategy, Sampling
 from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
+from flywheel.workers.strategies.vllm_engine_loop import EngineLoop, Sample
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 OWNED_KEYS = {"model": "the role's model_args.model_name_or_path (or pretrain)",
@@ -119,9 +121,13 @@ def request_seed(seed: int, index: int) -> int:
 
 
 class VLLMInferStrategy(InferStrategy):
+    streams = True  # generate_versioned may be called from many threads at once
+
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
-                 context_length: int | None = None, sleep_mode: bool = False):
+                 context_length: int | None = None, sleep_mode: bool = False,
+                 in_flight_updates: bool = False):
         self.cfg = cfg
+        self.in_flight_updates = in_flight_updates
         self.on_gpu = torch.cuda.is_available()
         kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=self.on_gpu,
                                context_length=context_length, sleep_mode=sleep_mode)
@@ -139,30 +145,45 @@ class VLLMInferStrategy(InferStrategy):
         self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
         self.tokenizer = load_tokenizer(model_path)
         self.eos_id = self.tokenizer.eos_token_id
-        self.version = 0
+        self.loop = EngineLoop(self.llm, "vllm")
+
+    @property
+    def version(self) -> int:
+        return self.loop.version
+
+    @property
+    def capacity(self) -> int:
+        """Sequences the engine decodes at once (vLLM's max_num_seqs)."""
+        return self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        return self.generate_versioned(prompts, sampling)[1]
+
+    def generate_versioned(self, prompts: list[list[int]], sampling: SamplingParams,
+                           min_version: int = 0) -> tuple[int, list[Generation]]:
+        """`generate`, safe to call from many threads at once, started on weights of at
+        least `min_version`; (the version the responses started on, the responses)."""
         # vLLM refuses n > 1 with greedy decoding; hf_infer returns n copies: so do we
         copies = 1 if sampling.do_sample else sampling.n
-        params = [self._params(sampling, request_seed(sampling.seed, i))
-                  for i in range(len(prompts)) for _ in range(copies)]
-        requests = [TokensPrompt(prompt_token_ids=p) for p in prompts for _ in range(copies)]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        requests = [(p, self._params(sampling, request_seed(sampling.seed, i)))
+                    for i, p in enumerate(prompts) for _ in range(copies)]
+        version, outputs = self.loop.generate(requests, min_version)
         gens = []
-        for request, out in enumerate(outputs):  # vLLM returns requests in submission order
-            for sample in sorted(out.outputs, key=lambda c: c.index):
-                ids = list(sample.token_ids)
-                reason = sample.finish_reason or "abort"
-                if sampling.stop_strings:  # cut where hf_infer cuts (the completing token)
-                    end = response_end(ids, set(), sampling.stop_strings,
-                                       self.tokenizer.decode)
-                    ids, reason = (ids, reason) if end is None else (ids[:end], "stop")
-                gens.append(Generation(
-                    prompt_index=request // copies, token_ids=ids,
-                    log_probs=[step[tok].logprob for step, tok in zip(sample.logprobs, ids)],
-                    finish_reason=reason,
-                ))
-        return gens
+        for request, samples in enumerate(outputs):
+            for sample in samples:
+                gens.append(self._generation(request // copies, sample, sampling, version))
+        return version, gens
+
+    def _generation(self, prompt_index: int, sample: Sample, sampling: SamplingParams,
+                    version: int) -> Generation:
+        ids, reason = sample.token_ids, sample.finish_reason or "abort"
+        if sampling.stop_strings:  # cut where hf_infer cuts (the completing token)
+            end = response_end(ids, set(), sampling.stop_strings, self.tokenizer.decode)
+            ids, reason = (ids, reason) if end is None else (ids[:end], "stop")
+        versions = sample.versions[:len(ids)]
+        return Generation(prompt_index=prompt_index, token_ids=ids,
+                          log_probs=sample.log_probs[:len(ids)], finish_reason=reason,
+                          token_versions=versions if set(versions) - {version} else [])
 
     def _params(self, sampling: SamplingParams, seed: int) -> vllm.SamplingParams:
         stop = list(sampling.stop_token_ids)
@@ -184,13 +205,13 @@ class VLLMInferStrategy(InferStrategy):
 
     def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
                                     version: int) -> None:
-        if self.in_process:  # the engine's model is in this process: stream into it
-            self.llm.collective_rpc("reload_weights",
-                                    kwargs={"weights_iterator": self._stream(buckets)})
-        else:
-            self._reload_through_file(self._stream(buckets))
-        self.llm.reset_prefix_cache()
-        self.version = version
+        def load() -> None:
+            if self.in_process:  # the engine's model is in this process: stream into it
+                self.llm.collective_rpc("reload_weights",
+                                        kwargs={"weights_iterator": self._stream(buckets)})
+            else:
+                self._reload_through_file(self._stream(buckets))
+        self.loop.update(load, version, in_flight=self.in_flight_updates)
 
     def _stream(self, buckets: Iterable[dict[str, torch.Tensor]]
                 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -233,17 +254,23 @@ class VLLMInferStrategy(InferStrategy):
         if not self.sleep_mode:
             raise RuntimeError("vllm: sleep needs enable_sleep_mode, which strategy_config "
                                "turned off; remove it or set offload_between_phases: false")
-        self.llm.sleep(level=1)
+        self.loop.exclusive(lambda: self.llm.sleep(level=1))
         return "vllm sleep(level=1): weights to cpu, kv cache freed"
 
     def wake(self) -> str:
         if not self.on_gpu:
             return "no-op on cpu: vLLM's CPU worker ignores sleep mode"
-        self.llm.wake_up()
-        self.llm.reset_prefix_cache()  # the KV blocks were dropped with the cache
+        self.loop.exclusive(self._wake_up)
         return "vllm wake_up(): weights and kv cache back"
 
+    def _wake_up(self) -> None:
+        self.llm.wake_up()
+        self.llm.reset_prefix_cache()  # the KV blocks were dropped with the cache
+
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return self.loop.exclusive(lambda: self._forward_logprobs(batch))
+
+    def _forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         lengths = batch.attention_mask.sum(dim=1).tolist()
         rows = [batch.input_ids[b, :n].tolist() for b, n in enumerate(lengths)]
         params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
