@@ -2,8 +2,9 @@
 
 Used by test_chaos.py (short, in the suite) and `make chaos` (`python -m
 tests.pipelines.chaos_runs --rounds N`, longer). Each run is a sim RLVR config (latency-only
-backends, several chunks per infer worker) in its own session, so a kill can take the
-driver alone (SIGKILL, as a node's OOM killer would) and then the run's local Ray with it.
+backends, several chunks per infer worker; with `vllm=True` the tiny model on hf_train and a
+streaming vllm that loads weights while responses run) in its own session, so a kill can
+take the driver alone (SIGKILL, as a node's OOM killer would) and then the run's local Ray with it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,14 @@ ROOT = Path(__file__).parents[2]
 
 
 def write_config(path: Path, out: Path, ratio: float, max_steps: int, agentic: bool = False,
-                 **top) -> Path:
-    if agentic:  # 2 env groups per step, each episode several generate calls
+                 vllm: bool = False, **top) -> Path:
+    if vllm:  # the real path: hf_train, and vllm streaming with updates in flight
+        cfg = sim_config(out, ratio, max_steps=max_steps, eval_steps=0, save_steps=1,
+                         partial_rollout=True, **top)
+        cfg["actor_train"]["strategy_args"] = {"strategy_name": "hf_train"}
+        cfg["actor_infer"]["strategy_args"] = {"strategy_name": "vllm"}
+        cfg["actor_infer"]["generating_args"]["max_new_tokens"] = 48  # random init: long
+    elif agentic:  # 2 env groups per step, each episode several generate calls
         cfg = agentic_sim_config(out, ratio, gen_s=0.02, train_s=0.1, max_steps=max_steps,
                                  eval_steps=0, save_steps=1, **top)
     else:
@@ -101,12 +108,14 @@ def metrics_by_step(out: Path) -> dict[int, dict]:
 
 def chaos_run(work: Path, ratio: float, seed: int, kills: int, max_steps: int = 6,
               limit_s: float = 120, address: str | None = None,
-              agentic: bool = False) -> tuple[Path, list[str]]:
+              agentic: bool = False, vllm: bool = False) -> tuple[Path, list[str]]:
     """One run killed `kills` times at random moments (seeded) and resumed each time;
     returns its directory and what happened (for the report)."""
     rng = random.Random(seed)
-    out = work / f"chaos-{'agentic-' if agentic else ''}r{ratio:g}-s{seed}"
-    config = write_config(work / f"{out.name}.yaml", out, ratio, max_steps, agentic=agentic)
+    kind = "agentic-" if agentic else "vllm-" if vllm else ""
+    out = work / f"chaos-{kind}r{ratio:g}-s{seed}"
+    config = write_config(work / f"{out.name}.yaml", out, ratio, max_steps, agentic=agentic,
+                          vllm=vllm)
     log = work / f"{out.name}.log"
     events = []
     args = ["--config", str(config)]
@@ -134,11 +143,11 @@ def main() -> None:  # `make chaos`
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     for seed in range(args.rounds):
-        for ratio, agentic in ((0.0, False), (1.0, False), (1.0, True)):
+        for ratio, kind in ((0.0, "rlvr"), (1.0, "rlvr"), (1.0, "agentic"), (1.0, "vllm")):
             t0 = time.monotonic()
             out, events = chaos_run(args.work, ratio, seed, kills=3, max_steps=8,
-                                    agentic=agentic)
-            kind = "agentic" if agentic else "rlvr"
+                                    agentic=kind == "agentic", vllm=kind == "vllm",
+                                    limit_s=300 if kind == "vllm" else 120)
             print(f"{kind} r={ratio:g} seed={seed}: {', '.join(events)}; every group trained "
                   f"once ({time.monotonic() - t0:.0f}s)", flush=True)
 

@@ -71,6 +71,18 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, address, 
     print(f"r={ratio}: {events}, {time.monotonic() - t0:.0f}s", file=sys.stderr)
 
 
+@pytest.mark.long  # ~2 min (vLLM starts with every resume): make test-long and make chaos
+def test_sigkill_of_a_streaming_vllm_run_loses_and_repeats_nothing(tmp_path, address):
+    """vllm streams groups and loads weights while responses run (partial rollout): a
+    kill with engine requests in flight loses and repeats no group."""
+    pytest.importorskip("vllm")
+    out, events = chaos_run(tmp_path, 1.0, seed=5, kills=1, max_steps=4, address=address,
+                            vllm=True, limit_s=240)
+    assert events, "the run finished before it could be killed"
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("staleness/max", 0) for r in rows) <= 1
+
+
 @pytest.mark.long  # ~1 min: make test-long and make chaos (3 kills a run there)
 def test_sigkill_of_an_agentic_run_loses_and_repeats_no_env_group(tmp_path, address):
     out, events = chaos_run(tmp_path, 1.0, seed=3, kills=2, max_steps=5, address=address,

@@ -15,6 +15,7 @@ import pytest
 
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.prompt_data import PromptRecord
+from flywheel.pipelines.rlvr import segment_tokens
 from flywheel.pipelines.rollout import (
     Chunk,
     ChunkSource,
@@ -194,6 +195,24 @@ def test_tiny_model_run_spans_versions(tmp_path, ray_session, tiny_model_path):
         "rollout_batch_size=8", "num_return_sequences_in_group=4",  # 32 rows per step
         "actor_train.training_args.per_device_train_batch_size=32",  # one optimizer step
     ])
+    steps = check_run(run(cfg), cfg, bound=1)
+    # generation of a batch outlasts a train step, so weights change under some responses
+    assert sum(m["rollout/partial_frac"] for m in steps) > 0, steps
+
+
+def test_vllm_continues_running_requests_on_new_weights(tmp_path, ray_session,
+                                                        tiny_model_path):
+    """No segments on vllm: weights load while its requests run (vllm_engine_loop.py)."""
+    pytest.importorskip("vllm")
+    cfg = load_config(EXAMPLE, [
+        f"output_dir={tmp_path}", "pretrain=builtin://tiny-qwen2", "response_length=64",
+        "async_generation_ratio=1", "actor_infer.device_mapping=[1]",
+        "actor_infer.strategy_args.strategy_name=vllm", "partial_rollout=true",
+        "max_steps=4", "eval_steps=0", "logging_steps=100", "tracking.mlflow=false",
+        "rollout_batch_size=8", "num_return_sequences_in_group=4",
+        "actor_train.training_args.per_device_train_batch_size=32",
+    ])
+    assert segment_tokens(cfg) == 0  # whole requests, never re-prefilled in segments
     steps = check_run(run(cfg), cfg, bound=1)
     # generation of a batch outlasts a train step, so weights change under some responses
     assert sum(m["rollout/partial_frac"] for m in steps) > 0, steps
