@@ -35,6 +35,7 @@ import ray
 
 from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
 from flywheel.pipelines.role_handles import EnvRole
+from flywheel.pipelines.roles import streams
 from flywheel.pipelines.rollout import Completion, ScoringJob, sampling_params
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import (
@@ -251,5 +252,6 @@ def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster
                           init_kwargs=dict(model_path=model_path,
                                            infer_actors=list(actor_infer.actors),
                                            user_envs=user_envs(cfg),
-                                           env_import_allowlist=cfg.env_import_allowlist),
+                                           env_import_allowlist=cfg.env_import_allowlist,
+                                           infer_streams=streams(cfg)),
                           log_dir=log_dir)

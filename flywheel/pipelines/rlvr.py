@@ -176,11 +176,10 @@ class RLVRPipeline:
                                  cfg.reward_aggregation),
                              segment_tokens=segment_tokens(cfg))
         if streams(cfg):  # one call per group, as many as the engine decodes at once
-            per_call = 1 if cfg.is_num_return_sequences_expand else (
-                cfg.num_return_sequences_in_group)
             capacity = self.roles.actor_infer.stream_capacity()
             source.stream = True
-            source.per_worker = max(1, min(STREAM_CALLS, capacity // per_call))
+            source.per_worker = max(1, min(STREAM_CALLS,
+                                           capacity // cfg.num_return_sequences_in_group))
         return PrefetchGenerator(
             actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
             batch_size=cfg.rollout_batch_size,

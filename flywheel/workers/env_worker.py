@@ -147,9 +147,13 @@ class _TextCodec:
 class EnvWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  infer_actors: list[Any], user_envs: dict[str, str] | None = None,
-                 env_import_allowlist: Sequence[str] = (), num_threads: int = 1):
+                 env_import_allowlist: Sequence[str] = (), num_threads: int = 1,
+                 infer_streams: bool = False):
         super().__init__(role, rank, world_size, num_threads)
         self.infer_actors = infer_actors
+        # A streaming actor_infer (vllm) decodes the turns of every env worker in one
+        # batch when they come through generate_stream (workers/infer_worker.py).
+        self.infer_streams = infer_streams
         self.codec = _TextCodec(load_tokenizer(model_path))
         for env_type, import_path in (user_envs or {}).items():
             register_from_import_path(env_type, import_path, list(env_import_allowlist))
@@ -184,12 +188,13 @@ class EnvWorker(RoleWorker):
             self.managers[key] = manager
         return self.managers[key]
 
-    @staticmethod
-    def _generate(actor: Any, rank: int, prompts: list[list[int]],
+    def _generate(self, actor: Any, rank: int, prompts: list[list[int]],
                   sampling: SamplingParams, timeout_s: float) -> Any:
         started = time.monotonic()
+        call = (actor.generate_stream.remote(prompts, sampling, 0) if self.infer_streams
+                else actor.generate.remote(prompts, sampling))
         try:
-            return ray.get(actor.generate.remote(prompts, sampling), timeout=timeout_s)
+            return ray.get(call, timeout=timeout_s)
         except RayTaskError as error:
             cause = error.cause or error
             raise RuntimeError(f"actor_infer rank {rank}: {type(cause).__name__}: "

@@ -96,9 +96,9 @@ class InferWorker(RoleWorker):
         if fold > 1:
             prompts = [p for p in prompts for _ in range(fold)]
             sampling = replace(sampling, n=1)
-        if self.streams():
-            version, generations = self.strategy.generate_versioned(prompts, sampling,
-                                                                    min_version)
+        if self.streams():  # busy from when the engine took it (not while it waited)
+            version, started, generations = self.strategy.generate_versioned(
+                prompts, sampling, min_version)
         else:
             version, generations = self.version, self.strategy.generate(prompts, sampling)
         if fold > 1:

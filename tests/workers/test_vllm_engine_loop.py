@@ -66,9 +66,9 @@ def wait_until_decoding(engine):
 def test_a_short_call_returns_while_a_long_one_runs(engine):
     long = Background(engine, PROMPTS[:2], LONG)
     wait_until_decoding(engine)
-    _, short = engine.generate_versioned(PROMPTS[2:3], SHORT)
+    _, _, short = engine.generate_versioned(PROMPTS[2:3], SHORT)
     short_done = time.monotonic()
-    _, gens = long.join()
+    _, _, gens = long.join()
     assert long.done_at > short_done  # the short call did not wait behind the long one
     assert [len(g.token_ids) for g in short] == [3, 3]
     assert [g.prompt_index for g in gens] == [0, 0, 1, 1]
@@ -83,7 +83,7 @@ def test_in_flight_update_continues_running_requests_on_new_weights(engine, weig
         wait_until_decoding(engine)
         engine.update_weights(weights, version=7)
         loaded = time.monotonic()
-        version, gens = long.join()
+        version, _, gens = long.join()
     finally:
         engine.in_flight_updates = False
     assert long.done_at > loaded  # the update did not wait for the request
@@ -102,7 +102,7 @@ def test_drained_update_waits_for_running_requests(engine, weights):
     wait_until_decoding(engine)
     engine.update_weights(weights, version=start + 1)
     updated = time.monotonic()
-    version, gens = long.join()
+    version, _, gens = long.join()
     assert long.done_at <= updated  # the update waited for the running request
     assert version == start and all(g.token_versions == [] for g in gens)
     assert engine.version == start + 1
@@ -113,6 +113,7 @@ def test_a_call_waits_for_the_update_it_names(engine, weights):
     later = Background(engine, PROMPTS[:1], SHORT, min_version=start + 1)
     time.sleep(0.5)
     assert later.result is None  # parked: its update has not arrived
+    updated_at = time.time()
     engine.update_weights(weights, version=start + 1)
-    version, _ = later.join()
-    assert version == start + 1
+    version, started, _ = later.join()
+    assert version == start + 1 and started >= updated_at

@@ -146,6 +146,13 @@ class TrainStrategy(ABC):
 
 
 class InferStrategy(ABC):
+    """A generation backend. One that streams (vllm) also sets `streams = True` and
+    provides `generate_versioned(prompts, sampling, min_version) -> (version, started,
+    generations)`, callable from many threads at once, and `capacity` (sequences its
+    engine decodes at once): workers/infer_worker.py's generate_stream."""
+
+    streams = False
+
     @abstractmethod
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         """`sampling.n` responses per prompt, grouped by prompt, in prompt order."""

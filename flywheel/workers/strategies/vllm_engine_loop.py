@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -64,6 +65,7 @@ class _Call:
     future: Future
     samples: list[list[Sample]] = field(default_factory=list)  # per request, per sample
     version: int = -1  # the weights it started on
+    started: float = 0.0  # when it started (wall clock), after any wait for its version
     unfinished: int = 0
 
 
@@ -101,13 +103,13 @@ class EngineLoop:
 
     # ---- callers' side (any thread) ----------------------------------------------------
     def generate(self, requests: list[tuple[list[int], vllm.SamplingParams]],
-                 min_version: int = 0) -> tuple[int, list[list[Sample]]]:
-        """Run the requests; (the version they started on, per request its samples in
-        sample order). Blocks until every one of them finished."""
+                 min_version: int = 0) -> tuple[int, float, list[list[Sample]]]:
+        """Run the requests; (the version they started on, when they started, per request
+        its samples in sample order). Blocks until every one of them finished."""
         call = _Call(requests, min_version, Future())
         self._send(call)
         call.future.result()
-        return call.version, call.samples
+        return call.version, call.started, call.samples
 
     def update(self, load: Callable[[], None], version: int, in_flight: bool) -> None:
         """Load new weights with `load` (run on the engine thread); returns once loaded."""
@@ -180,7 +182,7 @@ class EngineLoop:
         if call.min_version > self.version:
             self._parked.append(call)
             return
-        call.version = self.version
+        call.version, call.started = self.version, time.time()
         call.unfinished = len(call.requests)
         call.samples = [[Sample() for _ in range(params.n)] for _, params in call.requests]
         if not call.requests:

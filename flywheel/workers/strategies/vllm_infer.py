@@ -157,22 +157,23 @@ class VLLMInferStrategy(InferStrategy):
         return self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        return self.generate_versioned(prompts, sampling)[1]
+        return self.generate_versioned(prompts, sampling)[2]
 
     def generate_versioned(self, prompts: list[list[int]], sampling: SamplingParams,
-                           min_version: int = 0) -> tuple[int, list[Generation]]:
+                           min_version: int = 0) -> tuple[int, float, list[Generation]]:
         """`generate`, safe to call from many threads at once, started on weights of at
-        least `min_version`; (the version the responses started on, the responses)."""
+        least `min_version`; (the version the responses started on, when they started
+        (wall clock, after any wait for that version), the responses)."""
         # vLLM refuses n > 1 with greedy decoding; hf_infer returns n copies: so do we
         copies = 1 if sampling.do_sample else sampling.n
         requests = [(p, self._params(sampling, request_seed(sampling.seed, i)))
                     for i, p in enumerate(prompts) for _ in range(copies)]
-        version, outputs = self.loop.generate(requests, min_version)
+        version, started, outputs = self.loop.generate(requests, min_version)
         gens = []
         for request, samples in enumerate(outputs):
             for sample in samples:
                 gens.append(self._generation(request // copies, sample, sampling, version))
-        return version, gens
+        return version, started, gens
 
     def _generation(self, prompt_index: int, sample: Sample, sampling: SamplingParams,
                     version: int) -> Generation:
