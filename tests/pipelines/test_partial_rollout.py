@@ -216,3 +216,24 @@ def test_vllm_continues_running_requests_on_new_weights(tmp_path, ray_session,
     steps = check_run(run(cfg), cfg, bound=1)
     # generation of a batch outlasts a train step, so weights change under some responses
     assert sum(m["rollout/partial_frac"] for m in steps) > 0, steps
+
+
+@pytest.mark.long  # two runs, ~60 s on the 2-core machine
+def test_vllm_streaming_at_ratio_0_repeats_number_for_number(tmp_path, ray_session,
+                                                             tiny_model_path):
+    """Groups stream into one engine batch in whatever order their calls arrive; with the
+    same seed a synchronous run still gives the same samples and metrics."""
+    pytest.importorskip("vllm")
+
+    def metrics(out: Path) -> list[dict]:
+        cfg = load_config(EXAMPLE, [
+            f"output_dir={out}", "pretrain=builtin://tiny-qwen2", "response_length=32",
+            "actor_infer.strategy_args.strategy_name=vllm", "max_steps=3", "eval_steps=0",
+            "save_steps=0", "logging_steps=100", "tracking.mlflow=false",
+            "rollout_batch_size=8", "num_return_sequences_in_group=4",
+            "actor_train.training_args.per_device_train_batch_size=32"])
+        timing = ("time/", "throughput/", "idle/", "rollout/queue_depth")
+        return [{k: v for k, v in m.items() if not k.startswith(timing)}
+                for m in rows(run(cfg) / "metrics.jsonl")]
+
+    assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
