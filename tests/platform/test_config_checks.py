@@ -138,6 +138,9 @@ ASYNC = {"async_generation_ratio": 1, "partial_rollout": True,
      "must be in 1..actor_infer.generating_args.max_new_tokens=8, got 0"),
     ({"partial_rollout_segment_tokens": 9}, "partial_rollout_segment_tokens", "got 9"),
     ({"pipeline_type": "agentic", "rollout_batch_size": 8}, "partial_rollout", "RLVR only"),
+    ({"partial_rollout_segment_tokens": 2,
+      "actor_infer": {**ASYNC["actor_infer"], "strategy_args": {"strategy_name": "vllm"}}},
+     "partial_rollout_segment_tokens", "has no effect on vllm"),
 ])
 def test_partial_rollout_mistakes(change, key_path, message):
     error = error_for({**ASYNC, **change})

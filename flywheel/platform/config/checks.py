@@ -34,6 +34,8 @@ from flywheel.platform.config.sft_checks import check_sft
 # sim_*: latency-only backends for scheduling benchmarks and tests (latency_sim.py).
 TRAIN_STRATEGIES = ("hf_train", "deepspeed_train", "megatron_train", "sim_train")
 INFER_STRATEGIES = ("hf_infer", "vllm", "sglang", "sim_infer")
+# Engines that load weights while requests run (workers/strategies/registry.py `streams`)
+STREAMING = ("vllm",)
 ALL_STRATEGIES = TRAIN_STRATEGIES + INFER_STRATEGIES
 # Which backends can run each role. A reward model may train-style score or generate (judge).
 ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -245,6 +247,10 @@ def check_async(cfg: PipelineConfig) -> None:
         raise ConfigError("", "partial_rollout_segment_tokens",
                           f"must be in 1..actor_infer.generating_args.max_new_tokens={most}, "
                           f"got {segment}")
+    if segment is not None and cfg.actor_infer.strategy_args.strategy_name in STREAMING:
+        raise ConfigError("", "partial_rollout_segment_tokens",
+                          "has no effect on vllm: its requests are not cut into segments but "
+                          "continue on new weights inside the engine; remove the key")
 
 
 def check_cpu_affinity(cfg: PipelineConfig) -> None:

@@ -585,6 +585,7 @@ class PipelineConfig:
     # unfinished response comes back after this many and continues as a new request, on
     # whatever weights are newest by then. Smaller picks up new weights sooner but re-reads
     # the prompt (a prefill) per segment. Unset: a quarter of actor_infer's max_new_tokens.
+    # Not for vllm, which needs no segments (running requests continue on new weights).
     partial_rollout_segment_tokens: int | None = None
     # Drop groups whose responses all scored the same (no GRPO signal; DAPO's dynamic
     # sampling) as they are scored, and generate more prompts to refill the batch, at any
