@@ -23,17 +23,23 @@ def frozenlake_model_path() -> str:
     return resolve_pretrain("builtin://tiny-qwen2-frozenlake")
 
 
+SHRUNK = [
+    "max_steps=2",                                # mechanics, not learning
+    "rollout_batch_size=16",                      # 2 groups x 8 episodes per step
+    "train_env_manager.num_env_groups=2",
+    "train_env_manager.num_groups_partition=[2]",
+    "train_env_manager.max_env_num_per_worker=8",  # 2 env workers, one group each
+    "actor_train.training_args.per_device_train_batch_size=8",  # 1 optimizer step/step
+    "tracking.mlflow=false",
+]
+
+
 @pytest.fixture(scope="module")
 def agentic_run(tmp_path_factory, ray_session, frozenlake_model_path) -> Path:
     out = tmp_path_factory.mktemp("agentic") / "run"
     overrides = [
         f"output_dir={out}",
-        "max_steps=2",                                # mechanics, not learning
-        "rollout_batch_size=16",                      # 2 groups x 8 episodes per step
-        "train_env_manager.num_env_groups=2",
-        "train_env_manager.num_groups_partition=[2]",
-        "train_env_manager.max_env_num_per_worker=8",  # 2 env workers, one group each
-        "actor_train.training_args.per_device_train_batch_size=8",  # 1 optimizer step/step
+        *SHRUNK,
         "val_batch_size=8",                           # 8 held-out maps
         "val_env_manager.num_env_groups=8",
         "val_env_manager.num_groups_partition=[8]",
@@ -41,7 +47,6 @@ def agentic_run(tmp_path_factory, ray_session, frozenlake_model_path) -> Path:
         "eval_steps=2",
         "save_steps=2",
         "logging_steps=1",
-        "tracking.mlflow=false",
     ]
     return run(load_config(EXAMPLE, overrides))
 
@@ -80,3 +85,18 @@ def test_run_trains_the_model_and_checkpoints_the_buffer(agentic_run, frozenlake
     assert len(changed) > len(before) // 2
     state = json.loads((agentic_run / "checkpoint-2" / "pipeline_state.json").read_text())
     assert state["step"] == 2 and isinstance(state["buffer"], list)
+
+
+def test_vllm_plays_the_turns_of_every_env_worker(tmp_path, ray_session,
+                                                  frozenlake_model_path):
+    """On vllm the env workers' turns stream into one engine batch (generate_stream)."""
+    pytest.importorskip("vllm")
+    out = run(load_config(EXAMPLE, [f"output_dir={tmp_path}", *SHRUNK, "eval_steps=0",
+                                    "save_steps=0",
+                                    "actor_infer.strategy_args.strategy_name=vllm"]))
+    records = read(out, "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["env/action_is_valid"] > 0.5 for r in records)  # the warm start's format
+    ledger = read(out, "samples.jsonl")
+    assert [(r["step"], r["version"]) for r in ledger if r["fate"] == "trained"] == [
+        (1, 0), (1, 0), (2, 1), (2, 1)]

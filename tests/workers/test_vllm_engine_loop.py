@@ -76,6 +76,18 @@ def test_a_short_call_returns_while_a_long_one_runs(engine):
     assert [g.token_ids for g in alone] == [g.token_ids for g in short]
 
 
+def test_prompts_past_the_prefill_budget_arrive_while_another_call_decodes(engine):
+    """Seeded requests prefilled over several steps fail on vLLM's CPU sampler; prompts
+    are prefilled whole there (vllm_infer.engine_kwargs)."""
+    budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    long = Background(engine, PROMPTS[:1], LONG)
+    wait_until_decoding(engine)
+    prompts = [[(i * 7 + j) % 200 + 1 for j in range(300)] for i in range(20)]
+    assert budget < 20 * 300
+    gens = engine.generate(prompts, SHORT)
+    assert len(gens) == 40 and len(long.join()[2]) == 2
+
+
 def test_in_flight_update_continues_running_requests_on_new_weights(engine, weights):
     engine.in_flight_updates = True
     try:

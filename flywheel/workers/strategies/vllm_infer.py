@@ -51,7 +51,11 @@ strategy_config: any `vllm.EngineArgs` field (gpu_memory_utilization, tensor_par
 enforce_eager, block_size, max_model_len, kv_cache_memory_bytes, ...); unknown keys are an
 error. CPU defaults: enforce_eager, and a 256 MiB KV cache (`kv_cache_memory_bytes`)
 unless gpu_memory_utilization is given: on CPU that fraction is of host RAM and is
-checked against the process's resident size, which makes it fragile.
+checked against the process's resident size, which makes it fragile. Also on CPU,
+chunked prefill is off (with a token budget of at least the longest sequence): vLLM's CPU
+sampler fails on a seeded request whose prompt is prefilled over several steps, which
+happens once the prompts arriving together exceed the budget (agentic turns, streamed
+groups).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from typing import Any
 import torch
 import vllm
 from safetensors.torch import save_file
+from transformers import AutoConfig
 from vllm.inputs import TokensPrompt
 
 from flywheel.platform.config.schema import WorkerConfig
@@ -83,6 +88,7 @@ OWNED_KEYS = {"model": "the role's model_args.model_name_or_path (or pretrain)",
               "logprobs_mode": "flywheel (processed_logprobs, the trainer's quantity)",
               "generation_config": "flywheel (generating_args only, never the model's file)"}
 CPU_KV_CACHE_BYTES = 256 << 20
+CPU_BATCHED_TOKENS = 4096  # vLLM's own CPU default for max_num_batched_tokens
 SHM_DIR = "/dev/shm"
 
 
@@ -101,12 +107,28 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
                                 "enable_sleep_mode": True if sleep_mode and on_gpu else None}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    if not on_gpu and "enable_chunked_prefill" not in given:
+        # vLLM's CPU sampler cannot rewind a seeded request's random generator, which it
+        # does for a prompt prefilled over several steps ("CPU Generator does not use
+        # offset"): prompts are prefilled whole, so the step's token budget must hold the
+        # longest sequence (vLLM refuses less).
+        defaults["enable_chunked_prefill"] = False
+        longest = given.get("max_model_len") or context_length or model_max_len(model_path)
+        defaults["max_num_batched_tokens"] = max(CPU_BATCHED_TOKENS, longest or 0)
     merged = checked_config("vllm", given, defaults, owned=OWNED_KEYS,
                             known=f"the fields of vllm.EngineArgs ({vllm.__version__})")
     kwargs = {k: v for k, v in merged.items() if v is not None}
     kwargs.update(model=model_path, dtype=VLLM_DTYPES[cfg.model_args.dtype], seed=seed,
                   logprobs_mode="processed_logprobs", generation_config="vllm")
     return kwargs
+
+
+def model_max_len(model_path: str) -> int | None:
+    """The model's own context limit (max_position_embeddings), when its config says."""
+    try:
+        return getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    except (OSError, ValueError):
+        return None
 
 
 def _reload_from_safetensors(worker) -> None:
