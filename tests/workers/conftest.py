@@ -23,3 +23,17 @@ def train_cluster(ray_session):
     yield start
     for cluster in started:
         cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    """A vllm strategy on the tiny model, one per test module (start ~3-9 s on CPU)."""
+    import torch
+
+    from flywheel.platform.config.schema import WorkerConfig
+    from flywheel.workers.strategies.vllm_infer import VLLMInferStrategy
+
+    set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it process-wide
+    strategy = VLLMInferStrategy(tiny_model_path, WorkerConfig(), seed=0)
+    yield strategy
+    torch.set_num_threads = set_num_threads

@@ -8,27 +8,16 @@ import threading
 import time
 
 import pytest
-import torch
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow
 
 from backend_cases import PROMPTS, hf_trainer  # noqa: E402
 
-from flywheel.platform.config.schema import WorkerConfig  # noqa: E402
 from flywheel.workers.strategies.base import SamplingParams  # noqa: E402
-from flywheel.workers.strategies.vllm_infer import VLLMInferStrategy  # noqa: E402
 
 LONG = SamplingParams(max_new_tokens=400, n=2, seed=3)  # the random tiny model rarely stops
 SHORT = SamplingParams(max_new_tokens=3, n=2, seed=4)
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_path):
-    set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it process-wide
-    strategy = VLLMInferStrategy(tiny_model_path, WorkerConfig(), seed=0)
-    yield strategy
-    torch.set_num_threads = set_num_threads
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import glob
 import re
 
 import pytest
-import torch
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow
@@ -22,17 +21,8 @@ from flywheel.workers.batch import pack_sequences  # noqa: E402
 from flywheel.workers.strategies.base import SamplingParams  # noqa: E402
 from flywheel.workers.strategies.strategy_config import StrategyConfigError  # noqa: E402
 from flywheel.workers.strategies.vllm_infer import (  # noqa: E402
-    VLLMInferStrategy,
     engine_kwargs,
 )
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_path):
-    set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it process-wide
-    strategy = VLLMInferStrategy(tiny_model_path, WorkerConfig(), seed=0)
-    yield strategy
-    torch.set_num_threads = set_num_threads
 
 
 def sampled_batch(gens, prompts):
