@@ -30,11 +30,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import ray
 import torch
+
+if TYPE_CHECKING:  # the bucket cutting is also weight_broadcast.py's, which needs no Ray
+    import ray
 
 T = TypeVar("T")
 DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.float64,
@@ -108,12 +110,16 @@ def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]],
 def put_weights(named_tensors: Iterable[tuple[str, torch.Tensor]],
                 max_bytes: int) -> list[ray.ObjectRef]:
     """Each bucket into the object store as soon as it is built; the refs, in order."""
+    import ray
+
     return [ray.put(b) for b in buckets(named_tensors, max_bytes)]
 
 
 def stream_weights(refs: Iterable[ray.ObjectRef]) -> Iterator[dict[str, torch.Tensor]]:
     """The buckets behind `refs`, one at a time, each fetched when the previous one is
     done with (a bucket's memory is released once its tensors are no longer referenced)."""
+    import ray
+
     for ref in refs:
         yield dict(ray.get(ref).tensors())
 
