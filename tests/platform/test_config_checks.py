@@ -196,3 +196,19 @@ def test_check_error_names_the_file_that_set_the_key(tmp_path):
 
 def test_data_parallel_size_of_an_unset_mapping_is_one():
     assert data_parallel_size(WorkerConfig(strategy_args=StrategyArgs("hf_train"))) == 1
+
+
+def test_zero3_with_torch_adam_cannot_free_memory_between_phases():
+    """DeepSpeed's ZeRO-3 offload_states needs its FusedAdam (bench/gpu_checks.py on an
+    H100); colocated sync runs switch phases, async ones and stages 1-2 do not need it."""
+    def zero(stage, **top):
+        return {"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train",
+                                                  "strategy_config": {"zero_stage": stage,
+                                                                      "torch_adam": True}}},
+                **top}
+
+    error = error_for(zero(3))
+    assert error.key_path == "actor_train.strategy_args.strategy_config.torch_adam"
+    assert "FusedAdam" in error.message and "offload_between_phases: false" in error.message
+    load_config_dict(zero(3, offload_between_phases=False))
+    load_config_dict(zero(2))

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flywheel.platform.config.agentic_checks import check_agentic
-from flywheel.platform.config.derived import shared_actor_devices
+from flywheel.platform.config.derived import offloads_between_phases, shared_actor_devices
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
@@ -113,6 +113,7 @@ def check_config(cfg: PipelineConfig) -> None:
     check_device_groups(cfg)
     check_batch_sizes(cfg)
     check_async(cfg)
+    check_phase_switch(cfg)
     check_cpu_affinity(cfg)
     check_sampling(cfg)
     check_algorithm_roles(cfg)
@@ -251,6 +252,22 @@ def check_async(cfg: PipelineConfig) -> None:
         raise ConfigError("", "partial_rollout_segment_tokens",
                           "has no effect on vllm: its requests are not cut into segments but "
                           "continue on new weights inside the engine; remove the key")
+
+
+def check_phase_switch(cfg: PipelineConfig) -> None:
+    """DeepSpeed moves ZeRO-3's optimizer state off the GPU only when the optimizer is its
+    own FusedAdam: with torch's AdamW its `offload_states` stops on an assertion (seen on an
+    H100 with bench/gpu_checks.py). Refused here rather than at the first phase switch."""
+    args = cfg.actor_train.strategy_args
+    given = args.strategy_config or {}
+    if (args.strategy_name == "deepspeed_train" and given.get("zero_stage") == 3
+            and given.get("torch_adam") is True and offloads_between_phases(cfg)):
+        raise ConfigError(
+            "", "actor_train.strategy_args.strategy_config.torch_adam",
+            "true with zero_stage: 3, but actor_train frees its GPU memory for actor_infer "
+            "between phases (offload_between_phases), and DeepSpeed offloads ZeRO-3 "
+            "optimizer state only for its own FusedAdam; drop torch_adam, or set "
+            "offload_between_phases: false")
 
 
 def check_cpu_affinity(cfg: PipelineConfig) -> None:

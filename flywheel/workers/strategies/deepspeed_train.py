@@ -183,6 +183,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             return "nothing moved: offload_param keeps the states on the cpu (DeepSpeed)"
         if self.zero_stage == 0 or self.optimizer is None:
             return offload_torch(self.engine.module, self.optimizer, part, self.device)
+        if self.zero_stage == 3 and type(self.optimizer).__name__ != "FusedAdam":
+            raise RuntimeError(  # platform/config/checks.py refuses the config that leads here
+                "deepspeed_train: ZeRO-3 offloads optimizer state only for DeepSpeed's "
+                "FusedAdam (strategy_config.torch_adam: false); "
+                f"this rank has {type(self.optimizer).__name__}")
         from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum as States
 
         include = ([States.optim_states, States.hp_params, States.lp_grads,
