@@ -80,6 +80,71 @@ def build_model(tokenizer_dir: Path, out: Path, hidden: int, layers: int) -> Pat
     return out
 
 
+def still_on_device(trainer, device_type: str, top: int = 6) -> list[str]:
+    """The largest tensors left on the device, each with the attribute of DeepSpeed's ZeRO
+    optimizer (or engine) that holds it where one does: what an offload missed."""
+    owners: dict[int, str] = {}
+    for holder_name, holder in (("engine", getattr(trainer, "engine", None)),
+                                ("zero", getattr(getattr(trainer, "engine", None),
+                                                 "optimizer", None))):
+        for attr, value in (vars(holder).items() if holder is not None else ()):
+            items = value if isinstance(value, (list, tuple)) else [value]
+            for i, item in enumerate(items):
+                if torch.is_tensor(item):
+                    owners[item.untyped_storage().data_ptr()] = f"{holder_name}.{attr}[{i}]"
+                    if item.grad is not None:
+                        owners[item.grad.untyped_storage().data_ptr()] = (
+                            f"{holder_name}.{attr}[{i}].grad")
+    optimizer = getattr(trainer, "optimizer", None)
+    for state in (optimizer.state.values() if optimizer is not None else ()):
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                owners[value.untyped_storage().data_ptr()] = f"optimizer.state[{key}]"
+    seen, found = set(), []
+    for obj in gc.get_objects():
+        if torch.is_tensor(obj) and obj.device.type == device_type:
+            ptr = obj.untyped_storage().data_ptr()
+            if ptr not in seen:
+                seen.add(ptr)
+                found.append((obj.untyped_storage().nbytes(), ptr, obj))
+    found.sort(key=lambda f: -f[0])
+    grads = {}
+    for obj in gc.get_objects():
+        if torch.is_tensor(obj) and obj.grad is not None:
+            grads[obj.grad.untyped_storage().data_ptr()] = (
+                f"grad of a {tuple(obj.shape)} tensor now on {obj.device.type}")
+    return [f"{n / GIB:.2f} GiB {tuple(t.shape)} {t.dtype} "
+            f"{owners.get(ptr) or grads.get(ptr) or holders(t)}" for n, ptr, t in found[:top]]
+
+
+def holders(tensor: torch.Tensor) -> str:
+    """Who refers to `tensor`: `Class.attr`, `Class.attr[i]` or `Class.attr[key]`."""
+    names = []
+    for ref in gc.get_referrers(tensor):
+        if isinstance(ref, dict):
+            keys = [k for k, v in ref.items() if v is tensor]
+            for owner in gc.get_referrers(ref):
+                if getattr(owner, "__dict__", None) is ref:
+                    names.append(f"{type(owner).__name__}.{keys[0] if keys else '?'}")
+                elif isinstance(owner, dict):
+                    outer = [k for k, v in owner.items() if v is ref]
+                    first = outer[0] if outer else "?"
+                    key = (f"a {tuple(first.shape)} tensor" if torch.is_tensor(first)
+                           else str(first)[:40])
+                    names.append(f"{type(owner).__name__}[{key}][{str(keys[:1])[:40]}]")
+            if not names:
+                names.append(f"a dict, key {str(keys[:1])[:60]}")
+        elif isinstance(ref, list):
+            index = next((i for i, v in enumerate(ref) if v is tensor), "?")
+            for owner in gc.get_referrers(ref):
+                attrs = [k for k, v in getattr(owner, "__dict__", {}).items() if v is ref]
+                if attrs:
+                    names.append(f"{type(owner).__name__}.{attrs[0]}[{index}]")
+            if not names:
+                names.append(f"a list [{index}]")
+    return "; ".join(names[:3]) or "no Python referrer"
+
+
 def rl_batch(vocab: int, rows: int = 16, prompt: int = 24, response: int = 40):
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, vocab, (prompt,), generator=gen).tolist() for _ in range(rows)]
@@ -122,7 +187,8 @@ def weights(trainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in trainer.state_dict_for_sync().items()}
 
 
-def check_trainer(strategy: str, strategy_config: dict, model: Path, batch) -> bool:
+def check_trainer(strategy: str, strategy_config: dict, model: Path, batch,
+                  diagnose: bool = False) -> bool:
     """Offload and onload between two train steps change nothing; memory per phase."""
     name = (f"{strategy} zero {strategy_config['zero_stage']}" if "zero_stage" in
             strategy_config else strategy)
@@ -140,6 +206,9 @@ def check_trainer(strategy: str, strategy_config: dict, model: Path, batch) -> b
             note = trainer.offload(MODEL)
             print(f"  {name:<19} offload model        {memory()}   ({note}; sync read "
                   f"{synced:.3e})")
+            if diagnose:
+                for line in still_on_device(trainer, trainer.device.type):
+                    print(f"  {name:<19}   left: {line}")
             note = trainer.onload()
             print(f"  {name:<19} onload               {memory()}   ({note})")
         metrics = trainer.train_step(batch, loss)
@@ -249,6 +318,8 @@ def main() -> int:
     parser.add_argument("--tokenizer-from", type=Path, required=True)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--diagnose", action="store_true",
+                        help="list the largest tensors an offload left on the device")
     parser.add_argument("--skip", default="", help="comma list: hf_train,zero1,zero2,"
                         "zero3,hf_infer,nccl")
     args = parser.parse_args()
@@ -270,7 +341,8 @@ def main() -> int:
     for key, strategy, config in cases:
         if key not in skip:
             started = time.perf_counter()
-            results[key] = check_trainer(strategy, config, model, dataclasses.replace(batch))
+            results[key] = check_trainer(strategy, config, model, dataclasses.replace(batch),
+                                         args.diagnose)
             print(f"  ({time.perf_counter() - started:.0f} s)")
     if "hf_infer" not in skip:
         results["hf_infer"] = check_infer(model)

@@ -22,9 +22,9 @@ starts.
 Whether it acts is decided once (platform/config/derived.py offloads_between_phases)
 and printed at start. Inactive, every method returns at once and nothing is called.
 On CPU every call still runs, in order, and each worker records it and says it freed
-nothing (workers/role_worker.py `phase_events`). Memory freed per phase on GPU is
-UNVERIFIED: the CUDA paths (workers/strategies/offload.py, the backends' sleep/wake) have
-not run on a GPU.
+nothing (workers/role_worker.py `phase_events`). On a GPU, bench/gpu_checks.py measures
+the training backends' offload/onload and hf_infer's sleep/wake (figures in bench/README.md);
+vllm's and sglang's sleep/wake have not run on a GPU.
 """
 
 from __future__ import annotations

@@ -25,8 +25,11 @@ and what they waited for: no hang without a message.
 Not here: CUDA IPC for colocated roles (NCCL refuses two ranks on one GPU, so roles.py
 chooses this path only when actor_train and actor_infer hold devices of their own), and a
 copy of the weights kept for a checkpoint (model_update_frequency > 1 keeps the other
-carriers). The NCCL path is written against torch's ProcessGroupNCCL but UNTESTED on a
-GPU: only the gloo path has run (tests/workers/test_weight_broadcast.py).
+carriers). The NCCL path is written against torch's ProcessGroupNCCL and has not moved
+bytes on a GPU yet: the only GPU machine it met had one GPU, and NCCL 2.28 refused two
+ranks on it ("invalid usage", bench/gpu_checks.py), as it should. The gloo path runs in
+tests/workers/test_weight_broadcast.py; the group's construction (store, backend) ran on
+the H100 up to that refusal.
 """
 
 from __future__ import annotations
@@ -176,8 +179,8 @@ class WeightGroup:
 def _backend(name: Backend, store: dist.Store, rank: int, size: int, timeout: timedelta):
     if name == "gloo":
         return dist.ProcessGroupGloo(store, rank, size, timeout)
-    # UNTESTED on a GPU (see the module docstring): torch's NCCL backend, built directly
-    # on the store like the gloo one, so the role's default group is left alone.
+    # Not yet run across two GPUs (module docstring): torch's NCCL backend, built
+    # directly on the store like the gloo one, so the role's default group is left alone.
     options = dist.ProcessGroupNCCL.Options()
     options._timeout = timeout
     return dist.ProcessGroupNCCL(store, rank, size, options)

@@ -168,7 +168,7 @@ class HFInferStrategy(InferStrategy):
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return batched_logprobs(self.model, batch, self.cfg.infer_batch_size)
 
-    # ---- phase switch (pipelines/phase_switch.py; unverified on GPU) ----------------------
+    # ---- phase switch (pipelines/phase_switch.py; bench/gpu_checks.py on a GPU) -----------
     def sleep(self) -> str:
         """The model to the CPU (transformers keeps no KV cache between calls)."""
         if self.device.type == "cpu":

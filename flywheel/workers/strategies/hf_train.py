@@ -69,7 +69,7 @@ class HFTrainStrategy(TrainStrategy):
         self.optimizer.step()
         return norm
 
-    # ---- phase switch (offload.py; unverified on GPU) -----------------------------------
+    # ---- phase switch (offload.py; measured on a GPU by bench/gpu_checks.py) ------------
     def offload(self, part: str) -> str:
         return offload_torch(self.model, self.optimizer, part, self.device)
 
