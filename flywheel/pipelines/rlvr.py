@@ -414,7 +414,8 @@ class RLVRPipeline:
         sampling = sampling_params(gen_args, 1, seed=cfg.seed)
         size = max(1, cfg.actor_infer.infer_batch_size)
         chunks = batch_chunks(0, records, self.encode(records), sampling, size, cfg.seed)
-        groups = generate_chunks(self.roles.actor_infer, chunks)
+        # paused (the caller): every update sent has loaded, so no version to wait for
+        groups = generate_chunks(self.roles.actor_infer, chunks, stream=streams(cfg))
         submit_scoring(groups, self.roles.rewards, cfg.rewards, self.tokenizer,
                        cfg.reward_aggregation).finish()
         scores = [s for g in groups for s in g.scores]

@@ -159,10 +159,20 @@ def groups_from_result(chunk: Chunk, generations: list[Generation],
             for i, (rec, ids) in enumerate(zip(chunk.records, chunk.prompt_ids))]
 
 
-def generate_chunks(actor_infer: InferRole, chunks: list[Chunk]) -> list[Group]:
-    """Run chunks round-robin over actor_infer workers and wait for all of them."""
-    refs = [(i % actor_infer.world_size,
-             actor_infer.generate(i % actor_infer.world_size, c.prompt_ids, c.sampling))
+def generate_chunks(actor_infer: InferRole, chunks: list[Chunk],
+                    stream: bool = False) -> list[Group]:
+    """Run chunks round-robin over actor_infer workers and wait for all of them.
+
+    `stream` (a backend that streams, with no weight update in flight: the caller holds
+    the generator paused): every chunk goes to its engine at once and they share its
+    batch. Otherwise a worker runs its chunks one after another."""
+    def submit(rank: int, chunk: Chunk) -> ray.ObjectRef:
+        if stream:
+            return actor_infer.generate_stream(rank, chunk.prompt_ids, chunk.sampling,
+                                               min_version=0)
+        return actor_infer.generate(rank, chunk.prompt_ids, chunk.sampling)
+
+    refs = [(i % actor_infer.world_size, submit(i % actor_infer.world_size, c))
             for i, c in enumerate(chunks)]
     groups: list[Group] = []
     for chunk, (rank, ref) in zip(chunks, refs):
