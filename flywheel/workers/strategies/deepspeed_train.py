@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -65,12 +66,14 @@ from flywheel.workers.strategies.train_loop import (
     build_schedule,
     summed_counts,
 )
+from flywheel.workers.weight_buckets import cut
 
 if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed picks its accelerator
 import deepspeed  # noqa: E402
 
 SHM_BUFFER = "/dev/shm/deepspeed_allreduce_buffer"
+GATHER_BYTES = 64 << 20  # ZeRO-3 weight sync: parameters gathered at once, at most
 
 
 def strategy_options(cfg: WorkerConfig) -> dict:
@@ -229,6 +232,29 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             return {k: v.detach().to("cpu", copy=True)
                     for k, v in self.engine.module.state_dict().items()}
 
+    def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The weights with no full copy of the model anywhere. ZeRO 0-2 hand out the live
+        tensors, as hf_train does. ZeRO-3 gathers runs of parameters of at most
+        GATHER_BYTES (a collective: every rank walks the same order) and hands out copies,
+        since the carrier keeps a bucket's tensors until the bucket is full while the run
+        is partitioned again before the next one. So at most one run gathered and a
+        bucket of copies exist at once, where the full state dict gathers the whole model
+        on every rank and copies all of it to the CPU (bench/bench_deepspeed_sync.py). A
+        tied parameter (lm_head = embed_tokens) goes once."""
+        named, seen = [], set()
+        for name, tensor in self.engine.module.state_dict(keep_vars=True).items():
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                named.append((name, tensor))
+        if self.zero_stage != 3:
+            yield from ((name, tensor.detach()) for name, tensor in named)
+            return
+        for run in cut(named, GATHER_BYTES, full_bytes):
+            params = [t for _, t in run if hasattr(t, "ds_id")]
+            with deepspeed.zero.GatheredParameters(params):
+                copies = [(name, t.detach().clone()) for name, t in run]
+            yield from copies
+
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
         self.engine.save_checkpoint(os.path.join(path, "deepspeed"), tag="state",
@@ -249,6 +275,12 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         torch.set_rng_state(state["rng"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+
+
+def full_bytes(named: tuple[str, torch.Tensor]) -> int:
+    """A tensor's size once gathered (a ZeRO-3 parameter's own shape is a placeholder)."""
+    tensor = named[1]
+    return getattr(tensor, "ds_numel", tensor.numel()) * tensor.element_size()
 
 
 def unlink_shm_buffer(rank: int) -> None:
