@@ -216,9 +216,10 @@ def check_trainer(strategy: str, strategy_config: dict, model: Path, batch,
         release(trainer)
         return result
 
-    try:
-        ref_loss, ref_norm, ref_weights = two_steps(False)
+    print(f"  {name:<19} before               {memory()}")
+    try:  # the measured run first: a ZeRO-3 engine outlives engine.destroy() in-process
         got_loss, got_norm, got_weights = two_steps(True)
+        ref_loss, ref_norm, ref_weights = two_steps(False)
     except Exception:
         print(f"  {name}: FAILED\n{traceback.format_exc()}")
         return False

@@ -181,10 +181,10 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         0, the forward-only reference): those get nothing, and a plain torch move.
 
         On an H100 (0.72B bf16 model, DeepSpeed 0.19.8, FusedAdam) ZeRO 1 and 2 went from
-        18.9 GiB to 0.06 and the next step was bit-identical. ZeRO-3 only went from 22.5 to
-        10.8: DeepSpeed's stage-3 `offload_states` left the Adam moments, one fp32 copy of
-        the master weights and its bf16 gradient buffer on the GPU (`--diagnose` lists
-        them); the step after was bit-identical there too."""
+        18.9 GiB to 0.06 and the next step was bit-identical (bench/gpu_checks.py). ZeRO-3's
+        next step was bit-identical too, but its memory figure is not yet known: that run
+        shared its process with an earlier ZeRO-3 engine, which outlives
+        `engine.destroy()`, and the 10.8 GiB left were, by `--diagnose`, that engine's."""
         check_part(part)
         if not on_accelerator(self.device):
             return CPU_NOTE
@@ -202,8 +202,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         include = ([States.optim_states, States.hp_params, States.lp_grads,
                     States.contiguous_grad_buffer] if part == OPTIMIZER else [States.lp_params])
         self.engine.offload_states(include=include)
-        partial = " (ZeRO-3: DeepSpeed keeps part on the GPU)" if self.zero_stage == 3 else ""
-        return f"deepspeed offload_states({[s.value for s in include]}){partial}"
+        return f"deepspeed offload_states({[s.value for s in include]})"
 
     def onload(self) -> str:
         if not on_accelerator(self.device):
