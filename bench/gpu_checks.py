@@ -80,41 +80,24 @@ def build_model(tokenizer_dir: Path, out: Path, hidden: int, layers: int) -> Pat
     return out
 
 
-def still_on_device(trainer, device_type: str, top: int = 6) -> list[str]:
-    """The largest tensors left on the device, each with the attribute of DeepSpeed's ZeRO
-    optimizer (or engine) that holds it where one does: what an offload missed."""
-    owners: dict[int, str] = {}
-    for holder_name, holder in (("engine", getattr(trainer, "engine", None)),
-                                ("zero", getattr(getattr(trainer, "engine", None),
-                                                 "optimizer", None))):
-        for attr, value in (vars(holder).items() if holder is not None else ()):
-            items = value if isinstance(value, (list, tuple)) else [value]
-            for i, item in enumerate(items):
-                if torch.is_tensor(item):
-                    owners[item.untyped_storage().data_ptr()] = f"{holder_name}.{attr}[{i}]"
-                    if item.grad is not None:
-                        owners[item.grad.untyped_storage().data_ptr()] = (
-                            f"{holder_name}.{attr}[{i}].grad")
-    optimizer = getattr(trainer, "optimizer", None)
-    for state in (optimizer.state.values() if optimizer is not None else ()):
-        for key, value in state.items():
-            if torch.is_tensor(value):
-                owners[value.untyped_storage().data_ptr()] = f"optimizer.state[{key}]"
-    seen, found = set(), []
+def still_on_device(device_type: str, top: int = 6) -> list[str]:
+    """The largest tensors left on the device, each with what holds it (an attribute, a
+    list or dict entry, or the gradient slot of a tensor): what an offload missed, or
+    what another engine in the process still holds."""
+    found, seen, grads = [], set(), {}
     for obj in gc.get_objects():
-        if torch.is_tensor(obj) and obj.device.type == device_type:
-            ptr = obj.untyped_storage().data_ptr()
-            if ptr not in seen:
-                seen.add(ptr)
-                found.append((obj.untyped_storage().nbytes(), ptr, obj))
-    found.sort(key=lambda f: -f[0])
-    grads = {}
-    for obj in gc.get_objects():
-        if torch.is_tensor(obj) and obj.grad is not None:
+        if not torch.is_tensor(obj):
+            continue
+        if obj.grad is not None:
             grads[obj.grad.untyped_storage().data_ptr()] = (
                 f"grad of a {tuple(obj.shape)} tensor now on {obj.device.type}")
-    return [f"{n / GIB:.2f} GiB {tuple(t.shape)} {t.dtype} "
-            f"{owners.get(ptr) or grads.get(ptr) or holders(t)}" for n, ptr, t in found[:top]]
+        ptr = obj.untyped_storage().data_ptr()
+        if obj.device.type == device_type and ptr not in seen:
+            seen.add(ptr)
+            found.append((obj.untyped_storage().nbytes(), ptr, obj))
+    found.sort(key=lambda f: -f[0])
+    return [f"{n / GIB:.2f} GiB {tuple(t.shape)} {t.dtype} {grads.get(ptr) or holders(t)}"
+            for n, ptr, t in found[:top]]
 
 
 def holders(tensor: torch.Tensor) -> str:
@@ -207,7 +190,7 @@ def check_trainer(strategy: str, strategy_config: dict, model: Path, batch,
             print(f"  {name:<19} offload model        {memory()}   ({note}; sync read "
                   f"{synced:.3e})")
             if diagnose:
-                for line in still_on_device(trainer, trainer.device.type):
+                for line in still_on_device(trainer.device.type):
                     print(f"  {name:<19}   left: {line}")
             note = trainer.onload()
             print(f"  {name:<19} onload               {memory()}   ({note})")

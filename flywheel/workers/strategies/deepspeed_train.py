@@ -48,7 +48,11 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
-from flywheel.workers.strategies.hf_model import batched_outputs, pick_device
+from flywheel.workers.strategies.hf_model import (
+    batched_outputs,
+    distinct_state_tensors,
+    pick_device,
+)
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import (
     CPU_NOTE,
@@ -240,11 +244,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         bucket of copies exist at once, where the full state dict gathers the whole model
         on every rank and copies all of it to the CPU (bench/bench_deepspeed_sync.py). A
         tied parameter (lm_head = embed_tokens) goes once."""
-        named, seen = [], set()
-        for name, tensor in self.engine.module.state_dict(keep_vars=True).items():
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                named.append((name, tensor))
+        named = distinct_state_tensors(self.engine.module)
         if self.zero_stage != 3:
             yield from ((name, tensor.detach()) for name, tensor in named)
             return

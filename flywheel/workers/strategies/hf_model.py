@@ -43,6 +43,18 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
     return model.to(device)
 
 
+def distinct_state_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The model's state dict as its live tensors (not detached copies), each once: a
+    tied parameter (lm_head = embed_tokens) keeps its first name. What a weight sync
+    sends; the receivers tie lm_head again."""
+    named, seen = [], set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            named.append((name, tensor))
+    return named
+
+
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(path)
 

@@ -16,7 +16,11 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
-from flywheel.workers.strategies.hf_model import batched_outputs, pick_device
+from flywheel.workers.strategies.hf_model import (
+    batched_outputs,
+    distinct_state_tensors,
+    pick_device,
+)
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.train_loop import (
@@ -83,11 +87,8 @@ class HFTrainStrategy(TrainStrategy):
     def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The live tensors, no copy (the sync copies each into the object store before
         the next train step); a tied parameter (lm_head = embed_tokens) once."""
-        seen: set[int] = set()
-        for name, tensor in self.model.state_dict(keep_vars=True).items():
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                yield name, tensor.detach()
+        for name, tensor in distinct_state_tensors(self.model):
+            yield name, tensor.detach()
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
