@@ -182,6 +182,20 @@ def prompt_encoder(tokenizer, args: DataArgs) -> PromptEncoder:
                          dict(args.chat_template_kwargs))
 
 
+def reward_prompt(tokenizer, prompt_ids: list[int]) -> str:
+    """The `prompt` every reward receives: the text the policy was conditioned on, i.e.
+    the prompt's token ids after the template (chat template, system prompt, template
+    kwargs) decoded the way the response is, special tokens skipped.
+
+    Why this text and not the record's prompt: a record's prompt is a string or a list of
+    chat messages, and a reward's request is three strings (scoring_process.py); one rule
+    for both shapes, every template and every data file. A judge then reads the system
+    prompt and earlier turns the policy saw, and skipping special tokens keeps the
+    policy's control tokens (<|im_start|>, ...) out of a judge's own chat template. The
+    messages themselves stay in the record."""
+    return tokenizer.decode(prompt_ids, skip_special_tokens=True)
+
+
 def encode_prompt(tokenizer, prompt: Prompt, template: str | None) -> list[int]:
     """One prompt by template name alone (no system prompt or template kwargs)."""
     return PromptEncoder(tokenizer, template or "native")(prompt)

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import ray
 
-from flywheel.pipelines.prompt_data import PromptRecord
+from flywheel.pipelines.prompt_data import PromptRecord, reward_prompt
 from flywheel.pipelines.reward_routing import merged_metadata, route_rewards
 from flywheel.pipelines.role_handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
@@ -291,10 +291,12 @@ class Completion:
 def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
                    reward_cfgs: dict[str, RewardConfig], tokenizer,
                    aggregation: str = "first_match") -> ScoringJob:
-    """Decode responses and send them to the reward workers without waiting."""
+    """Decode responses and send them to the reward workers without waiting; each reward
+    gets the prompt as `reward_prompt` decodes it (a string, whatever the record holds)."""
     for group in groups:
         group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                        for g in group.responses]
+    prompts = [reward_prompt(tokenizer, g.prompt_ids) for g in groups]
     parts, weights = [], []
     routes = route_rewards([g.record.tag for g in groups], reward_cfgs, aggregation)
     for name, indices in routes.items():
@@ -302,7 +304,7 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
         for rank in range(cluster.world_size):
             mine = indices[rank::cluster.world_size]
             if mine:
-                items = [(groups[gi].record.prompt, text, groups[gi].record.answer)
+                items = [(prompts[gi], text, groups[gi].record.answer)
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)

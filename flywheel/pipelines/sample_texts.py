@@ -3,8 +3,10 @@
 Numbers say how a run goes; reading what the policy writes says why (a format it found,
 answers cut short, a reward it games). Every `tracking.sample_text_steps` steps the first
 `sample_text_count` samples trained at that step go to `Tracker.log_texts`. RLVR groups
-carry their texts already; an agentic episode is decoded from its token ids (first
-prompt, then every later turn and reply as one response).
+carry their response texts already, and show their prompt as the rewards saw it
+(prompt_data.reward_prompt: a string, also for a chat-message record); an agentic episode
+is decoded from its token ids (first prompt, then every later turn and reply as one
+response).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flywheel.pipelines.agentic_rollout import EpisodeGroup
+from flywheel.pipelines.prompt_data import reward_prompt
 from flywheel.pipelines.rollout import Group
 from flywheel.platform.trackers import SampleText
 from flywheel.platform.tracking import Tracker
@@ -43,5 +46,6 @@ class SampleTextLog:
                     response=self.tokenizer.decode(ids[episode.prompt_length:]),
                     reward=float(score)))
             return out
-        return [SampleText(prompt=group.record.prompt, response=text, reward=float(score))
+        prompt = reward_prompt(self.tokenizer, group.prompt_ids)
+        return [SampleText(prompt=prompt, response=text, reward=float(score))
                 for text, score in zip(group.texts, group.scores)]

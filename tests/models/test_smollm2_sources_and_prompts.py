@@ -19,6 +19,7 @@ from flywheel.pipelines.prompt_data import (
     load_prompts,
     load_records,
     prompt_encoder,
+    reward_prompt,
 )
 from flywheel.platform.config import load_config_dict
 from flywheel.platform.config.errors import ConfigError
@@ -95,6 +96,17 @@ def test_system_prompt_and_messages_prompts(smollm2_tokenizer):
     assert native == tok.bos_token + "2+2="
     with pytest.raises(ValueError, match="messages prompt needs template: chat"):
         encode_prompt(tok, own_system, "native")
+
+
+def test_rewards_get_the_chat_text_without_special_tokens(smollm2_tokenizer):
+    # what every reward's `prompt` is (issue 24 item 0): the turns the policy saw, with no
+    # <|im_start|> a judge's own chat template would read as its control tokens
+    tok = smollm2_tokenizer
+    messages = [{"role": "user", "content": "What is 12+34?"}]
+    rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = reward_prompt(tok, encode_prompt(tok, messages, "chat"))
+    assert prompt == rendered.replace("<|im_start|>", "").replace("<|im_end|>", "")
+    assert prompt.endswith("\nuser\nWhat is 12+34?\nassistant\n")
 
 
 def test_template_names_agree_with_the_config_check():

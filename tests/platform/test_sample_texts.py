@@ -13,8 +13,10 @@ from flywheel.platform.tracking import Tracker
 
 
 class CharTokenizer:
-    def decode(self, ids: list[int]) -> str:
-        return "".join(chr(i) for i in ids)
+    """Id = code point; id 0 is the one special token (a bos)."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i) for i in ids if not (skip_special_tokens and i == 0))
 
 
 def tracker(tmp_path, every: int, count: int) -> Tracker:
@@ -29,9 +31,11 @@ def read(tmp_path) -> list[dict]:
 
 def test_rlvr_groups_every_n_steps_first_samples_only(tmp_path):
     log = SampleTextLog(tracker(tmp_path, every=2, count=3), CharTokenizer())
-    groups = [Group(seq=i, record=PromptRecord(id=str(i), prompt=f"{i}+1=", answer="",
-                                               tag="math"),
-                    prompt_ids=[], responses=[], version=0, scores=[1.0, 0.0],
+    # the prompt shown is decoded from the ids (bos skipped), whatever the record holds
+    groups = [Group(seq=i, record=PromptRecord(id=str(i), prompt=[
+                        {"role": "user", "content": f"{i}+1="}], answer="", tag="math"),
+                    prompt_ids=[0, *map(ord, f"{i}+1=")], responses=[], version=0,
+                    scores=[1.0, 0.0],
                     texts=[f"{i + 1}", "9"]) for i in range(3)]
     log.trained(groups, step=1)  # not a logging step
     assert read(tmp_path) == []
