@@ -1,7 +1,7 @@
-"""Agentic: multi-turn episodes in text environments, trained with a policy-gradient loss.
+"""The agentic rollout: multi-turn episodes in text environments.
 
-The same step as RLVR (rlvr.py), on the same roles, prefetch generator, replay buffer,
-ledger, staleness bound, checkpoints and metrics; only what a step is made of differs:
+The step loop (loop/step_loop.py) is RLVR's, on the same roles, prefetch generator, replay
+buffer, ledger, staleness bound, checkpoints and metrics; what a step is made of differs:
   1. batch        take rollout_batch_size / group_size episode groups from the prefetch
                   generator (env workers played them, asking actor_infer for every turn,
                   ahead by async_generation_ratio)
@@ -11,10 +11,9 @@ ledger, staleness bound, checkpoints and metrics; only what a step is made of di
   5. sync         publish the new weights to actor_infer
   6. log / validate on fixed held-out env seeds (generation paused) / checkpoint
 
-So this class is RLVRPipeline with its rollout-specific parts replaced: the generator's
-source (env jobs instead of prompt chunks), packing (trajectories instead of prompt +
-response), advantages, validation and the buffer's checkpoint format. Episodes in flight
-when weights change are continued; see agentic_rollout.py for why and how it is recorded.
+The generator's source runs env jobs instead of prompt chunks; packing makes trajectories
+(or per-turn samples) instead of prompt + response rows. Episodes in flight when weights
+change are continued; see agentic_rollout.py for why and how it is recorded.
 
 Metrics beyond RLVR's (`reward/*` is the episode return, `response/length_*` the model
 tokens of a whole episode):
@@ -30,8 +29,7 @@ tokens of a whole episode):
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.pipelines.agentic_batch import (
@@ -47,66 +45,48 @@ from flywheel.pipelines.agentic_rollout import (
     episode_group_to_dict,
     episode_groups,
     run_jobs,
+    start_env_workers,
     val_jobs,
 )
-from flywheel.pipelines.prefetch import PrefetchGenerator
 from flywheel.pipelines.replay_buffer import Taken
-from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.role_handles import EnvRole
 from flywheel.pipelines.roles import Roles
-from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
-from flywheel.platform.timing import StepTimer
-from flywheel.platform.tracking import Tracker
 from flywheel.workers.batch import TokenBatch
 
 
-@dataclass
-class AgenticPipeline(RLVRPipeline):
-    env_workers: Cluster | None = None  # started by launch (agentic_rollout.start_env_workers)
-    _dropped: dict[str, int] = field(default_factory=dict)  # reason -> episodes, this step
-    _dropped_lock: threading.Lock = field(default_factory=threading.Lock)
+def no_data(cfg: PipelineConfig, tokenizer) -> None:
+    """Envs make their own observations: nothing to load before Ray starts."""
+    return None
 
-    @classmethod
-    def create(cls, cfg: PipelineConfig, roles: Roles, tokenizer: object, tracker: Tracker,
-               output_dir: Path, env_workers: Cluster) -> AgenticPipeline:
-        return cls(cfg, roles, tokenizer, train_records=[], val_records=[], tracker=tracker,
-                   output_dir=output_dir, env_workers=env_workers)
+
+def start_agentic(cfg: PipelineConfig, roles: Roles, tokenizer, data: None, model_path: str,
+                  log_dir: Path | None) -> AgenticRollout:
+    """Starts the env workers, which are shut down with the roles."""
+    env_workers = start_env_workers(cfg, model_path, roles.actor_infer, log_dir)
+    roles.all.append(env_workers)
+    return AgenticRollout(cfg, roles, tokenizer, env_workers)
+
+
+@dataclass
+class AgenticRollout:
+    cfg: PipelineConfig
+    roles: Roles
+    tokenizer: object
+    env_workers: EnvRole  # started by launch (agentic_rollout.start_env_workers)
+    drop_reasons: tuple[str, ...] = ("env_error",)  # an env raised or hung: whole groups
 
     @property
     def group_size(self) -> int:
         return self.cfg.train_env_manager.group_size
 
-    def make_generator(self) -> PrefetchGenerator:
-        cfg = self.cfg
-        source = EnvSource(self.env_workers, cfg, self.roles.actor_infer.world_size)
-        return PrefetchGenerator(
-            actor_infer=self.roles.actor_infer, source=source, buffer=self.buffer,
-            batch_size=cfg.rollout_batch_size // self.group_size,
-            ratio=cfg.async_generation_ratio, on_generated=self.generated,
-            on_dropped=self.on_dropped, first_batch=self.first_batch, first_seq=self.next_seq,
-            started_groups=len(self.buffer), cpu_affinity=cfg.prefetch_cpu_affinity,
-            stall_timeout_s=cfg.timeouts.generate_s,
-        )
+    @property
+    def batch_groups(self) -> int:
+        return self.cfg.rollout_batch_size // self.group_size
 
-    def on_dropped(self, groups: list[EpisodeGroup], reason: str) -> None:
-        """Groups the generator thread dropped as they arrived (failed envs)."""
-        self.ledger.dropped(groups, reason, self.step + 1)
-        with self._dropped_lock:
-            self._dropped[reason] = self._dropped.get(reason, 0) + sum(
-                g.num_samples for g in groups)
+    def source(self) -> EnvSource:
+        return EnvSource(self.env_workers, self.cfg, self.roles.actor_infer.world_size)
 
-    def train_step(self, generator: PrefetchGenerator) -> dict[str, float]:
-        metrics = super().train_step(generator)
-        with self._dropped_lock:
-            metrics["rollout/dropped_env_error"] = float(self._dropped.pop("env_error", 0))
-        return metrics
-
-    def train_on(self, groups: list[EpisodeGroup], timer: StepTimer) -> dict[str, float]:
-        metrics = super().train_on(groups, timer)
-        metrics.update(env_metrics(groups, "env/"))
-        return metrics
-
-    # ---- RLVRPipeline's rollout-specific parts --------------------------------------
     def pack(self, groups: list[EpisodeGroup]) -> TokenBatch:
         cfg = self.cfg
         if cfg.step_level_samples:
@@ -114,11 +94,11 @@ class AgenticPipeline(RLVRPipeline):
                               cfg.turn_level_returns, self._data_parallel_rows())
         return pack_trajectories(groups, self.tokenizer.pad_token_id, cfg.gamma)
 
-    def reward_metrics(self, taken: Taken) -> dict[str, float]:
-        return {}  # envs score episodes; their metrics are env/*
+    def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
+        return agentic_advantages(batch, self.cfg, self.group_size, kl_coef)
 
-    def add_advantages(self, batch: TokenBatch) -> dict[str, float]:
-        return agentic_advantages(batch, self.cfg, self.group_size, self.kl_ctl.value)
+    def step_metrics(self, taken: Taken[EpisodeGroup]) -> dict[str, float]:
+        return env_metrics(taken.groups, "env/")  # envs score episodes: no reward/*
 
     def validate(self) -> dict[str, float]:
         """Greedy (unless validation.generating_args says otherwise) on fixed seeds."""

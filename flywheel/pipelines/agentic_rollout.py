@@ -34,9 +34,10 @@ import numpy as np
 import ray
 
 from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
+from flywheel.pipelines.loop.seams import Completion, Scored
 from flywheel.pipelines.role_handles import EnvRole
 from flywheel.pipelines.roles import streams
-from flywheel.pipelines.rollout import Completion, ScoringJob, sampling_params
+from flywheel.pipelines.rollout import sampling_params
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import (
     CustomEnvConfig,
@@ -188,7 +189,7 @@ def episode_groups(job: EnvJob, result: EnvJobResult) -> tuple[list[EpisodeGroup
 
 @dataclass
 class EnvSource:
-    """Agentic RolloutSource (prefetch.py): env jobs run by env workers."""
+    """Agentic RolloutSource (loop/seams.py): env jobs run by env workers."""
 
     pool: EnvRole  # env workers
     cfg: PipelineConfig
@@ -202,9 +203,10 @@ class EnvSource:
     def submit(self, item: EnvJob, rank: int, version: int) -> ray.ObjectRef:
         return self.pool.play(rank, item)
 
-    def complete(self, item: EnvJob, rank: int, result: EnvJobResult) -> Completion:
+    def complete(self, item: EnvJob, rank: int,
+                 result: EnvJobResult) -> Completion[EnvJob, EpisodeGroup]:
         kept, failed = episode_groups(item, result)
-        return Completion(ScoringJob(kept, []), result.busy,
+        return Completion(Scored(kept), result.busy,
                           {"env_error": failed} if failed else {})
 
 

@@ -10,20 +10,19 @@ plots (`plots.png`, also redrawn at every checkpoint) for `platform runs` and a 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from flywheel.pipelines.agentic import AgenticPipeline
-from flywheel.pipelines.agentic_rollout import start_env_workers
-from flywheel.pipelines.domain_mix import check_routing
+from flywheel.pipelines import agentic, rlvr
 from flywheel.pipelines.env_catalog import ENV_CATALOG
-from flywheel.pipelines.prompt_data import load_prompts
-from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.loop.seams import Rollout
+from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.roles import Roles, actor_train_model, num_slots, start_roles
 from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.sample_texts import SampleTextLog
@@ -45,6 +44,25 @@ from flywheel.platform.tracking import Tracker, default_mlflow_uri
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutKind:
+    """How `platform run` builds one kind of rollout for the step loop."""
+
+    # before Ray starts: what the rollout reads (prompts), loaded and checked
+    prepare: Callable[[PipelineConfig, object], object]
+    # once the roles run: the rollout, with any workers of its own started
+    start: Callable[..., Rollout]
+
+
+# pipeline_type -> its rollout; a new kind of RL pipeline is one module and one line here.
+ROLLOUTS: dict[str, RolloutKind] = {
+    "rlvr": RolloutKind(rlvr.load_prompt_sets, rlvr.start_rlvr),
+    "agentic": RolloutKind(agentic.no_data, agentic.start_agentic),
+}
+# pipeline_type -> a loop of its own (no rollout: SFT trains on fixed data)
+OWN_LOOPS = {"sft": run_sft}
 
 
 def output_dir_for(cfg: PipelineConfig, checkpoint: Path | None = None) -> tuple[Path, bool]:
@@ -90,21 +108,11 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
 
     model_path = resolve_pretrain(cfg.pretrain)
     tokenizer = load_tokenizer(model_path)
-    if cfg.pipeline_type == "sft":  # actor_train's hf_train in this process: no Ray, roles
-        return run_sft(cfg, output_dir, is_default, model_path, tokenizer, config_path)
-    rlvr = cfg.pipeline_type == "rlvr"  # agentic runs play envs instead of reading prompts
-    train_args = cfg.actor_train.data_args
-    train_records = (load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length).records
-                     if rlvr else [])
-    val_records = []
-    if rlvr and cfg.validation and cfg.eval_steps:  # encoded as actor_train's prompts are
-        val_args = dataclasses.replace(
-            cfg.validation.data_args, template=train_args.template,
-            system_prompt=train_args.system_prompt,
-            chat_template_kwargs=train_args.chat_template_kwargs)
-        val_records = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
-    if rlvr:  # a record no reward takes, or in no domain: refused before Ray starts
-        check_routing(cfg, train_records, val_records)
+    if cfg.pipeline_type in OWN_LOOPS:  # SFT: actor_train's hf_train here, no Ray, no roles
+        return OWN_LOOPS[cfg.pipeline_type](cfg, output_dir, is_default, model_path, tokenizer,
+                                            config_path)
+    kind = ROLLOUTS[cfg.pipeline_type]
+    data = kind.prepare(cfg, tokenizer)
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     owns_ray, roles, tracker, log_dir = False, None, None, None
@@ -129,14 +137,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default),
                                resumed_at=checkpoint_step(checkpoint) if checkpoint else None)
-        if rlvr:
-            pipeline = RLVRPipeline(cfg, roles, tokenizer, train_records, val_records, tracker,
-                                    output_dir)
-        else:
-            env_workers = start_env_workers(cfg, model_path, roles.actor_infer, log_dir)
-            roles.all.append(env_workers)  # shut down with the roles
-            pipeline = AgenticPipeline.create(cfg, roles, tokenizer, tracker, output_dir,
-                                              env_workers)
+        rollout = kind.start(cfg, roles, tokenizer, data, model_path, log_dir)
+        pipeline = StepLoop(cfg, roles, rollout, tracker, output_dir)
         pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
         if checkpoint is not None:
             pipeline.load_checkpoint(checkpoint)

@@ -5,21 +5,21 @@ from a `RolloutSource`, sends each work item to a worker of the source's pool, t
 finished item into groups (with their scoring in flight, so scoring overlaps generation)
 and puts scored groups into the replay buffer. The trainer takes batches from the buffer.
 
-Sources: RLVR (`rollout.ChunkSource`) cuts a batch's prompts into chunks run by actor_infer
-itself and scored by the reward workers; agentic (`agentic_rollout.EnvSource`) cuts a
-batch's env groups into jobs run by env workers, which call actor_infer once per turn and
-come back already scored by their envs. A source may also drop groups as they arrive (a
-failed env): they are released at once and reported through `on_dropped`.
+Sources (`loop/seams.RolloutSource`): RLVR (`rollout.ChunkSource`) cuts a batch's prompts
+into chunks run by actor_infer itself and scored by the reward workers; agentic
+(`agentic_rollout.EnvSource`) cuts a batch's env groups into jobs run by env workers,
+which call actor_infer once per turn and come back already scored by their envs. A source
+may also drop groups as they arrive (a failed env): they are released at once and reported
+through `on_dropped`.
 
-How far ahead (`async_generation_ratio` = r): at most floor((1 + r) · B) groups may be
-outstanding — started but not yet released by a finished training step (or dropped).
-r = 0 is the synchronous pipeline: the next batch starts only after the step that
-consumed the previous one has published its weights. r = 1 is one-step-off. Fractional r
-lets part of the next batch run ahead. Dropped groups leave the window at once (filtered
-ones when scored, stale ones at the trainer's first take attempt that finds them too old),
-and when fewer than a batch remain outstanding the next item goes out even if it overshoots
-the window: that is dynamic sampling's over-sampling, and it never waits for room that no
-take would ever free.
+How far ahead: the window of `loop/async_window.py` (`async_generation_ratio` = r): at
+most floor((1 + r) · B) groups may be outstanding — started but not yet released by a
+finished training step (or dropped). At r = 0 the next batch starts only after the step
+that consumed the previous one has published its weights. Dropped groups leave the window
+at once (filtered ones when scored, stale ones at the trainer's first take attempt that
+finds them too old), and when fewer than a batch remain outstanding the next item goes out
+even if it overshoots the window: that is dynamic sampling's over-sampling, and it never
+waits for room that no take would ever free.
 
 Ordering, so no weight update is ever missed or reordered: for RLVR every call to
 actor_infer goes out from this one thread, and Ray runs the calls of one caller to one
@@ -64,17 +64,17 @@ item has been quiet for a fifth of the limit.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Generic
 
 import ray
 
+from flywheel.pipelines.loop.async_window import AsyncWindow
+from flywheel.pipelines.loop.seams import G, RolloutSource, Scoring, W
 from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
-from flywheel.pipelines.rollout import Completion, ScoringJob
 from flywheel.platform.cluster import Cluster, WorkerError
 from flywheel.platform.liveness import ProgressClock
 from flywheel.workers.role_worker import pin_thread
@@ -83,96 +83,80 @@ from flywheel.workers.weight_transfer import SyncedWeights
 POLL_S = 0.02
 
 
-class WorkItem(Protocol):
-    """One unit of generation work sent to one pool worker."""
-
-    batch_index: int  # the (0-based) training step it was drawn for
-    first_seq: int  # seq of its first group (a batch's items cover its seqs in order)
-
-    @property
-    def num_groups(self) -> int: ...
-
-    def describe(self) -> str: ...  # for error messages: which prompts / envs
-
-
-class RolloutSource(Protocol):
-    """Where the generator's work comes from, who runs it, and what its results become."""
-
-    pool: Cluster  # the workers that run items
-    waits_for_weights: bool  # see "Ordering" above
-    per_worker: int  # items in flight on one worker at once (see "Streaming" above)
-
-    def items(self, batch_index: int) -> list[Any]: ...  # WorkItems, in order
-
-    # `version`: the newest weights update sent to actor_infer before this item
-    def submit(self, item: Any, rank: int, version: int) -> ray.ObjectRef: ...
-
-    def complete(self, item: Any, rank: int, result: Any) -> Completion: ...
-
-
 @dataclass
-class _InFlight:
-    item: Any  # a WorkItem
+class _InFlight(Generic[W]):
+    item: W
     rank: int
     clock: ProgressClock  # the worker's progress since the item went out
 
 
-@dataclass
-class PrefetchGenerator:
-    actor_infer: Cluster
-    source: RolloutSource
-    buffer: ReplayBuffer
-    batch_size: int  # groups per training batch (B)
-    ratio: float  # async_generation_ratio
+@dataclass(frozen=True)
+class PrefetchSettings:
+    """The generator's inputs, fixed for its life."""
+
+    window: AsyncWindow  # how many groups may be outstanding (async_generation_ratio)
     stall_timeout_s: float = 600.0  # timeouts.generate_s
     score_timeout_s: float = 600.0  # timeouts.score_s
-    on_generated: Callable[[list], None] = lambda groups: None
-    on_dropped: Callable[[list, str], None] = lambda groups, reason: None
+    cpu_affinity: list[int] | None = None  # pin the generator thread (prefetch_cpu_affinity)
     first_batch: int = 0  # batch index to draw first (a resumed run continues from it)
     # Groups below this seq are done (a resumed run's checkpoint holds them): items of the
     # first batch that start below it are not sent again.
     first_seq: int = 0
-    cpu_affinity: list[int] | None = None  # pin the generator thread (prefetch_cpu_affinity)
-    # -- state, guarded by _cond ------------------------------------------------------
     started_groups: int = 0  # outstanding at start: groups restored into the buffer
+
+
+@dataclass
+class _State(Generic[W, G]):
+    """What the generator changes as it runs; guarded by its condition."""
+
+    next_batch: int  # the next batch index to draw items from
+    started_groups: int  # outstanding at start, plus every group sent since
     released_groups: int = 0  # consumed by finished steps, or dropped
     busy: list[tuple[int, float, float]] = field(default_factory=list)  # rank, t0, t1
     loads: list[tuple[int, float, float]] = field(default_factory=list)  # weight loads, too
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-    _pending_chunks: list[Any] = field(default_factory=list)  # WorkItems not yet sent
-    _continuations: list[Any] = field(default_factory=list)  # started items' next requests
-    _next_batch: int = -1
-    _weights: tuple[list, int] | None = None  # (weights ref, version) to publish
-    _sent_version: int = 0  # of the newest update sent to actor_infer
-    _updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
-    _inflight: dict[ray.ObjectRef, _InFlight] = field(default_factory=dict)
-    _scoring: dict[ray.ObjectRef, ScoringJob] = field(default_factory=dict)
-    _scoring_clocks: dict[ray.ObjectRef, tuple[Cluster, int, ProgressClock]] = field(
+    pending: list[W] = field(default_factory=list)  # items of the drawn batch not yet sent
+    continuations: list[W] = field(default_factory=list)  # started items' next requests
+    weights: tuple[SyncedWeights, int] | None = None  # (weights, version) to publish
+    sent_version: int = 0  # of the newest update sent to actor_infer
+    updates: dict[ray.ObjectRef, int] = field(default_factory=dict)  # ref -> rank
+    inflight: dict[ray.ObjectRef, _InFlight[W]] = field(default_factory=dict)
+    scoring: dict[ray.ObjectRef, Scoring[G]] = field(default_factory=dict)
+    scoring_clocks: dict[ray.ObjectRef, tuple[Cluster, int, ProgressClock]] = field(
         default_factory=dict)
-    _paused: bool = False
-    _no_new_batches: bool = False  # the trainer took its last batch (no_more_batches)
-    _stop: bool = False
-    _error: BaseException | None = None
-    _thread: threading.Thread | None = None
+    paused: bool = False
+    no_new_batches: bool = False  # the trainer took its last batch (no_more_batches)
+    stop: bool = False
+    error: BaseException | None = None
 
-    @property
-    def capacity(self) -> int:
-        return math.floor((1 + self.ratio) * self.batch_size)
+
+class PrefetchGenerator(Generic[W, G]):
+    def __init__(self, actor_infer: Cluster, source: RolloutSource[W, G],
+                 buffer: ReplayBuffer[G], settings: PrefetchSettings,
+                 on_generated: Callable[[list[G]], None] = lambda groups: None,
+                 on_dropped: Callable[[list[G], str], None] = lambda groups, reason: None):
+        self.actor_infer = actor_infer
+        self.source = source
+        self.buffer = buffer
+        self.settings = settings
+        self.on_generated = on_generated  # every group as its item finishes (kept or not)
+        self.on_dropped = on_dropped  # groups the source dropped as they arrived, and why
+        self._cond = threading.Condition()
+        self._s: _State[W, G] = _State(settings.first_batch, settings.started_groups)
+        self._thread: threading.Thread | None = None
 
     # ---- trainer side ---------------------------------------------------------------
     @property
     def next_batch(self) -> int:
         """The first batch index with no chunk started yet (chunks are drawn batch-wise)."""
         with self._cond:
-            return self._next_batch if not self._pending_chunks else (
-                self._pending_chunks[0].batch_index)
+            return self._s.next_batch if not self._s.pending else (
+                self._s.pending[0].batch_index)
 
     def start(self) -> None:
-        self._next_batch = self.first_batch
         self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
         self._thread.start()
 
-    def take(self, step: int) -> Taken:
+    def take(self, step: int) -> Taken[G]:
         """Block until a batch for 0-based `step` is ready; re-raise generator errors."""
         with self._cond:
             while True:
@@ -180,8 +164,8 @@ class PrefetchGenerator:
                 # Dropped groups free their place at once (filtered ones as they were put):
                 # a window full of groups that can no longer be trained would stall.
                 stale = self.buffer.drop_stale(step)
-                self.released_groups += len(stale)
-                taken = self.buffer.take(self.batch_size, step)
+                self._s.released_groups += len(stale)
+                taken = self.buffer.take(self.settings.window.batch_groups, step)
                 if taken is not None or stale:
                     self._cond.notify_all()
                 if taken is not None:
@@ -194,28 +178,28 @@ class PrefetchGenerator:
         batch no step will train is not generated and scored: with a real model and a
         judge reward that cost minutes at the end of every run."""
         with self._cond:
-            self._no_new_batches = True
+            self._s.no_new_batches = True
             self._cond.notify_all()
 
     def release(self, groups: int) -> None:
         """A training step is done with `groups` groups (after publishing its weights)."""
         with self._cond:
-            self.released_groups += groups
+            self._s.released_groups += groups
             self._cond.notify_all()
 
     def publish_weights(self, weights: SyncedWeights, version: int) -> None:
         with self._cond:
-            self._weights = (weights, version)
+            self._s.weights = (weights, version)
             self._cond.notify_all()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """actor_infer exclusively for the caller; in-flight work finishes first."""
         with self._cond:
-            self._paused = True
+            self._s.paused = True
             self._cond.notify_all()
-            while (self._inflight or self._continuations or self._scoring or self._updates
-                   or self._weights):
+            while (self._s.inflight or self._s.continuations or self._s.scoring or self._s.updates
+                   or self._s.weights):
                 self._raise_if_failed()
                 self._cond.wait(timeout=0.1)
             self._raise_if_failed()
@@ -223,53 +207,59 @@ class PrefetchGenerator:
             yield
         finally:
             with self._cond:
-                self._paused = False
+                self._s.paused = False
                 self._cond.notify_all()
+
+    @property
+    def busy(self) -> list[tuple[int, float, float]]:
+        """actor_infer's (rank, start, end) generation intervals not yet forgotten."""
+        with self._cond:
+            return list(self._s.busy)
 
     def busy_seconds(self, since: float, until: float) -> float:
         """Worker-seconds actor_infer spent generating inside [since, until] (wall clock);
         intervals that ended before `since` are forgotten."""
         with self._cond:
-            self.busy = [b for b in self.busy if b[2] > since]
-            return _overlap(self.busy, since, until)
+            self._s.busy = [b for b in self._s.busy if b[2] > since]
+            return _overlap(self._s.busy, since, until)
 
     def load_seconds(self, since: float, until: float) -> float:
         """Worker-seconds actor_infer spent loading new weights inside [since, until]."""
         with self._cond:
-            self.loads = [b for b in self.loads if b[2] > since]
-            return _overlap(self.loads, since, until)
+            self._s.loads = [b for b in self._s.loads if b[2] > since]
+            return _overlap(self._s.loads, since, until)
 
     def queue_depth(self) -> int:
         with self._cond:
             return len(self.buffer)
 
-    def stop(self) -> list[Any]:
+    def stop(self) -> list[W]:
         """Stop the thread; returns items still in flight (their groups are abandoned)."""
         with self._cond:
-            self._stop = True
+            self._s.stop = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for ref in list(self._inflight) + list(self._scoring):
+        for ref in list(self._s.inflight) + list(self._s.scoring):
             ray.cancel(ref)
-        return [f.item for f in self._inflight.values()] + self._continuations
+        return [f.item for f in self._s.inflight.values()] + self._s.continuations
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise self._error
+        if self._s.error is not None:
+            raise self._s.error
 
     # ---- generator thread -----------------------------------------------------------
     def _run(self) -> None:
         try:
-            if self.cpu_affinity:
-                pin_thread(self.cpu_affinity, key="prefetch_cpu_affinity")
+            if self.settings.cpu_affinity:
+                pin_thread(self.settings.cpu_affinity, key="prefetch_cpu_affinity")
             while True:
                 with self._cond:
-                    if self._stop:
+                    if self._s.stop:
                         return
                     self._publish_pending_weights()
                     self._submit_allowed_chunks()
-                    waiting = [*self._inflight, *self._scoring, *self._updates]
+                    waiting = [*self._s.inflight, *self._s.scoring, *self._s.updates]
                     if not waiting:
                         self._cond.wait(timeout=POLL_S)
                         continue
@@ -281,101 +271,103 @@ class PrefetchGenerator:
                     self._cond.notify_all()
         except BaseException as e:  # handed to the trainer thread, which raises it
             with self._cond:
-                self._error = e
+                self._s.error = e
                 self._cond.notify_all()
 
     def _publish_pending_weights(self) -> None:
-        if self._weights is None:
+        if self._s.weights is None:
             return
-        weights, version = self._weights
-        self._weights = None
+        weights, version = self._s.weights
+        self._s.weights = None
         refs = self.actor_infer.update_weights(weights, version)
-        self._sent_version = version
-        self._updates.update({ref: rank for rank, ref in enumerate(refs)})
+        self._s.sent_version = version
+        self._s.updates.update({ref: rank for rank, ref in enumerate(refs)})
 
     def _submit_allowed_chunks(self) -> None:
-        if self.source.waits_for_weights and (self._updates or self._weights):
+        if self.source.waits_for_weights and (self._s.updates or self._s.weights):
             return
         per_worker = {rank: 0 for rank in range(self.source.pool.world_size)}
-        for f in self._inflight.values():
+        for f in self._s.inflight.values():
             per_worker[f.rank] += 1
         most = self.source.per_worker
-        while self._continuations:  # already started (and counted): first, even when paused
+        while self._s.continuations:  # already started (and counted): first, even when paused
             rank = min(per_worker, key=per_worker.get)
             if per_worker[rank] >= most:
                 return
-            self._send(self._continuations.pop(0), rank)
+            self._send(self._s.continuations.pop(0), rank)
             per_worker[rank] += 1
-        while not (self._paused or self._no_new_batches):
-            while not self._pending_chunks:
-                self._pending_chunks = [i for i in self.source.items(self._next_batch)
-                                        if i.first_seq >= self.first_seq]
-                self._next_batch += 1
-            item = self._pending_chunks[0]
-            outstanding = self.started_groups - self.released_groups
+        while not (self._s.paused or self._s.no_new_batches):
+            while not self._s.pending:
+                self._s.pending = [i for i in self.source.items(self._s.next_batch)
+                                        if i.first_seq >= self.settings.first_seq]
+                self._s.next_batch += 1
+            item = self._s.pending[0]
+            outstanding = self._s.started_groups - self._s.released_groups
             rank = min(per_worker, key=per_worker.get)
             # Past capacity only to refill: when filtered groups left fewer outstanding than
             # a batch, the next item goes out even if it does not fit whole (at ratio 0 its
             # extra groups go stale and are dropped; waiting would wait forever).
-            full = outstanding + item.num_groups > self.capacity
-            if (full and outstanding >= self.batch_size) or per_worker[rank] >= most:
+            window = self.settings.window
+            full = outstanding + item.num_groups > window.capacity
+            if (full and outstanding >= window.batch_groups) or per_worker[rank] >= most:
                 return
-            self._send(self._pending_chunks.pop(0), rank)
+            self._send(self._s.pending.pop(0), rank)
             per_worker[rank] += 1
-            self.started_groups += item.num_groups
+            self._s.started_groups += item.num_groups
 
-    def _send(self, item: Any, rank: int) -> None:
-        ref = self.source.submit(item, rank, self._sent_version)
-        self._inflight[ref] = _InFlight(item, rank, ProgressClock(self.stall_timeout_s))
+    def _send(self, item: W, rank: int) -> None:
+        ref = self.source.submit(item, rank, self._s.sent_version)
+        self._s.inflight[ref] = _InFlight(item, rank, ProgressClock(self.settings.stall_timeout_s))
 
     def _complete(self, ref: ray.ObjectRef) -> None:
-        if ref in self._inflight:
-            job = self._inflight.pop(ref)
+        if ref in self._s.inflight:
+            job = self._s.inflight.pop(ref)
             try:
                 result = self.source.pool.get(ref, job.rank)
             except WorkerError as e:  # name the work that was lost with the worker
                 raise WorkerError(e.role, e.rank, f"{str(e).partition(': ')[2]} (while "
                                                   f"running {job.item.describe()})") from None
             done = self.source.complete(job.item, job.rank, result)
-            self.busy.extend(done.busy)
+            self._s.busy.extend(done.busy)
             if done.continuation is not None:
-                self._continuations.append(done.continuation)
+                self._s.continuations.append(done.continuation)
                 return
             self.on_generated(done.scoring.groups + [g for gs in done.dropped.values()
                                                      for g in gs])
             for reason, groups in done.dropped.items():
-                self.released_groups += len(groups)
+                self._s.released_groups += len(groups)
                 self.on_dropped(groups, reason)
             if not done.scoring.refs:
                 self._put(done.scoring.finish())
             for cluster, rank, part_ref, _ in done.scoring.parts:
-                self._scoring[part_ref] = done.scoring
-                self._scoring_clocks[part_ref] = (cluster, rank,
-                                                  ProgressClock(self.score_timeout_s))
-        elif ref in self._scoring:
-            scoring = self._scoring.pop(ref)
-            self._scoring_clocks.pop(ref, None)
-            if not any(r in self._scoring for r in scoring.refs):
+                self._s.scoring[part_ref] = done.scoring
+                self._s.scoring_clocks[part_ref] = (cluster, rank,
+                                                  ProgressClock(self.settings.score_timeout_s))
+        elif ref in self._s.scoring:
+            scoring = self._s.scoring.pop(ref)
+            self._s.scoring_clocks.pop(ref, None)
+            if not any(r in self._s.scoring for r in scoring.refs):
                 self._put(scoring.finish())
         else:
-            rank = self._updates.pop(ref)
+            rank = self._s.updates.pop(ref)
             started, finished = self.actor_infer.get(ref, rank)  # raises if it failed
-            self.loads.append((rank, started, finished))
+            self._s.loads.append((rank, started, finished))
 
-    def _put(self, groups: list) -> None:
+    def _put(self, groups: list[G]) -> None:
         """Scored groups into the buffer; those its filter drops free their place now."""
-        self.released_groups += len(self.buffer.put(groups))
+        self._s.released_groups += len(self.buffer.put(groups))
 
     def _check_stalls(self) -> None:
-        for job in self._inflight.values():
+        for job in self._s.inflight.values():
             if self._quiet(job.clock, self.source.pool, job.rank):
                 raise WorkerError(self.source.pool.role, job.rank,
-                                  f"generation made no progress for {self.stall_timeout_s:g}s "
+                                  f"generation made no progress for "
+                                  f"{self.settings.stall_timeout_s:g}s "
                                   f"(running {job.item.describe()})")
-        for cluster, rank, clock in self._scoring_clocks.values():
+        for cluster, rank, clock in self._s.scoring_clocks.values():
             if self._quiet(clock, cluster, rank):
                 raise WorkerError(cluster.role, rank, f"scoring made no progress for "
-                                                      f"{self.score_timeout_s:g}s")
+                                                      f"{self.settings.score_timeout_s:g}s")
 
     @staticmethod
     def _quiet(clock: ProgressClock, pool: Cluster, rank: int) -> bool:

@@ -17,34 +17,36 @@ batch they would have joined. Past the filter's cap, groups are kept whatever th
 
 Not here: who produces groups (the prefetch generator) and what is recorded about them
 (the ledger); the buffer only orders, filters and hands out.
-It reads only `seq`, `version` and `scores`, which RLVR's `Group` and the agentic
-`EpisodeGroup` (envs sharing a seed; version = the policy of its first turn) both have.
+It reads only what `loop/seams.TrainableGroup` names (`seq`, `version`, `scores`), so
+it holds RLVR's `Group` and the agentic `EpisodeGroup` (envs sharing a seed; version = the
+policy of its first turn) alike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic
 
 from flywheel.pipelines.group_filter import GroupFilter
-from flywheel.pipelines.rollout import Group
+from flywheel.pipelines.loop.seams import G
 
 
 @dataclass
-class Taken:
-    groups: list[Group]
-    stale: list[Group] = field(default_factory=list)
-    filtered: list[Group] = field(default_factory=list)
+class Taken(Generic[G]):
+    groups: list[G]
+    stale: list[G] = field(default_factory=list)
+    filtered: list[G] = field(default_factory=list)
     filter_cap_kept: int = 0  # samples in `groups` kept only because the cap was reached
 
 
 @dataclass
-class ReplayBuffer:
+class ReplayBuffer(Generic[G]):
     max_staleness: int
     drop_uniform_groups: bool = False  # shorthand for group_filter=GroupFilter(True)
     group_filter: GroupFilter | None = None  # unset: GroupFilter(drop_uniform_groups)
-    _groups: dict[int, Group] = field(default_factory=dict)  # seq -> trainable group
-    _filtered: list[Group] = field(default_factory=list)  # dropped, reported by next take
-    _stale: list[Group] = field(default_factory=list)  # the same, for stale groups
+    _groups: dict[int, G] = field(default_factory=dict)  # seq -> trainable group
+    _filtered: list[G] = field(default_factory=list)  # dropped, reported by next take
+    _stale: list[G] = field(default_factory=list)  # the same, for stale groups
     _filtered_since_take: int = 0  # groups, toward the filter's cap
     _cap_kept: int = 0  # samples kept past the cap since the last take
     _batch_size: int = 0  # groups per take, as last asked (the cap counts in batches)
@@ -57,7 +59,7 @@ class ReplayBuffer:
         """Groups waiting to be trained (filtered ones are already let go)."""
         return len(self._groups)
 
-    def put(self, groups: list[Group]) -> list[Group]:
+    def put(self, groups: list[G]) -> list[G]:
         """Add scored groups; returns those the filter dropped (their place is free)."""
         dropped = []
         for g in groups:
@@ -76,7 +78,7 @@ class ReplayBuffer:
         cap = self.group_filter.max_gen_batches
         return bool(cap) and self._filtered_since_take >= (cap - 1) * self._batch_size
 
-    def drop_stale(self, step: int) -> list[Group]:
+    def drop_stale(self, step: int) -> list[G]:
         """Remove the groups too old for 0-based `step` (so for every later step too) and
         return them; their place in the generator's window is free from now on."""
         stale = [self._groups.pop(seq) for seq in sorted(self._groups)
@@ -84,7 +86,7 @@ class ReplayBuffer:
         self._stale.extend(stale)
         return stale
 
-    def take(self, n: int, step: int) -> Taken | None:
+    def take(self, n: int, step: int) -> Taken[G] | None:
         """`n` trainable groups for 0-based `step`, lowest seq first; None if too few yet.
 
         Groups dropped as stale or filtered since the last take are reported by the next
@@ -100,7 +102,7 @@ class ReplayBuffer:
         self._stale, self._filtered, self._filtered_since_take, self._cap_kept = [], [], 0, 0
         return taken
 
-    def snapshot(self) -> list[Group]:
+    def snapshot(self) -> list[G]:
         """Every group the buffer holds, dropped ones not yet reported included (a resumed
         run puts them back, and the filter or the staleness bound drops and reports them
         again)."""

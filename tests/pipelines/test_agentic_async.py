@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from flywheel.pipelines.agentic import AgenticPipeline
+from flywheel.pipelines.agentic import AgenticRollout
 from flywheel.pipelines.agentic_rollout import start_env_workers
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
+from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.roles import start_roles
 from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -96,9 +97,8 @@ def test_dead_env_worker_is_reported_with_its_role_and_job(tmp_path, ray_session
     try:
         env_workers = start_env_workers(cfg, model, roles.actor_infer)
         roles.all.append(env_workers)
-        pipeline = AgenticPipeline.create(cfg, roles, load_tokenizer(tiny_model_path),
-                                          tracker=None, output_dir=Path(tmp_path),
-                                          env_workers=env_workers)
+        rollout = AgenticRollout(cfg, roles, load_tokenizer(tiny_model_path), env_workers)
+        pipeline = StepLoop(cfg, roles, rollout, tracker=None, output_dir=Path(tmp_path))
         gen = pipeline.make_generator()
         gen.start()
         try:

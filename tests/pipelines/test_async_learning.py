@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
+from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.rlvr import RLVRRollout
 from flywheel.pipelines.roles import start_roles
 from flywheel.pipelines.rollout import generate_chunks, submit_scoring
-from flywheel.platform.config import load_config
 from flywheel.platform.timing import StepTimer
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -27,15 +28,15 @@ def plain_sync_loop(cfg, model_path: str, steps: int) -> list[dict]:
     """The textbook loop, written out: generate, score, train, sync; no prefetch thread."""
     roles = start_roles(cfg, model_path, total_steps=steps)
     try:
-        pipeline = RLVRPipeline(cfg, roles, load_tokenizer(model_path),
-                                load_records(cfg.actor_train.data_args, "actor_train"), [],
-                                tracker=None, output_dir=Path(cfg.output_dir))
+        rollout = RLVRRollout(cfg, roles, load_tokenizer(model_path),
+                              load_records(cfg.actor_train.data_args, "actor_train"), [])
+        pipeline = StepLoop(cfg, roles, rollout, tracker=None, output_dir=Path(cfg.output_dir))
         out = []
         for step in range(steps):
-            groups = generate_chunks(roles.actor_infer, pipeline.chunks_for_batch(step))
-            submit_scoring(groups, roles.rewards, cfg.rewards, pipeline.tokenizer).finish()
+            groups = generate_chunks(roles.actor_infer, rollout.chunks_for_batch(step))
+            submit_scoring(groups, roles.rewards, cfg.rewards, rollout.tokenizer).finish()
             out.append(pipeline.train_on(groups, StepTimer()))
-            roles.actor_infer.call_all("update_weights", pipeline.weights(), step + 1)
+            roles.actor_infer.call_all("update_weights", pipeline.policy.latest(), step + 1)
         return out
     finally:
         roles.shutdown()

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
+from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.rlvr import RLVRRollout
 from flywheel.pipelines.roles import start_roles
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -41,9 +42,9 @@ def test_workers_and_prefetch_thread_are_pinned(tmp_path, ray_session, tiny_mode
             threads = thread_cores(cluster.call_all("pid")[0])
             assert len(threads) > 1  # Ray's own threads are there too, and pinned
             assert set(threads.values()) == {cores}, (cluster.role, threads)
-        pipeline = RLVRPipeline(cfg, roles, load_tokenizer(tiny_model_path),
-                                load_records(cfg.actor_train.data_args, "actor_train"), [],
-                                tracker=None, output_dir=Path(tmp_path))
+        rollout = RLVRRollout(cfg, roles, load_tokenizer(tiny_model_path),
+                              load_records(cfg.actor_train.data_args, "actor_train"), [])
+        pipeline = StepLoop(cfg, roles, rollout, tracker=None, output_dir=Path(tmp_path))
         seen = []
         generator = pipeline.make_generator()
         generator.on_generated = lambda groups: seen.append(os.sched_getaffinity(0))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
+from flywheel.pipelines.loop.step_loop import PHASE_EVENTS
 from flywheel.pipelines.phase_switch import PhaseSwitch
-from flywheel.pipelines.rlvr import PHASE_EVENTS
-from flywheel.platform.config import load_config
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"  # both roles on [0]
 ORDERED = {"sleep", "wake", "offload_optimizer", "offload_model", "onload", "train_step",

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import ray
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
+from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.rlvr import RLVRRollout
 from flywheel.pipelines.roles import start_roles
 from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -25,11 +26,11 @@ def sim_pipeline(tmp_path, ray_session, tiny_model_path):
     """An RLVR pipeline on latency-only backends, its roles started, its loop not."""
     cfg = load_config_dict(sim_config(tmp_path, 2.0, gen_s=0.01, train_s=0.05))
     roles = start_roles(cfg, resolve_pretrain(cfg.pretrain), total_steps=10)
-    pipeline = RLVRPipeline(
+    rollout = RLVRRollout(
         cfg, roles, load_tokenizer(tiny_model_path),
         load_records(cfg.actor_train.data_args, "actor_train"),
-        load_records(cfg.validation.data_args, "validation"), tracker=None,
-        output_dir=Path(tmp_path))
+        load_records(cfg.validation.data_args, "validation"))
+    pipeline = StepLoop(cfg, roles, rollout, tracker=None, output_dir=Path(tmp_path))
     yield pipeline
     roles.shutdown()
 
@@ -44,7 +45,7 @@ def test_validation_pause_excludes_prefetch_and_loses_nothing(sim_pipeline):
         with gen.paused():
             queued = gen.queue_depth()
             t0 = time.time()
-            val = sim_pipeline.validate()
+            val = sim_pipeline.rollout.validate()
             time.sleep(0.3)  # generation would have produced more chunks by now
             t1 = time.time()
             assert gen.queue_depth() == queued  # nothing new arrived while paused

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 import ray
 
-from flywheel.pipelines.agentic import AgenticPipeline
+from flywheel.pipelines.agentic import AgenticRollout
 from flywheel.pipelines.agentic_rollout import start_env_workers
+from flywheel.pipelines.config import load_config_dict
+from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRPipeline
+from flywheel.pipelines.rlvr import RLVRRollout
 from flywheel.pipelines.roles import start_roles
 from flywheel.platform.cluster import Cluster, WorkerError
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.tracking import Tracker
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -36,7 +37,7 @@ LIMIT_S = 8.0  # every timeouts: limit of these runs
 TIMEOUTS = {"call_s": LIMIT_S, "generate_s": LIMIT_S, "score_s": LIMIT_S}
 
 
-def start_pipeline(tmp_path: Path, agentic: bool) -> RLVRPipeline:
+def start_pipeline(tmp_path: Path, agentic: bool) -> StepLoop:
     """A pipeline of 40 short steps on the sim backends, its roles started, its loop not."""
     make = agentic_sim_config if agentic else sim_config
     cfg = load_config_dict(make(tmp_path, 1.0, max_steps=40, eval_steps=0, save_steps=0,
@@ -48,21 +49,21 @@ def start_pipeline(tmp_path: Path, agentic: bool) -> RLVRPipeline:
     if agentic:
         env_workers = start_env_workers(cfg, model, roles.actor_infer)
         roles.all.append(env_workers)  # shut down with the roles
-        return AgenticPipeline.create(cfg, roles, tokenizer, tracker=tracker,
-                                      output_dir=tmp_path, env_workers=env_workers)
-    return RLVRPipeline(cfg, roles, tokenizer,
-                        load_records(cfg.actor_train.data_args, "actor_train"), [],
-                        tracker=tracker, output_dir=tmp_path)
+        rollout = AgenticRollout(cfg, roles, tokenizer, env_workers)
+    else:
+        rollout = RLVRRollout(cfg, roles, tokenizer,
+                              load_records(cfg.actor_train.data_args, "actor_train"), [])
+    return StepLoop(cfg, roles, rollout, tracker=tracker, output_dir=tmp_path)
 
 
-def cluster_of(pipeline: RLVRPipeline, role: str) -> Cluster:
+def cluster_of(pipeline: StepLoop, role: str) -> Cluster:
     roles = pipeline.roles
     if role.startswith("rewards."):
         return roles.rewards[role.removeprefix("rewards.")]
     return next(c for c in roles.all if c.role == role)
 
 
-def fault_after_step_1(pipeline: RLVRPipeline, role: str, sig: int, sent: list[float]) -> None:
+def fault_after_step_1(pipeline: StepLoop, role: str, sig: int, sent: list[float]) -> None:
     """Run the loop; once step 1 is done, send `sig` to `role` rank 0's process (when:
     appended to `sent`)."""
     pid = ray.get(cluster_of(pipeline, role).actors[0].pid.remote())

@@ -1,0 +1,342 @@
+"""The RL step loop: written once, holding a rollout (RLVR or agentic, loop/seams.py).
+
+One training step, in order:
+  1. batch        take a batch of scored groups from the prefetch generator (the
+                  rollout's source generated and scored them, ahead by
+                  async_generation_ratio: loop/async_window.py)
+  2. log-probs    reference log-probs (and critic values); the old log-probs (pre-update
+                  policy) too when the KL reward penalty needs them here
+  3. advantages   the rollout's (GRPO / reinforce / per-turn returns; + KL penalty,
+                  whitening, clipping)
+  4. train        actor_train's train step with the configured pg_variant loss (and the
+                  critic's beside it); it computes the old log-probs and the train/infer
+                  mismatch first when step 2 did not
+  5. sync         publish the new weights to actor_infer (every model_update_frequency);
+                  the weights are asked for right behind the train call (policy_sync.py)
+  6. log / validate (generation paused) / checkpoint
+
+Steps are 1-based in logs; a policy version is the number of train steps its weights
+include, so a sample's staleness at (1-based) step s is (s − 1) − version: 0 for the
+synchronous pipeline, at most ceil(r) + model_update_frequency − 1 with ratio r. With
+partial rollout a response's later tokens may come from newer versions; its staleness is
+still that of its first token (the bound), and `staleness/token_mean` averages per token.
+
+What the loop does not know: what a group is, where work comes from, how groups become
+rows, advantages and validation. That is the rollout's (pipelines/rlvr.py,
+pipelines/agentic.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic
+
+from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
+from flywheel.pipelines.actor_loss_config import build_actor_loss
+from flywheel.pipelines.group_filter import group_filter
+from flywheel.pipelines.loop.async_window import AsyncWindow
+from flywheel.pipelines.loop.policy_sync import PolicySync
+from flywheel.pipelines.loop.seams import G, Rollout, W
+from flywheel.pipelines.phase_switch import PhaseSwitch, describe
+from flywheel.pipelines.prefetch import PrefetchGenerator, PrefetchSettings
+from flywheel.pipelines.replay_buffer import ReplayBuffer
+from flywheel.pipelines.roles import Roles
+from flywheel.pipelines.sample_ledger import SampleLedger
+from flywheel.pipelines.step_metrics import (
+    partial_rollout_metrics,
+    rollout_metrics,
+    staleness_metrics,
+)
+from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
+from flywheel.platform.cluster import WorkerError
+from flywheel.platform.config.derived import (
+    infer_is_correction,
+    offloads_between_phases,
+    shared_actor_devices,
+)
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.timing import StepTimer
+from flywheel.platform.tracking import Tracker
+from flywheel.workers.actor_loss import ActorLoss
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.critic_loss import CriticLoss
+
+PHASE_EVENTS = "phase_events.jsonl"  # a colocated run's phase switches (phase_switch.py)
+# infer_is_correction -> (level, mode) of train_infer_mismatch_weights
+MISMATCH_MODES = {"token-truncate": ("token", "truncate"), "seq-truncate": ("sequence", "truncate"),
+                  "token-mask": ("token", "mask"), "seq-mask": ("sequence", "mask")}
+
+
+def mean_over_ranks(results: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric averaged over the ranks (of any role) that reported it."""
+    keys = {k for r in results for k in r}
+    return {k: sum(r[k] for r in results if k in r) / sum(k in r for r in results)
+            for k in sorted(keys)}
+
+
+def mismatch_correction(cfg: PipelineConfig) -> MismatchCorrection:
+    chosen = infer_is_correction(cfg)
+    level, mode = MISMATCH_MODES.get(chosen, ("token", "truncate"))
+    return MismatchCorrection(level, mode, cfg.infer_is_lower_bound, cfg.infer_is_upper_bound,
+                              apply=chosen != "none")
+
+
+@dataclass
+class StepLoop(Generic[W, G]):
+    cfg: PipelineConfig
+    roles: Roles
+    rollout: Rollout[W, G]
+    tracker: Tracker
+    output_dir: Path
+    step: int = 0  # train steps completed
+    # Asked after every step; true: checkpoint and return early (launch: SIGINT/SIGTERM).
+    stop_requested: Callable[[], bool] = lambda: False
+    # -- built from cfg ------------------------------------------------------------------
+    window: AsyncWindow = field(init=False)
+    kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
+    loss_fn: ActorLoss = field(init=False)
+    correction: MismatchCorrection = field(init=False)  # infer_is_correction
+    old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
+    switch: PhaseSwitch = field(init=False)  # colocated roles take turns (phase_switch.py)
+    policy: PolicySync = field(init=False)  # step 5
+    # -- what a checkpoint keeps ---------------------------------------------------------
+    buffer: ReplayBuffer[G] = field(init=False)
+    ledger: SampleLedger = field(init=False)
+    first_batch: int = 0  # batch index the generator starts from (moves on resume)
+    # Every group below this seq has been generated (trained, dropped, or in the buffer):
+    # a resumed run starts its first batch's items here, so none is generated twice.
+    next_seq: int = 0
+    # -- this step's groups dropped by the source as they arrived (generator thread) ----
+    _dropped: dict[str, int] = field(default_factory=dict)  # reason -> samples
+    _dropped_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        self.window = AsyncWindow(cfg.async_generation_ratio, self.rollout.batch_groups,
+                                  cfg.model_update_frequency)
+        self.loss_fn = build_actor_loss(cfg)
+        self.correction = mismatch_correction(cfg)
+        # Only the KL reward penalty needs the old log-probs before the train call.
+        self.old_in_train = cfg.init_kl_coef == 0
+        self.kl_ctl = (AdaptiveKLController(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
+                       if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
+        self.buffer = ReplayBuffer(self.window.max_staleness, group_filter=group_filter(cfg))
+        self.ledger = SampleLedger(self.output_dir / "samples.jsonl")
+        self.switch = PhaseSwitch(self.roles.actor_train, self.roles.actor_infer,
+                                  offloads_between_phases(cfg))
+        self.policy = PolicySync(self.roles, self.switch, cfg.model_update_frequency)
+
+    @property
+    def version(self) -> int:
+        """Train steps included in actor_infer's weights."""
+        return self.policy.version
+
+    # ---- the loop -------------------------------------------------------------------
+    def make_generator(self) -> PrefetchGenerator[W, G]:
+        cfg = self.cfg
+        settings = PrefetchSettings(
+            self.window, stall_timeout_s=cfg.timeouts.generate_s,
+            score_timeout_s=cfg.timeouts.score_s, cpu_affinity=cfg.prefetch_cpu_affinity,
+            first_batch=self.first_batch, first_seq=self.next_seq,
+            started_groups=len(self.buffer))
+        return PrefetchGenerator(self.roles.actor_infer, self.rollout.source(), self.buffer,
+                                 settings, on_generated=self.generated,
+                                 on_dropped=self.on_dropped)
+
+    def generated(self, groups: list[G]) -> None:
+        """Items go out in seq order and a checkpoint pauses until every started one is
+        finished, so at a save every group below `next_seq` is done (generator thread)."""
+        self.next_seq = max([self.next_seq, *(g.seq + 1 for g in groups)])
+        self.ledger.generated(groups)
+
+    def on_dropped(self, groups: list[G], reason: str) -> None:
+        """Groups the source dropped as they arrived (failed envs; generator thread)."""
+        self.ledger.dropped(groups, reason, self.step + 1)
+        with self._dropped_lock:
+            self._dropped[reason] = self._dropped.get(reason, 0) + sum(
+                g.num_samples for g in groups)
+
+    def run(self) -> None:
+        cfg = self.cfg
+        print(self.phase_switch_line(), flush=True)
+        if self.step == 0:  # a resumed run synced in load_checkpoint
+            self.policy.first()
+        if cfg.eval_steps and self.step == 0:  # the baseline every later evaluation is read against
+            self.tracker.log(0, self.rollout.validate())
+        self.switch.start_generation()  # colocated: actor_train leaves the devices
+        generator = self.make_generator()
+        generator.start()
+        try:
+            while self.step < cfg.max_steps and not self.stop_requested():
+                step = self.step + 1
+                try:
+                    metrics = self.train_step(generator)
+                except WorkerError as error:  # a diverged loss, a dead worker: name the step
+                    raise error.at_step(step) from None
+                self.tracker.log(self.step, metrics)
+                if cfg.save_steps and self.step % cfg.save_steps == 0:
+                    self.save_checkpoint(generator)
+            if not (cfg.save_steps and self.step % cfg.save_steps == 0):
+                self.save_checkpoint(generator)  # the end of a run is always resumable
+        finally:
+            generator.stop()
+            self.ledger.close(self.step)
+            with contextlib.suppress(Exception):  # never hide the error that got us here
+                self.switch.write_events(self.output_dir / PHASE_EVENTS)
+
+    def train_step(self, generator: PrefetchGenerator[W, G]) -> dict[str, float]:
+        cfg = self.cfg
+        timer = StepTimer()
+        started = time.time()
+        self.switch.take_seconds()  # from here on, this step's
+        with timer.phase("step"):
+            with timer.phase("wait_for_batch"):
+                taken = generator.take(self.step)  # 1. batch
+            self.step += 1
+            if self.step == cfg.max_steps:
+                generator.no_more_batches()
+            self.ledger.dropped(taken.stale, "stale", self.step)
+            self.ledger.dropped(taken.filtered, "filtered", self.step)
+            with self.training_phase(generator):  # colocated: the engine sleeps meanwhile
+                metrics = self.train_on(taken.groups, timer)  # 2-4. log-probs, adv., train
+                sync = self.policy.syncs_after(self.step)
+                if sync or self.switch.active:
+                    with timer.phase("weight_sync"):  # 5. sync
+                        self.policy.after_step(self.step, generator, sync)
+            generator.release(len(taken.groups))
+            self.ledger.trained(taken.groups, self.step)
+            if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
+                with timer.phase("validate"), generator.paused():  # 6. validate
+                    metrics.update(self.rollout.validate())
+        seconds = timer.seconds
+        infer_busy = generator.busy_seconds(started, time.time())
+        metrics.update(timer.metrics())
+        if self.switch.active:  # this step's switches (a checkpoint's are not counted)
+            metrics["time/phase_switch"] = self.switch.take_seconds()
+        metrics.update(staleness_metrics(taken, self.step, generator.queue_depth()))
+        metrics.update(self.rollout.step_metrics(taken))
+        if cfg.partial_rollout:
+            metrics.update(partial_rollout_metrics(taken.groups, self.step))
+        infer_workers = self.roles.actor_infer.world_size
+        metrics.update({
+            "time/generate": infer_busy / infer_workers,
+            "time/weight_load": generator.load_seconds(started, time.time()) / infer_workers,
+            "idle/actor_infer": 1 - infer_busy / (seconds["step"] * infer_workers),
+            "idle/actor_train": 1 - (seconds["logprobs"] + seconds["train"]) / seconds["step"],
+        })
+        samples = sum(g.num_samples for g in taken.groups)
+        tokens = sum(g.num_tokens for g in taken.groups)
+        metrics["throughput/samples_per_s"] = samples / seconds["step"]
+        metrics["throughput/tokens_per_s"] = tokens / seconds["step"]
+        with self._dropped_lock:
+            for reason in self.rollout.drop_reasons:
+                metrics[f"rollout/dropped_{reason}"] = float(self._dropped.pop(reason, 0))
+        return metrics
+
+    def train_on(self, groups: list[G], timer: StepTimer) -> dict[str, float]:
+        """Steps 2-4 of the module docstring on one batch of scored groups."""
+        batch = self.rollout.pack(groups)
+        metrics = rollout_metrics(batch)
+        with timer.phase("logprobs"):
+            metrics |= self.compute_logprobs(batch)  # 2. log-probs
+        metrics |= self.rollout.add_advantages(batch, self.kl_ctl.value)  # 3. advantages
+        with timer.phase("train"):
+            metrics |= self.update(batch)  # 4. train
+        return metrics
+
+    @contextlib.contextmanager
+    def training_phase(self, generator: PrefetchGenerator[W, G]):
+        """Steps 2-5 of a colocated run: generation paused (nothing in flight), the engine
+        asleep and actor_train back on the devices until the sync hands them over;
+        otherwise nothing."""
+        if not self.switch.active:
+            yield
+            return
+        with generator.paused():
+            self.switch.to_training()
+            yield
+
+    def phase_switch_line(self) -> str:
+        cfg = self.cfg
+        shared = shared_actor_devices(cfg)
+        if self.switch.active:
+            reason = "they take turns, each freeing its device memory for the other"
+        elif cfg.offload_between_phases is False:
+            reason = "offload_between_phases: false keeps both resident"
+        elif shared:
+            reason = "async_generation_ratio > 0"
+        else:
+            reason = "nothing to hand over"
+        return describe(self.switch.active, shared, reason)
+
+    def compute_logprobs(self, batch: TokenBatch) -> dict[str, float]:
+        """Reference log-probs and critic values, on their own devices at once; the old
+        log-probs too when the KL reward penalty needs them here (otherwise actor_train
+        computes them inside its train call: one trip of the batch, not two)."""
+        roles = self.roles
+        old = None if self.old_in_train else roles.actor_train.forward_logprobs(batch)
+        ref = roles.reference.forward_logprobs(batch) if roles.reference else None
+        values = roles.critic.forward_values(batch) if roles.critic else None
+        batch.ref_log_probs = ref.result() if ref else None
+        batch.values = values.result() if values else None
+        if old is None:
+            return {}
+        batch.old_log_probs = old.result()
+        batch.is_weights, metrics = self.correction(batch.old_log_probs, batch.infer_log_probs,
+                                                    batch.response_mask)
+        return metrics
+
+    def update(self, batch: TokenBatch) -> dict[str, float]:
+        """actor_train's (and the critic's, beside it) train step; the new weights are
+        asked for right behind it when a sync follows this step."""
+        cfg, roles = self.cfg, self.roles
+        critic = (roles.critic.train(batch, CriticLoss(cfg.value_clip), cfg.ppo_epochs)
+                  if roles.critic else None)
+        actor = roles.actor_train.train(batch, self.loss_fn, cfg.ppo_epochs,
+                                        self.correction if self.old_in_train else None)
+        if self.policy.syncs_after(self.step):  # queued on the same actors now,
+            self.policy.ask_behind_train()  # so it runs with no round trip between
+        results = actor.result() + (critic.result() if critic else [])
+        metrics = mean_over_ranks(results)
+        metrics["loss/policy"] = metrics.get("pg/loss", float("nan"))
+        if "kl/mean" in metrics:
+            self.kl_ctl.update(metrics["kl/mean"], n_steps=len(batch))
+        return metrics
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def save_checkpoint(self, generator: PrefetchGenerator[W, G]) -> None:
+        """Pause generation so the checkpoint holds every finished group: a resumed run
+        continues with exactly the batches the uninterrupted one would have trained."""
+        with (generator.paused(), self.switch.training(),
+              writing_checkpoint(self.output_dir, self.step) as tmp):
+            self.roles.actor_train.save(str(tmp / "actor_train"))
+            if self.roles.critic is not None:
+                self.roles.critic.save(str(tmp / "critic"))
+            self.policy.save(tmp, self.step)
+            state = {"step": self.step, "version": self.version,
+                     "next_batch": generator.next_batch, "next_seq": self.next_seq,
+                     "kl_coef": self.kl_ctl.value,
+                     "buffer": [self.rollout.group_state(g) for g in self.buffer.snapshot()],
+                     "saved_at": time.time()}
+            (tmp / "pipeline_state.json").write_text(json.dumps(state))
+        prune_checkpoints(self.output_dir, self.cfg.save_total_limit)
+
+    def load_checkpoint(self, path: Path) -> None:
+        state = json.loads((path / "pipeline_state.json").read_text())
+        self.roles.actor_train.load(str(path / "actor_train"))
+        if self.roles.critic is not None:
+            self.roles.critic.load(str(path / "critic"))
+        self.step = state["step"]
+        self.first_batch = state["next_batch"]
+        self.next_seq = state.get("next_seq", 0)
+        self.kl_ctl.value = state["kl_coef"]
+        restored = [self.rollout.group_from_state(d) for d in state["buffer"]]
+        self.buffer.put(restored)
+        self.ledger.generated(restored)
+        self.policy.restore(path, state.get("version", self.step))
