@@ -11,41 +11,33 @@ different CPUs, so they are trained once by `flywheel.pipelines.sft_recipes --wr
 and shipped; `warm_start.json` beside the weights records how and with what accuracy). A new
 built-in model is one new registry entry.
 
-Cache. `<cache>/<name>-<spec hash>/` where `<cache>` is the `cache_dir` argument, else
-`$FLYWHEEL_CACHE/models`, else `~/.cache/flywheel/models`. The spec hash covers everything that
-shapes the weights (architecture, seeds, tokenizer alphabet, `RECIPE_VERSION`; for a shipped
-model, the bytes of its files), so a change builds a new directory instead of reusing a
-stale one; bump `RECIPE_VERSION` when code changes the result without changing a setting.
+Cache. `<cache>/<name>-<spec hash>/` (cache.py: where, and how a folder is built once and
+atomically). The spec hash covers everything that shapes the weights (architecture, seeds,
+tokenizer alphabet, `RECIPE_VERSION`; for a shipped model, the bytes of its files), so a
+change builds a new directory instead of reusing a stale one; bump `RECIPE_VERSION` when
+code changes the result without changing a setting.
 A shipped model is copied into the cache (a few MB) so that every built-in resolves the same
 way, to a writable folder of its own.
-Builds are atomic: a builder takes an exclusive `fcntl` lock per entry, builds into a temp
-directory in the same parent and renames it into place, so a reader sees a complete directory
-or none, and concurrent builders (Ray workers starting together) build once. A crashed build
-leaves only a `.tmp` directory, never a half-written entry.
 
 `tiny-qwen2` builds in <1 s; a shipped model is a copy.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from flywheel.platform.models.cache import BUILTIN_PREFIX, build_once, default_cache_dir
 from flywheel.platform.models.char_tokenizer import char_vocab_and_merges
+from flywheel.platform.models.sources import converted_source
 from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_PREFIX = "builtin://"
 GRID_ARCH = TinyQwen2Spec(num_attention_heads=4, num_key_value_heads=2)
 RECIPE_VERSION = 1
 SHIPPED_DIR = Path(__file__).parent / "shipped"
@@ -90,12 +82,6 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 }
 
 
-def default_cache_dir() -> Path:
-    """`$FLYWHEEL_CACHE/models` if the variable is set, else `~/.cache/flywheel/models`."""
-    root = os.environ.get("FLYWHEEL_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "flywheel") / "models"
-
-
 def spec_hash(model: BuiltinModel) -> str:
     """Hex digest of everything that determines the built checkpoint's weights."""
     if model.shipped is not None:
@@ -128,8 +114,6 @@ def shipped_digest(folder: Path) -> str:
 def resolve_pretrain(name: str, cache_dir: Path | None = None) -> str:
     """`builtin://NAME` -> local checkpoint directory (built once); a `.gguf` file or a
     packaged GGUF model -> its converted folder (sources.py); anything else unchanged."""
-    from flywheel.platform.models.sources import converted_source  # it imports this module
-
     converted = converted_source(name, Path(cache_dir) if cache_dir else default_cache_dir())
     if converted is not None:
         return converted
@@ -142,40 +126,16 @@ def resolve_pretrain(name: str, cache_dir: Path | None = None) -> str:
     return str(ensure_built(key, Path(cache_dir) if cache_dir else default_cache_dir()))
 
 
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def ensure_built(key: str, cache_dir: Path) -> Path:
     """The cached directory of registry entry `key`, building it first if it is missing."""
     model = BUILTIN_MODELS[key]
     final = cache_dir / f"{key}-{spec_hash(model)}"
-    if final.is_dir():
-        return final
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(cache_dir / f".{final.name}.lock"):
-        if final.is_dir():  # another process built it while we waited for the lock
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=cache_dir))
-        try:
-            logger.info("building built-in model %s into %s", key, final)
-            _build_into(model, tmp, cache_dir)
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not final.is_dir():  # not a lost race: a real failure
-                    raise
-                logger.info("another builder finished %s first; using its copy", final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+    def build(out: Path) -> None:
+        logger.info("building built-in model %s into %s", key, final)
+        _build_into(model, out, cache_dir)
+
+    return build_once(final, build)
 
 
 def _build_into(model: BuiltinModel, out_dir: Path, cache_dir: Path) -> None:

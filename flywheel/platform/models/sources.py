@@ -27,15 +27,11 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.platform.models.builtin import BUILTIN_PREFIX, _exclusive_lock
+from flywheel.platform.models.cache import BUILTIN_PREFIX, build_once
 
 logger = logging.getLogger(__name__)
 
@@ -101,25 +97,6 @@ def convert_gguf(path: Path, cache_dir: Path) -> Path:
     digest = file_digest(path)
     final = cache_dir / f"gguf-{path.stem}-{digest[:16]}"
     return build_once(final, lambda out: write_hf_folder(path, digest, out))
-
-
-def build_once(final: Path, build: Callable[[Path], None]) -> Path:
-    """`final`, built by `build(tmp)` into a temp folder beside it and renamed into place
-    under an exclusive lock, unless it already exists: concurrent callers build once."""
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(final.parent / f".{final.name}.lock"):
-        if final.is_dir():  # built by another process while we waited for the lock
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-        try:
-            build(tmp)
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def write_hf_folder(path: Path, digest: str, out: Path) -> None:
