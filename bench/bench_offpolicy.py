@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "rlvr_async.yaml"

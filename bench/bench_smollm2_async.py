@@ -46,8 +46,8 @@ import ray
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_async import RESULTS, bound, markdown  # noqa: E402
 
+from flywheel.pipelines.config import load_config  # noqa: E402
 from flywheel.pipelines.launch import run  # noqa: E402
-from flywheel.platform.config import load_config  # noqa: E402
 from flywheel.platform.config.schema import RayConfig  # noqa: E402
 from flywheel.platform.ray_runtime import start_ray  # noqa: E402
 

@@ -25,13 +25,12 @@ import json
 import sys
 from pathlib import Path
 
-import flywheel.pipelines.env_catalog  # noqa: F401 (the converter reads the env names)
+from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
-from flywheel.platform.config.loader import load_config, load_config_layers
-from flywheel.platform.config.roll_convert import AGENTIC_MARKERS, convert_roll
+from flywheel.platform.config.roll_convert import AGENTIC_MARKERS
 from flywheel.platform.config.yaml_source import load_layers
 
 OTHER_PIPELINES = ("sft", "dpo", "distill")

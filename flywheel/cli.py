@@ -46,14 +46,8 @@ import argcomplete
 import yaml
 
 from flywheel.cli_completion import config_key_completer
-from flywheel.platform.config import (
-    ConfigError,
-    PipelineConfig,
-    check_environment,
-    config_to_dict,
-    load_config,
-)
-from flywheel.platform.config.checks import roles
+from flywheel.platform.config import ConfigError, PipelineConfig, config_to_dict
+from flywheel.platform.config.derived import roles
 from flywheel.platform.config.yaml_source import read_yaml_mapping
 from flywheel.platform.stop_signals import RunInterrupted
 
@@ -67,10 +61,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argcomplete.autocomplete(parser)  # answers a shell's completion request, else nothing
     args = parser.parse_args(argv)
-    # The config checks learn the env names from the env registry (platform/ may not
-    # import envs); ~0.2 s, so every command that loads a config checks env_type too.
-    import flywheel.pipelines.env_catalog  # noqa: F401
-
     return _report_errors(args.handler, args)
 
 
@@ -166,6 +156,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides += [f"resume_from_checkpoint={run_dir}", f"output_dir={run_dir}"]
     elif args.config is None:
         raise ConfigError("", "", "platform run needs --config FILE.yaml or --resume RUN_DIR")
+    # Here, not at the top (~1 s, envs included): completion and `platform runs` skip it.
+    from flywheel.pipelines.config import check_environment, load_config
+
     cfg = load_config(args.config, overrides)
     _print_warnings(check_environment(cfg))
     _show_info_logs()
@@ -186,6 +179,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"ok: {args.config} (regression config: {len(full)} run(s), "
               f"{len(fast)} in its fast form)")
         return 0
+    from flywheel.pipelines.config import check_environment, load_config
+
     cfg = load_config(args.config, args.overrides)
     _print_warnings(check_environment(cfg))
     print(f"ok: {args.config} ({cfg.pipeline_type}, {_count_roles(cfg)} roles)")
@@ -193,6 +188,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_show_config(args: argparse.Namespace) -> int:
+    from flywheel.pipelines.config import load_config
+
     cfg = load_config(args.config, args.overrides)
     overrides = "".join(f" {o}" for o in args.overrides)
     print(f"# platform show-config --config {args.config}{overrides}")
@@ -259,7 +256,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from flywheel.platform.config.roll_report import convert_file
+    from flywheel.pipelines.config import convert_file
 
     convert_file(args.file, args.output)
     return 0

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import flywheel.pipelines.env_catalog  # noqa: F401  (hands the env registry to the config checks)
-
 SLOTS = 4  # logical device slots for the session's Ray (device_mapping indices 0..3)
 
 

@@ -24,70 +24,44 @@ How to extend
     in its function plus its name in the Literal next to it. Every function cites its
     formula and paper in its docstring; tests in tests/algorithms/ check it against numbers
     worked out by hand.
+
+Imports
+    The names below are imported on first use (PEP 562 `__getattr__`), not with the
+    package: the config checks read the loss catalog (policy_loss/registry.py) in processes
+    that must not import torch (`platform validate`).
 """
 
-from flywheel.algorithms.advantages import (
-    ADV_ESTIMATORS,
-    advantage_clip,
-    compute_advantages,
-    whiten_advantages,
-)
-from flywheel.algorithms.aggregation import (
-    LOSS_AGG_MODES,
-    LossAggMode,
-    aggregate_loss,
-    count_seqs,
-    count_tokens,
-    masked_mean,
-)
-from flywheel.algorithms.entropy import entropy_from_logits, entropy_loss
-from flywheel.algorithms.gae import compute_gae, value_loss
-from flywheel.algorithms.kl import (
-    KL_ESTIMATORS,
-    AdaptiveKLController,
-    FixedKLController,
-    apply_kl_penalty,
-    kl_estimate,
-    kl_loss,
-)
-from flywheel.algorithms.mismatch import MismatchCorrection, train_infer_mismatch_weights
-from flywheel.algorithms.policy_loss import (
-    POLICY_LOSSES,
-    PolicyLossFn,
-    PolicyLossParams,
-    compute_policy_loss,
-    get_policy_loss,
-)
-from flywheel.algorithms.rewards import reward_clip, scores_to_token_rewards
+from __future__ import annotations
 
-__all__ = [
-    "ADV_ESTIMATORS",
-    "KL_ESTIMATORS",
-    "LOSS_AGG_MODES",
-    "POLICY_LOSSES",
-    "AdaptiveKLController",
-    "FixedKLController",
-    "LossAggMode",
-    "MismatchCorrection",
-    "PolicyLossFn",
-    "PolicyLossParams",
-    "advantage_clip",
-    "aggregate_loss",
-    "apply_kl_penalty",
-    "compute_advantages",
-    "compute_gae",
-    "compute_policy_loss",
-    "count_seqs",
-    "count_tokens",
-    "entropy_from_logits",
-    "entropy_loss",
-    "get_policy_loss",
-    "kl_estimate",
-    "kl_loss",
-    "masked_mean",
-    "reward_clip",
-    "scores_to_token_rewards",
-    "train_infer_mismatch_weights",
-    "value_loss",
-    "whiten_advantages",
-]
+import importlib
+
+# module (under this package) -> the names it exports here
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "advantages": ("ADV_ESTIMATORS", "advantage_clip", "compute_advantages",
+                   "whiten_advantages"),
+    "aggregation": ("LOSS_AGG_MODES", "LossAggMode", "aggregate_loss", "count_seqs",
+                    "count_tokens", "masked_mean"),
+    "entropy": ("entropy_from_logits", "entropy_loss"),
+    "gae": ("compute_gae", "value_loss"),
+    "kl": ("KL_ESTIMATORS", "AdaptiveKLController", "FixedKLController", "apply_kl_penalty",
+           "kl_estimate", "kl_loss"),
+    "mismatch": ("MismatchCorrection", "train_infer_mismatch_weights"),
+    "policy_loss.compute": ("compute_policy_loss",),
+    "policy_loss.params": ("PolicyLossFn", "PolicyLossParams"),
+    "policy_loss.registry": ("POLICY_LOSSES", "get_policy_loss"),
+    "rewards": ("reward_clip", "scores_to_token_rewards"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    globals()[name] = value  # the next lookup finds it without asking again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

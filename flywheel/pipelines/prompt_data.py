@@ -30,19 +30,13 @@ from typing import Any
 
 from flywheel.pipelines.arithmetic_data import ensure_arithmetic_files
 from flywheel.pipelines.data_files import read_rows
+from flywheel.pipelines.prompt_templates import TEMPLATES
 from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.builtin import default_cache_dir
 
 log = logging.getLogger(__name__)
 
 BUILTIN_DATA = {"builtin://arithmetic/train": 0, "builtin://arithmetic/val": 1}
-# Template name -> how prompts are encoded. ROLL's names select the tokenizer's own chat
-# template (ROLL ships per-model templates; the tokenizer already holds the right one).
-TEMPLATES: dict[str, str] = {
-    "native": "native", "none": "native", "raw": "native",
-    "chat": "chat", "qwen2_5": "chat", "qwen2_5_vl": "chat", "qwen3": "chat",
-    "chatml": "chat", "llama3": "chat", "deepseek": "chat", "default": "chat",
-}
 # flywheel key -> ROLL key naming the same column
 ROLL_COLUMNS = {"prompt_key": "prompt", "answer_key": "response", "tag_key": "tag"}
 

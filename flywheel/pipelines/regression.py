@@ -38,8 +38,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flywheel.pipelines.config import load_config_with_section
 from flywheel.platform.config import ConfigError
-from flywheel.platform.config.loader import load_config_with_section
 from flywheel.platform.config.schema import PipelineConfig
 
 SECTION = "expectations"

@@ -19,15 +19,19 @@ from pathlib import Path
 
 from flywheel.pipelines.role_handles import InferRole, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.checks import data_parallel_size
-from flywheel.platform.config.derived import offloads_between_phases, shared_actor_devices
-from flywheel.platform.config.key_checks import context_length
+from flywheel.platform.config.derived import (
+    context_length,
+    data_parallel_size,
+    offloads_between_phases,
+    shared_actor_devices,
+)
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
+from flywheel.workers.rewards.registry import reward_spec
 from flywheel.workers.strategies.model_head import VALUE, policy_head
 from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
@@ -198,7 +202,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 log_dir=log_dir,
                 init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
                                  cfg=wcfg, num_threads=threads,
-                                 start_timeout_s=cfg.timeouts.startup_s),
+                                 start_timeout_s=cfg.timeouts.startup_s,
+                                 build=reward_spec(rcfg.reward_type).build),
             )
             started.append(rewards[name])
     except BaseException:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from flywheel.algorithms import (
+    PolicyLossFn,
     PolicyLossParams,
     compute_policy_loss,
     entropy_loss,
@@ -30,6 +31,9 @@ class ActorLoss:
     kl_loss_coef: float = 0.0  # > 0 adds the KL-to-reference loss term
     kl_loss_type: str = "k3"
     entropy_loss_coef: float = 0.0
+    # pg_variant's function, resolved where the variant was registered (the driver: a user's
+    # register_policy_loss ran there, not in this worker); unset: this process's catalog.
+    policy_loss: PolicyLossFn | None = None
 
     @property
     def needs_entropy(self) -> bool:
@@ -42,7 +46,8 @@ class ActorLoss:
                    global_num_seqs=counts.num_seqs)
         loss, metrics = compute_policy_loss(
             self.pg_variant, log_probs, micro.old_log_probs, micro.advantages, mask,
-            scores=micro.scores, token_weights=micro.is_weights, params=self.params, **agg,
+            scores=micro.scores, token_weights=micro.is_weights, params=self.params,
+            loss_fn=self.policy_loss, **agg,
         )
         if self.kl_loss_coef:
             term, kl_metrics = kl_loss(log_probs, micro.ref_log_probs, mask,

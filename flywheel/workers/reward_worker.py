@@ -18,11 +18,14 @@ from flywheel.workers.role_worker import RoleWorker
 class RewardWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, reward_type: str,
                  num_threads: int | None = 1, cpu_affinity: list[int] | None = None,
-                 cfg: RewardConfig | None = None, start_timeout_s: float = START_TIMEOUT_S):
+                 cfg: RewardConfig | None = None, start_timeout_s: float = START_TIMEOUT_S,
+                 build: str | None = None):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
-        # start_timeout_s: each scoring process's start (a judge model loads there)
+        # start_timeout_s: each scoring process's start (a judge model loads there); build:
+        # the reward's builder by import path, looked up where it was registered (the
+        # driver), since this process never ran a user's register_reward
         self.scorer = TimeLimitedScorer(replace(cfg or RewardConfig(), reward_type=reward_type),
-                                        start_timeout_s)
+                                        start_timeout_s, build)
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
         return self.scorer.score(items)

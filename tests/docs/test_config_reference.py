@@ -30,8 +30,8 @@ def test_every_config_class_and_field_reaches_the_page():
 
 def test_rows_show_type_default_and_meaning():
     page = reference.render_markdown()
-    assert '| `pg_variant` | "vanilla" \\| "ppo" \\| "tis" \\| "topr" \\| "cispo" \\| "kimi15" ' \
-           '| `"ppo"` |' in page
+    assert '| `loss_agg_mode` | "token-mean" \\| "seq-mean-token-mean" \\| ' \
+           '"seq-mean-token-sum" \\| "seq-mean-token-sum-norm" | `"seq-mean-token-mean"` |' in page
     assert "| `device_mapping` | list[int] \\| null | `null` | Devices this role owns" in page
     assert "## `<role>.training_args` {#trainingargs}" in page
     assert "## `custom_envs.<tag>` {#customenvconfig}" in page

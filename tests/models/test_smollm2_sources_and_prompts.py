@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.prompt_data import (
-    TEMPLATES,
     PromptEncoder,
     encode_prompt,
     load_prompts,
@@ -21,9 +21,7 @@ from flywheel.pipelines.prompt_data import (
     prompt_encoder,
     reward_prompt,
 )
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.key_checks import TEMPLATE_NAMES
 from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models import sources
 from flywheel.platform.models.builtin import resolve_pretrain
@@ -107,10 +105,6 @@ def test_rewards_get_the_chat_text_without_special_tokens(smollm2_tokenizer):
     prompt = reward_prompt(tok, encode_prompt(tok, messages, "chat"))
     assert prompt == rendered.replace("<|im_start|>", "").replace("<|im_end|>", "")
     assert prompt.endswith("\nuser\nWhat is 12+34?\nassistant\n")
-
-
-def test_template_names_agree_with_the_config_check():
-    assert set(TEMPLATES) == set(TEMPLATE_NAMES)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> str:

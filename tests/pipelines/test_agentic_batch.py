@@ -24,7 +24,7 @@ from flywheel.pipelines.agentic_rollout import (
     train_jobs,
     val_jobs,
 )
-from flywheel.platform.config import load_config_dict
+from flywheel.pipelines.config import load_config_dict
 from flywheel.platform.config.schema import ValidationGeneratingArgs
 from flywheel.workers.env_worker import TimedEnv
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import check_environment, load_config, load_config_dict
 from flywheel.pipelines.sft_recipes import RECIPES as BUILTIN_MODELS
-from flywheel.platform.config import ConfigError, check_environment, load_config, load_config_dict
+from flywheel.platform.config import ConfigError
 
 ROOT = Path(__file__).parents[2]
 ROLL_AGENTIC = ROOT / "tests" / "data" / "configs" / "roll" / "agent_val_frozen_lake_async.yaml"

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config
 from flywheel.platform.models.builtin import resolve_pretrain
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_val_frozen_lake_sync.yaml"

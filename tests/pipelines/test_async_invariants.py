@@ -14,8 +14,8 @@ import threading
 import pytest
 import ray._private.state as ray_state
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config_dict
 
 from .sim_config import sim_config
 

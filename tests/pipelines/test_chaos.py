@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config
 from tests.pipelines.chaos_runs import (
     chaos_run,
     check_ledger,

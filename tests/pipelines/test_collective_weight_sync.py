@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines import roles
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"
 TIMING = ("time/", "throughput/", "idle/")  # wall clock: differs from run to run

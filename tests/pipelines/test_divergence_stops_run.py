@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
 from flywheel.platform.checkpoint import complete_checkpoints
 from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config import load_config_dict
 
 from .sim_config import sim_config
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.domain_mix import (
     DomainOrder,
     check_routing,
@@ -16,7 +17,6 @@ from flywheel.pipelines.domain_mix import (
     training_order,
 )
 from flywheel.pipelines.prompt_data import DataError, PromptOrder, PromptRecord
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.config.errors import ConfigError
 
 
@@ -144,7 +144,7 @@ def test_mix_keys_that_would_do_nothing_are_refused():
 
 
 def test_a_roll_config_with_domain_interleave_probs_converts(tmp_path):
-    from flywheel.platform.config.roll_convert import convert_roll
+    from flywheel.pipelines.config import convert_roll
 
     roll = Path(__file__).parents[1] / "data" / "configs" / "roll" / "mechanics" / "roll_rlvr.yaml"
     text = roll.read_text().replace("    file_name: builtin://arithmetic/train\n",

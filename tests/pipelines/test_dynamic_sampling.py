@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config_dict
 
 from .sim_config import sim_config
 

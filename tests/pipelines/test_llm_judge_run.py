@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.roles import device_roles
-from flywheel.platform.config import load_config_dict
 
 ROOT = Path(__file__).parents[2]
 

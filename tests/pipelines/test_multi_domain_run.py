@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.prompt_data import resolve_data_file
-from flywheel.platform.config import load_config_dict
 
 ROOT = Path(__file__).parents[2]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.launch import run
 from flywheel.pipelines.prompt_data import PromptRecord
 from flywheel.pipelines.rlvr import segment_tokens
@@ -27,7 +28,6 @@ from flywheel.pipelines.rollout import (
     segment_request,
 )
 from flywheel.pipelines.step_metrics import partial_rollout_metrics
-from flywheel.platform.config import load_config, load_config_dict
 from flywheel.workers.infer_worker import GenerateResult
 from flywheel.workers.strategies.base import Generation, SamplingParams
 

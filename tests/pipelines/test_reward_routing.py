@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.prompt_data import DataError, PromptRecord
 from flywheel.pipelines.reward_routing import (
     check_routes,
@@ -11,7 +12,6 @@ from flywheel.pipelines.reward_routing import (
     route_rewards,
 )
 from flywheel.pipelines.rollout import Group, ScoringJob
-from flywheel.platform.config import load_config_dict
 from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.strategies.base import Generation

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.launch import run
-from flywheel.platform.config import load_config
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"
 # Wall-clock figures differ run to run, and so does how far the prefetch thread got into

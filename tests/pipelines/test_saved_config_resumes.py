@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.platform.config import config_to_dict, load_config, load_config_dict
+from flywheel.pipelines.config import load_config, load_config_dict
+from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.length_defaults import loadable_config_data
 
 from .sim_config import sim_config

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.launch import run
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.loader import load_config, load_config_dict
 from flywheel.platform.models.builtin import resolve_pretrain
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "sft_tiny.yaml"

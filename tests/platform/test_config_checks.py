@@ -2,12 +2,10 @@
 
 import pytest
 
-from flywheel.platform.config import ConfigError, load_config, load_config_dict
-from flywheel.platform.config.checks import (
-    ROLE_STRATEGIES,
-    check_config,
-    data_parallel_size,
-)
+from flywheel.pipelines.config import CATALOGS, check_config, load_config, load_config_dict
+from flywheel.platform.config import ConfigError
+from flywheel.platform.config.checks import role_backends
+from flywheel.platform.config.derived import data_parallel_size
 from flywheel.platform.config.schema import PipelineConfig, StrategyArgs, WorkerConfig
 
 
@@ -90,15 +88,24 @@ def test_actor_infer_refuses_training_backends(name):
 
 
 def test_reference_accepts_training_backends_and_hf_infer():
-    for name in ROLE_STRATEGIES["reference"]:
+    reference = role_backends(CATALOGS.backends, "reference")
+    assert reference == ["hf_train", "deepspeed_train", "megatron_train", "sim_train",
+                         "hf_infer"]
+    for name in reference:
         load_config_dict({"reference": {"strategy_args": {"strategy_name": name}}})
-    assert "vllm" not in ROLE_STRATEGIES["reference"]
     error_for({"reference": {"strategy_args": {"strategy_name": "vllm"}}})
 
 
 def test_unknown_strategy_suggests():
     error = error_for({"actor_train": {"strategy_args": {"strategy_name": "deepspeed"}}})
     assert "unknown strategy 'deepspeed' (did you mean 'deepspeed_train'?)" in error.message
+
+
+def test_unknown_pg_variant_lists_the_loss_catalog():
+    error = error_for({"actor_train": {"pg_variant": "ppo2"}})
+    assert error.key_path == "actor_train.pg_variant"
+    assert error.message == ("unknown pg_variant 'ppo2' (did you mean 'ppo'?); known: vanilla, "
+                             "ppo, tis, topr, cispo, kimi15")
 
 
 def test_unknown_reward_type_suggests():

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from flywheel import cli
-from flywheel.platform.config import load_config
+from flywheel.pipelines.config import load_config
 
 REPO = Path(__file__).parents[2]
 CONFIGS = REPO / "tests" / "data" / "configs"

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.platform.config import ConfigError, load_config
+from flywheel.pipelines.config import load_config
+from flywheel.platform.config import ConfigError
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs" / "defaults"
 

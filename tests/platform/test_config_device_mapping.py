@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flywheel.platform.config import ConfigError, load_config_dict, parse_device_mapping
+from flywheel.pipelines.config import load_config_dict
+from flywheel.platform.config import ConfigError, parse_device_mapping
 from flywheel.platform.config.device_mapping import MAX_DEVICES
 
 

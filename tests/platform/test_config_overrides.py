@@ -2,7 +2,8 @@
 
 import pytest
 
-from flywheel.platform.config import ConfigError, load_config_dict
+from flywheel.pipelines.config import load_config_dict
+from flywheel.platform.config import ConfigError
 from flywheel.platform.config.overrides import parse_override
 
 

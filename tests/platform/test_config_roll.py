@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from flywheel.platform.config import check_environment, load_config
+from flywheel.pipelines.config import check_environment, load_config
 from flywheel.platform.config.environment_checks import cuda_device_count, is_importable
 
 ROLL = Path(__file__).parents[1] / "data" / "configs" / "roll"

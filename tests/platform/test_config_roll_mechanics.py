@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from flywheel import cli
-from flywheel.platform.config import ConfigError, config_to_dict, load_config, load_config_dict
+from flywheel.pipelines.config import convert_roll, load_config, load_config_dict
+from flywheel.platform.config import ConfigError, config_to_dict
 from flywheel.platform.config.resolvers import ResolverContext
-from flywheel.platform.config.roll_convert import convert_roll
 
 MECHANICS = Path(__file__).parents[1] / "data" / "configs" / "roll" / "mechanics"
 FROZEN_LAKE = MECHANICS / "agentic" / "frozen_lake.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.platform.config.loader import load_config_with_section
+from flywheel.pipelines.config import load_config_with_section
 
 REPO = Path(__file__).parents[2]
 SHIPPED = sorted(p for folder in ("examples", "configs") for p in (REPO / folder).rglob("*.yaml"))

@@ -2,7 +2,8 @@
 
 import pytest
 
-from flywheel.platform.config import ConfigError, config_to_dict, load_config_dict
+from flywheel.pipelines.config import load_config_dict
+from flywheel.platform.config import ConfigError, config_to_dict
 from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
 
 
@@ -72,8 +73,8 @@ def test_wrong_types_name_the_expected_type(data, key_path, message):
 @pytest.mark.parametrize("data, key_path, allowed", [
     ({"adv_estimator": "grp"}, "adv_estimator", "'grpo', 'reinforce', 'gae'"),
     ({"pipeline_type": "dpo"}, "pipeline_type", "'rlvr', 'agentic', 'sft'"),
-    ({"actor_train": {"pg_variant": "ppo2"}}, "actor_train.pg_variant",
-     "'vanilla', 'ppo', 'tis', 'topr', 'cispo', 'kimi15'"),
+    ({"actor_train": {"loss_agg_mode": "mean"}}, "actor_train.loss_agg_mode",
+     "'token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'"),
     ({"actor_train": {"model_args": {"dtype": "float16"}}}, "actor_train.model_args.dtype",
      "'fp32', 'bf16', 'fp16'"),
 ])

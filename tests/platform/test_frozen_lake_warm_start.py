@@ -4,12 +4,12 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from flywheel.pipelines.config import load_config
 from flywheel.pipelines.sft_frozen_lake import (
     FrozenLakeWarmStartConfig,
     falls,
     walker_action,
 )
-from flywheel.platform.config import load_config
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_val_frozen_lake_async.yaml"
 

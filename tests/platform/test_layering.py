@@ -55,3 +55,51 @@ def test_the_check_sees_every_form_of_import():
         assert any(is_forbidden(n) for _, n in imported_modules(source, package)), source
     assert not any(is_forbidden(n) for _, n in imported_modules(
         "from flywheel.platform.config import schema\nfrom .errors import ConfigError", package))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """flywheel module -> the flywheel modules it imports (any import statement)."""
+    modules = {}
+    for path in sorted((ROOT / "flywheel").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = name if parts[-1] == "__init__" else name.rpartition(".")[0]
+        modules[name] = (path, package)
+    return {name: {n for _, n in imported_modules(path.read_text(), package)
+                   if n in modules and n != name}
+            for name, (path, package) in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle():
+    """A module that needs one that needs it back is one design split in two files."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    found = circles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)

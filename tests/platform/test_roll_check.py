@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flywheel.platform.config import ConfigError, load_config
+from flywheel.pipelines.config import load_config
+from flywheel.platform.config import ConfigError
 
 SCRIPT = Path(__file__).parents[2] / "bench" / "roll_check.py"
 

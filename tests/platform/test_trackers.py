@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.platform.config import load_config
+from flywheel.pipelines.config import load_config
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.trackers import SampleText
 from flywheel.platform.tracking import Tracker, backend_names

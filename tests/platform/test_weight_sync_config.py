@@ -2,7 +2,8 @@
 
 import pytest
 
-from flywheel.platform.config import ConfigError, load_config_dict
+from flywheel.pipelines.config import load_config_dict
+from flywheel.platform.config import ConfigError
 from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.models.weight_size import checkpoint_numel, weight_bytes
 from flywheel.platform.ray_runtime import object_store_bytes

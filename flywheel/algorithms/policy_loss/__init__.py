@@ -12,23 +12,15 @@ on the inputs, aggregation and metrics live in `compute_policy_loss`, not in the
     cispo    -sg(clip(r, 1-ε_low, 1+ε_high))·A·ℓ, unified mask optional
     kimi15   -A·ℓ + (τ/2)·(ℓ - ℓ_old)²
 
-To add a variant `foo`:
-  1. write `policy_loss/foo.py` with `def foo_loss(log_probs, old_log_probs, advantages,
-     scores, params) -> (loss_mat, flags)`, formula and paper in its docstring;
-  2. add its knobs, prefixed `foo_`, with defaults to `PolicyLossParams` (params.py);
-  3. add one line `"foo": foo_loss,` to `POLICY_LOSSES` in registry.py;
-  4. add hand-computed tests in tests/algorithms/ (the micro-batch invariance test picks
-     it up from the registry automatically).
+To add a variant `foo`: write `policy_loss/foo.py` with `def foo_loss(log_probs,
+old_log_probs, advantages, scores, params) -> (loss_mat, flags)`, formula and paper in its
+docstring, and add one line `"foo": LossSpec("flywheel.algorithms.policy_loss.foo:foo_loss"),`
+to `POLICY_LOSSES` in registry.py; then hand-computed tests in tests/algorithms/ (the
+micro-batch invariance test picks it up from the catalog). Outside the project:
+`register_policy_loss("foo", LossSpec("package.module:foo_loss"))` before the config is
+loaded. A variant reads its knobs from `PolicyLossParams` (params.py); a new knob is a field
+there and a config key in schema.py.
+
+Nothing is imported here, so that reading the catalog (registry.py: what the config checks
+do) imports no torch; import from the modules, or from `flywheel.algorithms`.
 """
-
-from flywheel.algorithms.policy_loss.compute import compute_policy_loss
-from flywheel.algorithms.policy_loss.params import PolicyLossFn, PolicyLossParams
-from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES, get_policy_loss
-
-__all__ = [
-    "POLICY_LOSSES",
-    "PolicyLossFn",
-    "PolicyLossParams",
-    "compute_policy_loss",
-    "get_policy_loss",
-]

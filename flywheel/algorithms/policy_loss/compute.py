@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from flywheel.algorithms.aggregation import Count, aggregate_loss, masked_mean
-from flywheel.algorithms.policy_loss.params import PolicyLossParams
+from flywheel.algorithms.policy_loss.params import PolicyLossFn, PolicyLossParams
 from flywheel.algorithms.policy_loss.registry import get_policy_loss
 
 
@@ -39,6 +39,7 @@ def compute_policy_loss(
     global_num_seqs: Count | None = None,
     token_weights: Tensor | None = None,
     params: PolicyLossParams | None = None,
+    loss_fn: PolicyLossFn | None = None,
     **hparams: float | bool,
 ) -> tuple[Tensor, dict[str, float]]:
     """Policy-gradient loss of `pg_variant`, aggregated by `loss_agg_mode`.
@@ -58,13 +59,15 @@ def compute_policy_loss(
             decoupled-PPO weight π_prox / π_behav, staleness and kernel mismatch together).
         params: a `PolicyLossParams`; keyword `hparams` (its field names, e.g. pg_clip=0.3)
             override its fields. Unknown names raise TypeError.
+        loss_fn: `pg_variant`'s function, when the caller resolved it already (in the
+            process that registered the variant); unset: looked up in this process's catalog.
 
     Returns:
         (loss, metrics): the scalar loss and a dict of python floats under `pg/`.
     """
     base = {} if params is None else dataclasses.asdict(params)
     p = PolicyLossParams.from_kwargs(**{**base, **hparams})  # unknown names raise TypeError
-    loss_fn = get_policy_loss(pg_variant)
+    loss_fn = loss_fn or get_policy_loss(pg_variant)
     advantages = _token_level(advantages, log_probs)
     if (log_probs.dim() != 2 or old_log_probs.shape != log_probs.shape
             or response_mask.shape != log_probs.shape):

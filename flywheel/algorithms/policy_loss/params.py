@@ -9,9 +9,10 @@ serves whichever `pg_variant` is selected.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from torch import Tensor
+if TYPE_CHECKING:  # annotations only: the params are built where no torch is imported
+    from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class PolicyLossParams:
 
 
 class PolicyLossFn(Protocol):
-    """What a variant implements (one file per variant, registered in registry.py).
+    """What a variant implements (one file per variant, one line in registry.py).
 
     Args (all [B, T]; everything but `log_probs` is already detached, masked positions are
     already neutral: old_log_probs = log_probs there and advantages = 0):

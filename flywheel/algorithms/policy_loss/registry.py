@@ -1,23 +1,50 @@
-"""The pg_variant registry: name → loss function. One line per variant."""
+"""The pg_variant catalog: name -> `LossSpec`, one line per variant.
+
+A spec names the variant's function by import path: the config checks read this catalog to
+validate `actor_train.pg_variant` without importing torch, and the function is imported only
+when a loss is computed. The trainer resolves the function where the variant was registered
+(the driver) and carries it to the training workers (workers/actor_loss.py), so a variant
+registered with `register_policy_loss` trains in every process.
+"""
 
 from __future__ import annotations
 
-from flywheel.algorithms.policy_loss.cispo import cispo_loss
-from flywheel.algorithms.policy_loss.kimi15 import kimi15_loss
-from flywheel.algorithms.policy_loss.params import PolicyLossFn
-from flywheel.algorithms.policy_loss.ppo import ppo_loss
-from flywheel.algorithms.policy_loss.tis import tis_loss
-from flywheel.algorithms.policy_loss.topr import topr_loss
-from flywheel.algorithms.policy_loss.vanilla import vanilla_loss
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {
-    "vanilla": vanilla_loss,
-    "ppo": ppo_loss,
-    "tis": tis_loss,
-    "topr": topr_loss,
-    "cispo": cispo_loss,
-    "kimi15": kimi15_loss,
+if TYPE_CHECKING:
+    from flywheel.algorithms.policy_loss.params import PolicyLossFn
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    fn: str  # "package.module:function", a PolicyLossFn (params.py)
+
+
+POLICY_LOSSES: dict[str, LossSpec] = {
+    "vanilla": LossSpec("flywheel.algorithms.policy_loss.vanilla:vanilla_loss"),
+    "ppo": LossSpec("flywheel.algorithms.policy_loss.ppo:ppo_loss"),
+    "tis": LossSpec("flywheel.algorithms.policy_loss.tis:tis_loss"),
+    "topr": LossSpec("flywheel.algorithms.policy_loss.topr:topr_loss"),
+    "cispo": LossSpec("flywheel.algorithms.policy_loss.cispo:cispo_loss"),
+    "kimi15": LossSpec("flywheel.algorithms.policy_loss.kimi15:kimi15_loss"),
 }
+
+
+def register_policy_loss(name: str, spec: LossSpec) -> None:
+    """Make `name` a `pg_variant` the config checks accept and the trainer runs. The same
+    spec again is a no-op; another spec under a taken name is a ValueError."""
+    module, colon, attr = spec.fn.partition(":") if isinstance(spec, LossSpec) else ("", "", "")
+    if not (module and colon and attr.isidentifier()):
+        raise ValueError(f"pg_variant {name!r}: expected a LossSpec('package.module:function'), "
+                         f"got {spec!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a pg_variant name must be a non-empty string, got {name!r}")
+    if POLICY_LOSSES.get(name, spec) != spec:
+        raise ValueError(f"pg_variant {name!r} is already registered as {POLICY_LOSSES[name]}")
+    POLICY_LOSSES[name] = spec
 
 
 def get_policy_loss(pg_variant: str) -> PolicyLossFn:
@@ -26,4 +53,11 @@ def get_policy_loss(pg_variant: str) -> PolicyLossFn:
         raise ValueError(
             f"unknown pg_variant {pg_variant!r}; known variants: {sorted(POLICY_LOSSES)}"
         )
-    return POLICY_LOSSES[pg_variant]
+    return load_policy_loss(POLICY_LOSSES[pg_variant].fn)
+
+
+@cache
+def load_policy_loss(path: str) -> PolicyLossFn:
+    """The function a "package.module:function" path names (imported once)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)

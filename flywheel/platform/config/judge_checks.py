@@ -1,20 +1,20 @@
-"""Rules for the llm_judge reward's keys (`rewards.<name>.llm_judge`), and the one parser of
-its prompt template.
+"""Rules for the llm_judge reward's keys (`rewards.<name>.llm_judge`).
 
 A judge is either local (a model this reward role loads on its own devices) or an
 OpenAI-compatible endpoint; each backend's keys are refused on the other, and judge keys
 are refused on every other reward type, so no written key is silently ignored. Pure
 functions on a `PipelineConfig`, run by `checks.check_config`; each raises `ConfigError`.
 
-The template parser lives here (platform/ imports nothing above it) so the config check
-and the reward itself (workers/rewards/llm_judge.py) read a template the same way.
+The prompt template is read by `derived.template_parts`, as the reward itself
+(workers/rewards/llm_judge.py) reads it.
 """
 
 from __future__ import annotations
 
-import string
 from urllib.parse import urlsplit
 
+from flywheel.platform.config.catalogs import BackendEntry, Catalog
+from flywheel.platform.config.derived import template_parts
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.schema import (
     GeneratingArgs,
@@ -25,37 +25,10 @@ from flywheel.platform.config.schema import (
     StrategyArgs,
 )
 
-JUDGE_FIELDS = ("prompt", "response", "reference")
-# Backends a local judge can generate with (sim_infer produces no text).
-JUDGE_STRATEGIES = ("hf_infer", "vllm", "sglang")
 ENDPOINT_KEYS = ("base_url", "model", "api_key_env")
 
 
-def template_parts(template: str) -> list[tuple[str, str | None]]:
-    """(literal text, placeholder or None) pairs of `template`, or ValueError (one line)
-    for anything but a bare {prompt} / {response} / {reference}: no attribute or index
-    access, no conversion, no format spec, no positional field, and {response} present."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as e:  # a lone "{" or "}"
-        raise ValueError(f"prompt_template is not a valid template ({e}; write {{{{ and }}}} "
-                         f"for literal braces)") from None
-    parts = []
-    for literal, name, spec, conversion in parsed:
-        if name is not None and (name not in JUDGE_FIELDS or spec or conversion):
-            shown = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec
-                                                                        else "")
-            raise ValueError(f"prompt_template has placeholder {{{shown}}}; only "
-                             f"{', '.join('{' + f + '}' for f in JUDGE_FIELDS)} are allowed "
-                             f"(write {{{{ and }}}} for literal braces)")
-        parts.append((literal, name))
-    if not any(name == "response" for _, name in parts):
-        raise ValueError("prompt_template has no {response} placeholder: the judge would "
-                         "never see the response")
-    return parts
-
-
-def check_llm_judge(cfg: PipelineConfig) -> None:
+def check_llm_judge(cfg: PipelineConfig, backends: Catalog[BackendEntry]) -> None:
     """Judge keys only on llm_judge rewards; each backend's keys complete and alone."""
     for name, reward in cfg.rewards.items():
         key = f"rewards.{name}"
@@ -73,7 +46,7 @@ def check_llm_judge(cfg: PipelineConfig) -> None:
         if reward.llm_judge.backend == "endpoint":
             check_endpoint_role(reward, key)
         else:
-            check_local_role(cfg, reward, key)
+            check_local_role(cfg, reward, key, judge_backends(backends))
 
 
 def check_judge_args(judge: LlmJudgeArgs, key: str) -> None:
@@ -125,7 +98,14 @@ def check_endpoint_role(reward: RewardConfig, key: str) -> None:
                                                     "use llm_judge.backend: local)")
 
 
-def check_local_role(cfg: PipelineConfig, reward: RewardConfig, key: str) -> None:
+def judge_backends(backends: Catalog[BackendEntry]) -> list[str]:
+    """Backends a local judge can generate with (a latency-only one produces no text)."""
+    return [name for name, spec in backends.items()
+            if spec.kind == "infer" and not spec.latency_only]
+
+
+def check_local_role(cfg: PipelineConfig, reward: RewardConfig, key: str,
+                     generators: list[str]) -> None:
     """A local judge generates with an infer backend and names a model."""
     judge = reward.llm_judge
     for field in ENDPOINT_KEYS + ("request_timeout_s",):
@@ -133,11 +113,11 @@ def check_local_role(cfg: PipelineConfig, reward: RewardConfig, key: str) -> Non
             raise ConfigError("", f"{key}.llm_judge.{field}", "is for backend endpoint; "
                                                               "backend is local")
     strategy = reward.strategy_args.strategy_name
-    if strategy not in JUDGE_STRATEGIES:
+    if strategy not in generators:
         unset = (" (the default when strategy_name is not written)"
                  if strategy == StrategyArgs().strategy_name else "")
         raise ConfigError("", f"{key}.strategy_args.strategy_name",
-                          f"a local llm_judge generates with {', '.join(JUDGE_STRATEGIES)}; "
+                          f"a local llm_judge generates with {', '.join(generators)}; "
                           f"got '{strategy}'{unset}")
     if not (reward.model_args.model_name_or_path or cfg.reward_pretrain):
         raise ConfigError("", f"{key}.model_args.model_name_or_path",

@@ -3,15 +3,15 @@
 Why a module of its own: ROLL configs carry keys that only some roles, backends or
 algorithms read. Each rule here names the key path, what it would have meant, and what to
 write instead, so no written key is silently ignored. Pure functions on a
-`PipelineConfig`, run by `checks.check_config`; each raises `ConfigError`.
-
-The template names live in `flywheel.pipelines.prompt_data.TEMPLATES`; they are listed
-again here because platform/ imports nothing above it (a test holds the two equal).
+`PipelineConfig`, run by `checks.check_config`; each raises `ConfigError`. Template names
+and backends are read from the catalogs the caller hands in (`catalogs.py`).
 """
 
 from __future__ import annotations
 
-from flywheel.platform.config.errors import ConfigError, did_you_mean
+from flywheel.platform.config.catalogs import Catalogs
+from flywheel.platform.config.derived import is_rule_reward, roles
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.schema import (
     DataArgs,
     GeneratingArgs,
@@ -21,19 +21,12 @@ from flywheel.platform.config.schema import (
     StrategyArgs,
 )
 
-TEMPLATE_NAMES = ("native", "none", "raw", "chat", "qwen2_5", "qwen2_5_vl", "qwen3", "chatml",
-                  "llama3", "deepseek", "default")
-NATIVE_NAMES = ("native", "none", "raw")
-# Backends with no strategy_config keys at all (a key there would do nothing).
-KEYLESS_STRATEGIES = ("hf_train", "hf_infer")
 # Roles whose data_args are read (RLVR prompts); the validation block has its own.
 DATA_ROLES = ("actor_train",)
 
 
-def check_keys_act(cfg: PipelineConfig) -> None:
+def check_keys_act(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Every rule of this module, in order."""
-    from flywheel.platform.config.checks import is_rule_reward, roles  # checks imports us
-
     for role in roles(cfg):
         worker, key = role.worker, role.key_path
         own_name = key.rsplit(".", 1)[-1]
@@ -41,8 +34,8 @@ def check_keys_act(cfg: PipelineConfig) -> None:
             raise ConfigError("", f"{key}.name", f"is '{worker.name}', but flywheel names "
                                                  f"this role by its key '{own_name}'; write "
                                                  f"'{own_name}' or leave name out")
-        if (worker.strategy_args.strategy_name in KEYLESS_STRATEGIES
-                and worker.strategy_args.strategy_config):
+        backend = catalogs.backends.get(worker.strategy_args.strategy_name, "")
+        if not backend.takes_strategy_config and worker.strategy_args.strategy_config:
             unknown = ", ".join(sorted(worker.strategy_args.strategy_config))
             raise ConfigError("", f"{key}.strategy_args.strategy_config",
                               f"{worker.strategy_args.strategy_name} takes no "
@@ -51,9 +44,9 @@ def check_keys_act(cfg: PipelineConfig) -> None:
             raise ConfigError("", f"{key}.data_args", "this role reads no data: prompts come "
                                                       "from actor_train.data_args (and "
                                                       "validation.data_args)")
-        if is_rule_reward(role):
+        if is_rule_reward(role, catalogs.rewards):
             check_rule_reward(cfg.rewards[own_name], key)
-    check_data_args(cfg)
+    check_data_args(cfg, catalogs)
     check_generating_args(cfg)
     check_lengths(cfg)
     if cfg.adv_estimator == "grpo" and (cfg.norm_mean_type, cfg.norm_std_type) != (
@@ -76,7 +69,7 @@ def check_rule_reward(reward: RewardConfig, key: str) -> None:
                                                       f"strategy_args")
 
 
-def check_data_args(cfg: PipelineConfig) -> None:
+def check_data_args(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Known templates; chat-only keys only with a chat template; validation prompts are
     encoded like actor_train's."""
     train = cfg.actor_train.data_args
@@ -84,13 +77,10 @@ def check_data_args(cfg: PipelineConfig) -> None:
     if cfg.validation is not None:
         blocks.append(("validation.data_args", cfg.validation.data_args))
     for key, args in blocks:
-        if args.template is not None and args.template not in TEMPLATE_NAMES:
-            raise ConfigError("", f"{key}.template",
-                              f"unknown template '{args.template}'"
-                              f"{did_you_mean(args.template, TEMPLATE_NAMES)}; known: "
-                              f"{', '.join(TEMPLATE_NAMES)} (all but native/none/raw apply "
-                              f"the tokenizer's chat template)")
-        if (args.template or "native") in NATIVE_NAMES:
+        native = "/".join(n for n, how in catalogs.templates.items() if how == "native")
+        encoding = catalogs.templates.get(args.template or "native", f"{key}.template", hint=(
+            f" (all but {native} apply the tokenizer's chat template)"))
+        if encoding == "native":
             for name in ("system_prompt", "chat_template_kwargs"):
                 if getattr(args, name):
                     raise ConfigError("", f"{key}.{name}", f"is for chat templates, but "
@@ -136,10 +126,3 @@ def check_lengths(cfg: PipelineConfig) -> None:
         raise ConfigError("", "sequence_length", f"is {cfg.sequence_length}, shorter than "
                                                  f"prompt_length + response_length = {total}")
 
-
-def context_length(cfg: PipelineConfig) -> int | None:
-    """Tokens a generation engine must hold per sequence: RLVR prompt_length +
-    response_length; agentic sequence_length (None when unset: the engine's default)."""
-    if cfg.pipeline_type == "rlvr":
-        return cfg.prompt_length + cfg.response_length
-    return cfg.sequence_length

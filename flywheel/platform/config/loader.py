@@ -10,7 +10,9 @@ The stages, in order, each in its own module:
 4. `interpolation`: resolve `${key.path}` references (and the `oc.env` / `now` resolvers)
    in the merged data, then drop the helpers;
 5. `conversion.to_config`: check every type against the schema, build dataclasses (dacite);
-6. `checks`: cross-field rules.
+6. `checks`: cross-field rules, with the names of backends, rewards, loss variants,
+   templates and envs checked against the `Catalogs` the caller passes (a required
+   argument: `flywheel.pipelines.config` binds the project's own, `catalogs.py` says why).
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
 the layer that set the offending key (`layering.origin_of`). An unknown key in a file that
@@ -28,6 +30,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.checks import check_config
 from flywheel.platform.config.conversion import check_keys, to_config
 from flywheel.platform.config.errors import ConfigError, parse_key_path
@@ -43,13 +46,15 @@ from flywheel.platform.config.yaml_source import DEFAULTS_KEY, load_layers
 
 
 def load_config(path: str | os.PathLike, overrides: Iterable[str] = (),
-                context: ResolverContext | None = None) -> PipelineConfig:
+                context: ResolverContext | None = None, *,
+                catalogs: Catalogs) -> PipelineConfig:
     """Load, compose, override, interpolate, convert strictly and check one config file."""
-    return _build(load_layers(path), overrides, context)
+    return _build(load_layers(path), overrides, catalogs, context)
 
 
 def load_config_with_section(path: str | os.PathLike, section: str,
-                             overrides: Iterable[str] = ()) -> tuple[PipelineConfig, Any]:
+                             overrides: Iterable[str] = (), *,
+                             catalogs: Catalogs) -> tuple[PipelineConfig, Any]:
     """`load_config` for a file that also holds one extra top-level block (`section`), which
     is taken out before the strict checks and returned as written (None when absent).
 
@@ -57,17 +62,18 @@ def load_config_with_section(path: str | os.PathLike, section: str,
     expectations of `configs/ci/*.yaml`; everything else in the file is checked as usual."""
     layered = load_layers(path)
     extra = layered.data.pop(section, None)
-    return _build(layered, overrides), extra
+    return _build(layered, overrides, catalogs), extra
 
 
-def load_config_layers(layered: Layered, overrides: Iterable[str] = ()) -> PipelineConfig:
+def load_config_layers(layered: Layered, overrides: Iterable[str] = (), *,
+                       catalogs: Catalogs) -> PipelineConfig:
     """`load_config` for files already read and merged (`yaml_source.load_layers`), e.g. by
     a tool that edits the merged data before the strict checks (bench/roll_check.py)."""
-    return _build(layered, overrides)
+    return _build(layered, overrides, catalogs)
 
 
 def load_config_dict(data: dict[str, Any], source: str = "<dict>",
-                     overrides: Iterable[str] = ()) -> PipelineConfig:
+                     overrides: Iterable[str] = (), *, catalogs: Catalogs) -> PipelineConfig:
     """`load_config` for data already in memory (tests, programmatic use); no `defaults:`."""
     if not isinstance(data, dict):
         raise ConfigError(source, "", f"expected a mapping of keys, got {type(data).__name__}")
@@ -77,10 +83,10 @@ def load_config_dict(data: dict[str, Any], source: str = "<dict>",
     layered = Layered()
     merge_layer(layered, copy_tree(data, source), source)
     layered.origins[()] = source
-    return _build(layered, overrides)
+    return _build(layered, overrides, catalogs)
 
 
-def _build(layered: Layered, overrides: Iterable[str],
+def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
            context: ResolverContext | None = None) -> PipelineConfig:
     apply_overrides(layered, overrides)
     helpers = helper_keys(layered.data)
@@ -89,7 +95,7 @@ def _build(layered: Layered, overrides: Iterable[str],
         response_written = "response_length" in layered.data
         written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
         cfg = to_config(without(resolve_references(layered.data, context), helpers))
-        check_config(cfg)
+        check_config(cfg, catalogs)
         check_max_new_tokens(cfg, written, response_written)
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))

@@ -23,8 +23,7 @@ from typing import Any
 
 from flywheel.platform.config import roll_keys as keys
 from flywheel.platform.config import roll_rules as rules
-from flywheel.platform.config.agentic_checks import BUILTIN_ENVS
-from flywheel.platform.config.checks import ALL_STRATEGIES, REWARD_TYPES
+from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
@@ -43,6 +42,7 @@ class Conversion:
     """The converted data (valid when `missing` is empty) and what the report says."""
 
     source: str
+    catalogs: Catalogs = field(repr=False, compare=False)  # the names flywheel has
     pipeline_type: str = "rlvr"
     data: dict[str, Any] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # keys ROLL ignores too
@@ -52,12 +52,12 @@ class Conversion:
     missing: list[str] = field(default_factory=list)  # "feature (key = value)"
 
 
-def convert_roll(path: str | os.PathLike) -> Conversion:
+def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     """Read a ROLL config file and map it; raises ConfigError only for unreadable input."""
     path = os.fspath(path)
     layered = load_layers(path)
     raw = layered.data
-    out = Conversion(source=path)
+    out = Conversion(source=path, catalogs=catalogs)
     out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
     data = resolve_references(raw)
     agentic = any(k in data for k in AGENTIC_MARKERS)
@@ -178,7 +178,7 @@ def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Co
     name = value.get("strategy_name")
     if name is None:
         return
-    same = (name, "") if name in ALL_STRATEGIES else (None, "")  # a flywheel name already
+    same = (name, "") if name in out.catalogs.backends else (None, "")  # a flywheel name already
     flywheel_name, note = rules.STRATEGY_NAMES.get(name, same)
     if flywheel_name is None:
         out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
@@ -195,7 +195,7 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
     known = {**keys.WORKER, **keys.REWARD_EXTRA}
     worker_cls = str((value or {}).get("worker_cls") or "")
     reward_type = rules.REWARD_WORKERS.get(worker_cls.rsplit(".", 1)[-1])
-    if reward_type not in REWARD_TYPES:
+    if reward_type not in out.catalogs.rewards:
         out.missing.append(f"the reward worker {worker_cls.rsplit('.', 1)[-1] or '(none)'} "
                            f"({name}.worker_cls = {worker_cls or 'null'})")
         return
@@ -246,7 +246,7 @@ def _custom_envs(value: Any, data: dict[str, Any], out: Conversion) -> None:
             continue
         env = env or {}
         env_type = env.get("env_type")
-        if env_type not in BUILTIN_ENVS:
+        if env_type not in out.catalogs.envs.builtin:
             out.missing.append(f"the {env_type} environment ({where}.env_type = {env_type})")
             continue
         _custom_env(env, tag, where, out)
@@ -310,7 +310,7 @@ def _reward_normalization(value: Any, out: Conversion) -> None:
 
 def _validate(out: Conversion) -> None:
     try:
-        load_config_dict(out.data, source=f"{out.source} (converted)")
+        load_config_dict(out.data, source=f"{out.source} (converted)", catalogs=out.catalogs)
     except ConfigError as error:
         out.missing.append(f"a value flywheel rejects: {error.key_path}: {error.message}")
 

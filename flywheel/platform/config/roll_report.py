@@ -13,6 +13,7 @@ import sys
 
 import yaml
 
+from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.roll_convert import Conversion, convert_roll
 
@@ -43,10 +44,11 @@ def converted_yaml(conversion: Conversion) -> str:
                                    allow_unicode=True)
 
 
-def convert_file(source: str | os.PathLike, output: str | os.PathLike | None) -> Conversion:
+def convert_file(source: str | os.PathLike, output: str | os.PathLike | None,
+                 catalogs: Catalogs) -> Conversion:
     """Convert, print the report, write `output` (stdout when None) if nothing is missing;
     raise ConfigError (one line, exit 2 from the CLI) when something is."""
-    conversion = convert_roll(source)
+    conversion = convert_roll(source, catalogs)
     report = format_report(conversion)
     if conversion.missing:
         print(report)

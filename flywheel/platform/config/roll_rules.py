@@ -293,8 +293,8 @@ STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
     "deepspeed_infer": ("deepspeed_train", "forward-only roles run on deepspeed_train"),
 }
 # ROLL reward worker class (last dotted name) -> the flywheel reward_type of the same job;
-# converted only while that name is in `checks.REWARD_TYPES` (so a reward type added there
-# is picked up here without an edit).
+# converted only while that name is in the reward catalog (so a reward type added there is
+# picked up here without an edit).
 REWARD_WORKERS: dict[str, str] = {"MathRuleRewardWorker": "math_rule",
                                   "CodeSandboxRewardWorker": "code_sandbox",
                                   "LLMJudgeRewardWorker": "llm_judge"}

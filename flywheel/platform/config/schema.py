@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Dtype = Literal["fp32", "bf16", "fp16"]
-PgVariant = Literal["vanilla", "ppo", "tis", "topr", "cispo", "kimi15"]
 LossAggMode = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
@@ -30,7 +29,8 @@ TrackerName = Literal["mlflow", "tensorboard", "wandb", "jsonl"]
 @dataclass
 class StrategyArgs:
     # Backend by name: hf_train, deepspeed_train, megatron_train (training roles);
-    # hf_infer, vllm, sglang (generation roles). See `checks.ROLE_STRATEGIES`.
+    # hf_infer, vllm, sglang (generation roles); the catalog in
+    # flywheel/workers/strategies/registry.py says which roles each can run.
     strategy_name: str = "hf_train"
     # Passed to the backend as is (e.g. ZeRO stage, tensor_parallel_size,
     # gpu_memory_utilization); each backend checks its own keys when it starts.
@@ -106,7 +106,8 @@ class DataArgs:
     # Prompt template by name: "native" sends the prompt text as is after the tokenizer's
     # bos (a messages-list prompt is an error); "chat" applies the tokenizer's own chat
     # template. ROLL's names (qwen2_5, qwen3, chatml, llama3, ...; see
-    # prompt_data.TEMPLATES) mean "chat": the template always comes from the tokenizer.
+    # pipelines/prompt_templates.py) mean "chat": the template always comes from the
+    # tokenizer.
     # An unknown name is an error. Unset: native; validation: actor_train's (a validation
     # value that differs from actor_train's is refused: both encode alike).
     template: str | None = None
@@ -193,10 +194,12 @@ class WorkerConfig:
 class ActorTrainConfig(WorkerConfig):
     """actor_train adds the policy loss: which off-policy variant and its knobs."""
 
-    # Policy-gradient loss (flywheel.algorithms.policy_loss): vanilla REINFORCE, ppo
-    # (clipped ratio), tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi k1.5).
-    # On-policy (ratio 0, one ppo_epoch) they all reduce to REINFORCE's gradient.
-    pg_variant: PgVariant = "ppo"
+    # Policy-gradient loss by name, from the catalog in
+    # flywheel/algorithms/policy_loss/registry.py: vanilla REINFORCE, ppo (clipped ratio),
+    # tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi k1.5), or a variant
+    # registered with register_policy_loss. On-policy (ratio 0, one ppo_epoch) they all
+    # reduce to REINFORCE's gradient.
+    pg_variant: str = "ppo"
     # How token losses become one number: token-mean over the global batch, or per
     # sequence then mean (seq-mean-*); seq-mean-token-sum-norm is Dr. GRPO's.
     loss_agg_mode: LossAggMode = "seq-mean-token-mean"
@@ -310,7 +313,8 @@ class RewardConfig(WorkerConfig):
     # Reward by name: "math_rule" compares the final answer (math-verify where it parses);
     # "code_sandbox" runs the response's last fenced code block against the record's
     # stdin/stdout tests in a bubblewrap sandbox (code_sandbox below); "llm_judge" asks a
-    # language model for a verdict (llm_judge below).
+    # language model for a verdict (llm_judge below); or a reward registered with
+    # register_reward (flywheel/workers/rewards/registry.py holds the catalog).
     reward_type: str = "math_rule"
     # Record tags this reward scores; empty means every record.
     tag_included: list[str] = field(default_factory=list)

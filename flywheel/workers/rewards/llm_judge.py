@@ -1,7 +1,7 @@
 """llm_judge: a language model reads (prompt, response, reference) and gives a verdict.
 
 The judge's prompt is `RewardConfig.llm_judge.prompt_template` with {prompt}, {response}
-and {reference} filled in (parsed once by `judge_checks.template_parts`; values are
+and {reference} filled in (parsed once by `derived.template_parts`; values are
 inserted as they are and never formatted again, so braces in a response are just text).
 The judge answers greedily, and `parse_verdict` turns the answer into a score in [0, 1]:
 `yes_no` (the first whole word yes / no) or `number` (last number, within [score_min, score_max],
@@ -36,7 +36,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from flywheel.platform.config.judge_checks import template_parts
+from flywheel.platform.config.derived import template_parts
 from flywheel.platform.config.schema import LlmJudgeArgs, RewardConfig
 from flywheel.workers.rewards.result import RewardResult
 

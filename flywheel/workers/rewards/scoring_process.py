@@ -1,6 +1,8 @@
 """A reward's scoring process (the child side of time_limit.py).
 
-Reads the RewardConfig as JSON (rebuilt by the config loader's strict conversion), builds
+Started with one argument, the import path of the reward's builder (its `RewardSpec.build`:
+this fresh interpreter never saw the driver's `register_reward`). Reads the RewardConfig as
+JSON (rebuilt by the config loader's strict conversion), builds
 the reward and answers {"ready": true} (or {"error": "..."} if it cannot be built, e.g.
 no sandbox), then scores one [prompt, response, reference] JSON list per message until
 its input closes. Every frame is JSON (time_limit.py): no pickle either way. It asks the
@@ -54,7 +56,7 @@ def main() -> None:
 
     try:
         cfg = reward_config(json.loads(read_frame(stdin) or b"null"))
-        score = reward_fn(cfg.reward_type, cfg)
+        score = reward_fn(cfg.reward_type, cfg, build=sys.argv[1])
     except Exception as e:  # sent to the worker, which raises it as its own start error
         write_frame(answers, json.dumps({"error": str(e).splitlines()[0]}).encode())
         return

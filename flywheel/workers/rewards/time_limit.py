@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.registry import reward_spec
 from flywheel.workers.rewards.result import RewardResult
 
 # A child's start: imports and building the reward (a sandbox probe, a judge model's load);
@@ -93,9 +94,11 @@ class _Child:
         self.proc.stdout.close()
 
 
-def start_child(cfg: RewardConfig, timeout_s: float = START_TIMEOUT_S) -> _Child:
-    """A child with `cfg`'s reward built, or ScorerError with the child's own reason."""
-    proc = subprocess.Popen([sys.executable, "-m", "flywheel.workers.rewards.scoring_process"],
+def start_child(cfg: RewardConfig, build: str, timeout_s: float = START_TIMEOUT_S) -> _Child:
+    """A child with `cfg`'s reward built by `build` (its import path, the child's only
+    argument), or ScorerError with the child's own reason."""
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.workers.rewards.scoring_process",
+                             build],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             start_new_session=True)
     child = _Child(proc)
@@ -111,17 +114,28 @@ def start_child(cfg: RewardConfig, timeout_s: float = START_TIMEOUT_S) -> _Child
     return child
 
 
+def _builder(reward_type: str) -> str:
+    """The import path of `reward_type`'s builder in this process's catalog."""
+    try:
+        return reward_spec(reward_type).build
+    except ValueError as e:
+        raise ScorerError(f"reward '{reward_type}' cannot start: {e}") from None
+
+
 class TimeLimitedScorer:
     """Scores samples with `cfg`'s reward in killable children, `sample_timeout_s` each."""
 
-    def __init__(self, cfg: RewardConfig, start_timeout_s: float = START_TIMEOUT_S):
+    def __init__(self, cfg: RewardConfig, start_timeout_s: float = START_TIMEOUT_S,
+                 build: str | None = None):
         if cfg.sample_timeout_s <= 0 or cfg.scoring_processes < 1:
             raise ValueError(f"rewards: sample_timeout_s must be > 0 and scoring_processes "
                              f">= 1 (got {cfg.sample_timeout_s}, {cfg.scoring_processes})")
         self.cfg = cfg
         self.start_timeout_s = start_timeout_s
+        # The reward's builder by import path (registry.py); unset: this process's catalog.
+        self.build = build or _builder(cfg.reward_type)
         # Started now, so a reward that cannot run here (no sandbox) fails the worker's start.
-        self._children: list[_Child | None] = [start_child(cfg, start_timeout_s)
+        self._children: list[_Child | None] = [start_child(cfg, self.build, start_timeout_s)
                                                for _ in range(cfg.scoring_processes)]
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
@@ -155,7 +169,8 @@ class TimeLimitedScorer:
             if not todo:
                 return
             if child is None:
-                child = self._children[slot] = start_child(self.cfg, self.start_timeout_s)
+                child = self._children[slot] = start_child(self.cfg, self.build,
+                                                           self.start_timeout_s)
             if child.item < 0:
                 child.item = todo.popleft()
                 child.send(list(items[child.item]))

