@@ -1,0 +1,88 @@
+"""A reward and a policy-loss variant added through the public registration (the docs'
+recipe, docs_site/docs/python-api.md): `platform validate` accepts a config naming both, and
+a real RLVR step on the tiny model runs both, in other processes than the one that
+registered them (the training worker; the reward worker's scoring process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from flywheel import cli
+from flywheel.algorithms.policy_loss.registry import (
+    POLICY_LOSSES,
+    LossSpec,
+    register_policy_loss,
+)
+from flywheel.pipelines.config import load_config
+from flywheel.pipelines.launch import run
+from flywheel.workers.rewards.registry import REWARDS, RewardSpec, register_reward
+from tests.pipelines.user_reward import SCORE
+
+REWARD = "odd_codes"
+LOSS = "half_reinforce"
+
+
+def config_file(tmp_path, reward_type: str = REWARD, pg_variant: str = LOSS):
+    path = tmp_path / "registered.yaml"
+    path.write_text(yaml.safe_dump({
+        "exp_name": "registered", "output_dir": str(tmp_path / "run"),
+        "pretrain": "builtin://tiny-qwen2",
+        "max_steps": 1, "eval_steps": 0,           # one step is the point
+        "rollout_batch_size": 4, "num_return_sequences_in_group": 2,  # 8 samples
+        "prompt_length": 16, "response_length": 4,
+        "tracking": {"mlflow": False},
+        "actor_train": {"pg_variant": pg_variant,
+                        "training_args": {"per_device_train_batch_size": 8},
+                        "data_args": {"file_name": ["builtin://arithmetic/train"]}},
+        "rewards": {"mine": {"reward_type": reward_type}},
+    }))
+    return path
+
+
+@pytest.fixture(scope="module")
+def registered():
+    """Both registered as a user would; afterwards the catalogs are as they were, so the
+    tests that list every known name see only flywheel's own."""
+    before = dict(REWARDS), dict(POLICY_LOSSES)
+    register_reward(REWARD, RewardSpec("rule", "tests.pipelines.user_reward:build"))
+    register_policy_loss(LOSS, LossSpec("tests.pipelines.user_loss:half_reinforce_loss"))
+    yield
+    for catalog, entries in zip((REWARDS, POLICY_LOSSES), before, strict=True):
+        catalog.clear()
+        catalog.update(entries)
+
+
+def test_validate_refuses_the_names_before_they_are_registered(tmp_path, capsys):
+    assert cli.main(["validate", "--config", str(config_file(tmp_path))]) == 2
+    assert f"rewards.mine.reward_type: unknown reward_type '{REWARD}'" in capsys.readouterr().err
+
+
+def test_a_registered_reward_and_loss_validate_and_run_one_rlvr_step(
+        registered, tmp_path, capsys, ray_session, tiny_model_path):
+    path = config_file(tmp_path)
+    assert cli.main(["validate", "--config", str(path)]) == 0
+    assert "ok:" in capsys.readouterr().out
+
+    run_dir = run(load_config(path))
+    (record,) = [json.loads(line) for line in
+                 (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert record["step"] == 1
+    assert record["pg/user_loss_frac"] == 1.0  # the trainer ran the registered loss
+    assert record["reward/parse_rate"] == 0.0  # every sample was scored by the registered reward
+    odd = record["reward/mean"] * 8 / SCORE
+    assert odd == pytest.approx(round(odd)), record["reward/mean"]
+
+
+def test_registering_a_taken_name_or_a_malformed_path_is_refused():
+    with pytest.raises(ValueError, match="'math_rule' is already registered"):
+        register_reward("math_rule", RewardSpec("rule", "my_pkg.rewards:build"))
+    with pytest.raises(ValueError, match="must look like 'package.module:attr'"):
+        register_reward("mine", RewardSpec("rule", "my_pkg.rewards.build"))
+    with pytest.raises(ValueError, match="'ppo' is already registered"):
+        register_policy_loss("ppo", LossSpec("my_pkg.losses:ppo"))
+    with pytest.raises(ValueError, match="expected a LossSpec"):
+        register_policy_loss("mine", LossSpec("my_pkg.losses"))
+    assert "mine" not in REWARDS and "mine" not in POLICY_LOSSES
