@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from flywheel.algorithms import PolicyLossParams, get_policy_loss
+from flywheel.algorithms.policy_loss.registry import policy_loss_spec
+from flywheel.platform.config.catalogs import entry_settings
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.actor_loss import ActorLoss
 
@@ -20,8 +22,11 @@ def policy_loss_params(cfg: PipelineConfig) -> PolicyLossParams:
 
 def build_actor_loss(cfg: PipelineConfig) -> ActorLoss:
     at = cfg.actor_train
+    # a variant that declares settings of its own gets them (pg_variant_args) as its params
+    own = entry_settings(policy_loss_spec(at.pg_variant).settings, at.pg_variant_args,
+                         "actor_train.pg_variant_args", f"pg_variant {at.pg_variant}")
     return ActorLoss(
-        pg_variant=at.pg_variant, params=policy_loss_params(cfg),
+        pg_variant=at.pg_variant, params=policy_loss_params(cfg) if own is None else own,
         loss_agg_mode=at.loss_agg_mode,
         kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0,
         kl_loss_type=cfg.kl_loss_type, entropy_loss_coef=cfg.entropy_loss_coef,

@@ -26,7 +26,7 @@ from flywheel.workers.strategies.train_loop import Counts
 @dataclass(frozen=True)
 class ActorLoss:
     pg_variant: str
-    params: PolicyLossParams
+    params: PolicyLossParams  # or the settings object of a variant that declares its own
     loss_agg_mode: str
     kl_loss_coef: float = 0.0  # > 0 adds the KL-to-reference loss term
     kl_loss_type: str = "k3"

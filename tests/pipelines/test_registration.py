@@ -1,11 +1,13 @@
 """A reward and a policy-loss variant added through the public registration (the docs'
-recipe, docs_site/docs/python-api.md): `platform validate` accepts a config naming both, and
-a real RLVR step on the tiny model runs both, in other processes than the one that
-registered them (the training worker; the reward worker's scoring process)."""
+recipe, docs_site/docs/python-api.md), each with a setting of its own: `platform validate`
+accepts a config naming both, and a real RLVR step on the tiny model runs both, with the
+config's settings, in other processes than the one that registered them (the training
+worker; the reward worker's scoring process)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -16,13 +18,14 @@ from flywheel.algorithms.policy_loss.registry import (
     LossSpec,
     register_policy_loss,
 )
-from flywheel.pipelines.config import load_config
+from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.launch import run
+from flywheel.platform.config import ConfigError
 from flywheel.workers.rewards.registry import REWARDS, RewardSpec, register_reward
-from tests.pipelines.user_reward import SCORE
 
 REWARD = "odd_codes"
-LOSS = "half_reinforce"
+LOSS = "weighted_reinforce"
+SCORE = 0.123  # what no 0/1 reward averages to (it is no multiple of 1/n for n <= 100)
 
 
 def config_file(tmp_path, reward_type: str = REWARD, pg_variant: str = LOSS):
@@ -34,10 +37,10 @@ def config_file(tmp_path, reward_type: str = REWARD, pg_variant: str = LOSS):
         "rollout_batch_size": 4, "num_return_sequences_in_group": 2,  # 8 samples
         "prompt_length": 16, "response_length": 4,
         "tracking": {"mlflow": False},
-        "actor_train": {"pg_variant": pg_variant,
+        "actor_train": {"pg_variant": pg_variant, "pg_variant_args": {"weight": 0.5},
                         "training_args": {"per_device_train_batch_size": 8},
                         "data_args": {"file_name": ["builtin://arithmetic/train"]}},
-        "rewards": {"mine": {"reward_type": reward_type}},
+        "rewards": {"mine": {"reward_type": reward_type, "reward_args": {"score": SCORE}}},
     }))
     return path
 
@@ -47,8 +50,11 @@ def registered():
     """Both registered as a user would; afterwards the catalogs are as they were, so the
     tests that list every known name see only flywheel's own."""
     before = dict(REWARDS), dict(POLICY_LOSSES)
-    register_reward(REWARD, RewardSpec("rule", "tests.pipelines.user_reward:build"))
-    register_policy_loss(LOSS, LossSpec("tests.pipelines.user_loss:half_reinforce_loss"))
+    register_reward(REWARD, RewardSpec("rule", "tests.pipelines.user_reward:build",
+                                       settings="tests.pipelines.user_reward:OddCodesSettings"))
+    register_policy_loss(LOSS, LossSpec(
+        "tests.pipelines.user_loss:weighted_reinforce_loss",
+        settings="tests.pipelines.user_loss:WeightedReinforceSettings"))
     yield
     for catalog, entries in zip((REWARDS, POLICY_LOSSES), before, strict=True):
         catalog.clear()
@@ -70,10 +76,34 @@ def test_a_registered_reward_and_loss_validate_and_run_one_rlvr_step(
     (record,) = [json.loads(line) for line in
                  (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert record["step"] == 1
-    assert record["pg/user_loss_frac"] == 1.0  # the trainer ran the registered loss
+    assert record["pg/user_loss_weight"] == 0.5  # the trainer ran the registered loss
     assert record["reward/parse_rate"] == 0.0  # every sample was scored by the registered reward
     odd = record["reward/mean"] * 8 / SCORE
     assert odd == pytest.approx(round(odd)), record["reward/mean"]
+
+
+@pytest.mark.parametrize("block, key, value, message", [
+    ("rewards.mine.reward_args", "score", 2.0, "score must be in (0, 1], got 2.0"),
+    ("rewards.mine.reward_args", "scor", 0.5, "unknown key"),
+    ("actor_train.pg_variant_args", "weight", "heavy", "expected float"),
+    ("actor_train.pg_variant_args", "weight", 0, "weight must be > 0, got 0"),
+])
+def test_the_settings_an_entry_declares_are_checked_when_the_config_loads(
+        registered, block, key, value, message):
+    data = {"actor_train": {"pg_variant": LOSS}, "rewards": {"mine": {"reward_type": REWARD}}}
+    *parents, last = block.split(".")
+    target = data
+    for part in parents:
+        target = target[part]
+    target[last] = {key: value}
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        load_config_dict(data)
+    assert info.value.key_path.startswith(block)
+
+
+def test_settings_for_an_entry_that_declares_none_are_refused():
+    with pytest.raises(ConfigError, match="pg_variant ppo declares no settings of its own"):
+        load_config_dict({"actor_train": {"pg_variant_args": {"weight": 0.5}}})
 
 
 def test_registering_a_taken_name_or_a_malformed_path_is_refused():

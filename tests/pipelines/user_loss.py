@@ -1,18 +1,29 @@
-"""A policy-loss variant from outside flywheel's catalog (tests/pipelines/
-test_registration.py registers it with `register_policy_loss`): REINFORCE at half weight,
-flagging every token, so its metric `pg/user_loss_frac` says it ran in the trainer."""
+"""A policy-loss variant from outside flywheel's catalog, with a setting of its own
+(tests/pipelines/test_registration.py registers it with `register_policy_loss`): REINFORCE
+at a set weight, flagging every token with that weight, so its metric `pg/user_loss_weight`
+says it ran in the trainer with the config's setting."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from flywheel.algorithms import PolicyLossParams
+
+@dataclass(frozen=True)
+class WeightedReinforceSettings:
+    # Multiplier of the REINFORCE loss, > 0.
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.weight <= 0:
+            raise ValueError(f"weight must be > 0, got {self.weight}")
 
 
-def half_reinforce_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor,
-                        scores: Tensor | None, params: PolicyLossParams
-                        ) -> tuple[Tensor, dict[str, Tensor]]:
-    loss_mat = -0.5 * advantages * log_probs  # [B, T]
+def weighted_reinforce_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor,
+                            scores: Tensor | None, params: WeightedReinforceSettings
+                            ) -> tuple[Tensor, dict[str, Tensor]]:
+    loss_mat = -params.weight * advantages * log_probs  # [B, T]
     return loss_mat, {"pg/clipfrac": torch.zeros_like(loss_mat),
-                      "pg/user_loss_frac": torch.ones_like(loss_mat)}
+                      "pg/user_loss_weight": torch.full_like(loss_mat, params.weight)}

@@ -58,15 +58,19 @@ def compute_policy_loss(
             per-token loss before aggregation (e.g. `train_infer_mismatch_weights`: the
             decoupled-PPO weight π_prox / π_behav, staleness and kernel mismatch together).
         params: a `PolicyLossParams`; keyword `hparams` (its field names, e.g. pg_clip=0.3)
-            override its fields. Unknown names raise TypeError.
+            override its fields. Unknown names raise TypeError. A variant that declares
+            settings of its own (registry.py) gets its settings object here instead, as is.
         loss_fn: `pg_variant`'s function, when the caller resolved it already (in the
             process that registered the variant); unset: looked up in this process's catalog.
 
     Returns:
         (loss, metrics): the scalar loss and a dict of python floats under `pg/`.
     """
-    base = {} if params is None else dataclasses.asdict(params)
-    p = PolicyLossParams.from_kwargs(**{**base, **hparams})  # unknown names raise TypeError
+    if params is not None and not hparams:
+        p = params
+    else:
+        base = {} if params is None else dataclasses.asdict(params)
+        p = PolicyLossParams.from_kwargs(**{**base, **hparams})  # unknown names: TypeError
     loss_fn = loss_fn or get_policy_loss(pg_variant)
     advantages = _token_level(advantages, log_probs)
     if (log_probs.dim() != 2 or old_log_probs.shape != log_probs.shape

@@ -5,6 +5,12 @@ validate `actor_train.pg_variant` without importing torch, and the function is i
 when a loss is computed. The trainer resolves the function where the variant was registered
 (the driver) and carries it to the training workers (workers/actor_loss.py), so a variant
 registered with `register_policy_loss` trains in every process.
+
+A variant with knobs of its own names their dataclass in `settings` ("package.module:Class",
+fields with defaults, `__post_init__` raising ValueError for a bad value): the config gives
+them in `actor_train.pg_variant_args`, checked when it loads, and the variant receives that
+object as its `params` instead of `PolicyLossParams`. flywheel's variants declare none: their
+knobs are ROLL's keys, fields of `PolicyLossParams`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LossSpec:
     fn: str  # "package.module:function", a PolicyLossFn (params.py)
+    settings: str | None = None  # "package.module:Class", the dataclass of its params
 
 
 POLICY_LOSSES: dict[str, LossSpec] = {
@@ -36,8 +43,8 @@ POLICY_LOSSES: dict[str, LossSpec] = {
 def register_policy_loss(name: str, spec: LossSpec) -> None:
     """Make `name` a `pg_variant` the config checks accept and the trainer runs. The same
     spec again is a no-op; another spec under a taken name is a ValueError."""
-    module, colon, attr = spec.fn.partition(":") if isinstance(spec, LossSpec) else ("", "", "")
-    if not (module and colon and attr.isidentifier()):
+    if not (isinstance(spec, LossSpec) and _is_import_path(spec.fn)
+            and (spec.settings is None or _is_import_path(spec.settings))):
         raise ValueError(f"pg_variant {name!r}: expected a LossSpec('package.module:function'), "
                          f"got {spec!r}")
     if not isinstance(name, str) or not name:
@@ -47,13 +54,23 @@ def register_policy_loss(name: str, spec: LossSpec) -> None:
     POLICY_LOSSES[name] = spec
 
 
-def get_policy_loss(pg_variant: str) -> PolicyLossFn:
-    """The loss function registered as `pg_variant`; ValueError listing the known ones."""
+def _is_import_path(path: str) -> bool:
+    module, _, attr = path.partition(":")
+    return bool(module) and attr.isidentifier()
+
+
+def policy_loss_spec(pg_variant: str) -> LossSpec:
+    """The spec registered as `pg_variant`; ValueError listing the known ones."""
     if pg_variant not in POLICY_LOSSES:
         raise ValueError(
             f"unknown pg_variant {pg_variant!r}; known variants: {sorted(POLICY_LOSSES)}"
         )
-    return load_policy_loss(POLICY_LOSSES[pg_variant].fn)
+    return POLICY_LOSSES[pg_variant]
+
+
+def get_policy_loss(pg_variant: str) -> PolicyLossFn:
+    """The loss function registered as `pg_variant`; ValueError listing the known ones."""
+    return load_policy_loss(policy_loss_spec(pg_variant).fn)
 
 
 @cache

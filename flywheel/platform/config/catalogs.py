@@ -17,6 +17,15 @@ package (`platform validate` runs without them), and a process that never ran a 
 registration (a Ray worker, a reward's scoring process) still finds the implementation.
 Adding a backend, a reward or a loss variant is one file and one line in its catalog.
 
+Settings. A reward or a loss variant may declare settings of its own: a dataclass named by
+import path in its spec (`settings`), whose fields are its keys, types and defaults and whose
+`__post_init__` raises ValueError for a bad value (pure, like every check). A config gives
+them in `rewards.<name>.reward_args` / `actor_train.pg_variant_args`; `entry_settings` checks
+them against the dataclass with the loader's strict conversion when the config loads, and
+the implementation reads them through the same function. So a new entry's knobs are
+declared beside it and schema.py does not grow. flywheel's own rewards and variants keep the
+keys ROLL gives them (`code_sandbox:`, `tis_lower_bound`, ...) and declare none.
+
 The config checks read entries through the Protocols below (what they need of a spec, and
 nothing more) and get every catalog as a required argument, `Catalogs`, assembled once above
 both layers (`flywheel.pipelines.config`): no rule can be skipped because some module was not
@@ -32,9 +41,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from flywheel.platform.config.errors import ConfigError, did_you_mean
+import dacite
+
+from flywheel.platform.config.conversion import normalize
+from flywheel.platform.config.errors import ConfigError, did_you_mean, parse_key_path
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
@@ -93,6 +106,36 @@ def import_object(path: str) -> Any:
     return found
 
 
+def entry_settings(path: str | None, given: dict[str, Any], key_path: str, owner: str) -> Any:
+    """The settings an entry declares (`path`: its dataclass by import path), built from the
+    config's `given` dict at `key_path`, or a ConfigError there; None when the entry declares
+    none, and then `given` must be empty. `owner` names the entry in errors."""
+    if path is None:
+        if given:
+            raise ConfigError("", key_path, f"{owner} declares no settings of its own; remove "
+                                            f"{', '.join(given)}")
+        return None
+    try:
+        cls = import_object(path)
+    except (ImportError, ValueError) as e:
+        raise ConfigError("", key_path, f"{owner}'s settings {path} cannot be imported: "
+                                        f"{e}") from None
+    return settings_from(cls, given, key_path)
+
+
+def settings_from(cls: type[T], given: dict[str, Any], key_path: str) -> T:
+    """`given` as the settings dataclass `cls`, converted and checked as a config's blocks
+    are (unknown keys, types, the dataclass's own checks), or a ConfigError at `key_path`.
+    What an entry's implementation calls on the dict the config gave it."""
+    data = normalize(given, cls, parse_key_path(key_path))  # unknown keys, wrong types
+    try:
+        return dacite.from_dict(cls, data, dacite.Config(strict=True))
+    except dacite.DaciteError as e:  # a field without a default left out
+        raise ConfigError("", key_path, str(e)) from None
+    except ValueError as e:  # the dataclass's own checks
+        raise ConfigError("", key_path, str(e)) from None
+
+
 class BackendEntry(Protocol):
     """What the checks read of a backend (`BackendSpec` in workers/strategies/registry.py)."""
 
@@ -110,12 +153,14 @@ class RewardEntry(Protocol):
     """What the checks read of a reward (`RewardSpec` in workers/rewards/registry.py)."""
 
     kind: Literal["rule", "model"]  # rule: scored in Python, loads no model, no backend
+    settings: str | None  # its settings dataclass by import path (reward_args), if any
 
 
 class LossEntry(Protocol):
     """What the checks read of a policy loss (`LossSpec` in algorithms/policy_loss/)."""
 
     fn: str  # "package.module:function"
+    settings: str | None  # its settings dataclass by import path (pg_variant_args), if any
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ one of those is a line in its own catalog, never a name here.
 from __future__ import annotations
 
 from flywheel.platform.config.agentic_checks import check_agentic
-from flywheel.platform.config.catalogs import BackendEntry, Catalog, Catalogs
+from flywheel.platform.config.catalogs import BackendEntry, Catalog, Catalogs, entry_settings
 from flywheel.platform.config.derived import (
     MEGATRON_PARALLEL_KEYS,
     data_parallel_size,
@@ -88,7 +88,7 @@ def role_backends(backends: Catalog[BackendEntry], kind: str) -> list[str]:
 
 def check_strategies(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Every role names a known backend that can run it; every reward type and the policy
-    loss are known."""
+    loss are known, with the settings they declare (catalogs.entry_settings)."""
     backends = catalogs.backends
     for role in roles(cfg):
         key_path = f"{role.key_path}.strategy_args.strategy_name"
@@ -105,8 +105,14 @@ def check_strategies(cfg: PipelineConfig, catalogs: Catalogs) -> None:
             raise ConfigError("", key_path, f"'{name}'{unset} is a {kind} backend and cannot "
                                             f"run {role.kind}; it accepts {', '.join(allowed)}")
         if isinstance(role.worker, RewardConfig):
-            catalogs.rewards.get(role.worker.reward_type, f"{role.key_path}.reward_type")
-    catalogs.losses.get(cfg.actor_train.pg_variant, "actor_train.pg_variant")
+            reward_type = role.worker.reward_type
+            reward = catalogs.rewards.get(reward_type, f"{role.key_path}.reward_type")
+            entry_settings(reward.settings, role.worker.reward_args,
+                           f"{role.key_path}.reward_args", f"reward_type {reward_type}")
+    variant = cfg.actor_train.pg_variant
+    loss = catalogs.losses.get(variant, "actor_train.pg_variant")
+    entry_settings(loss.settings, cfg.actor_train.pg_variant_args,
+                   "actor_train.pg_variant_args", f"pg_variant {variant}")
 
 
 def check_device_groups(cfg: PipelineConfig) -> None:

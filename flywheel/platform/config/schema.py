@@ -200,6 +200,11 @@ class ActorTrainConfig(WorkerConfig):
     # registered with register_policy_loss. On-policy (ratio 0, one ppo_epoch) they all
     # reduce to REINFORCE's gradient.
     pg_variant: str = "ppo"
+    # Settings of a pg_variant that declares its own (a LossSpec naming a settings
+    # dataclass, e.g. a variant registered with register_policy_loss): key -> value, checked
+    # against that dataclass's fields, types and checks when the config loads. flywheel's
+    # variants read the keys below (ROLL's names) and refuse it.
+    pg_variant_args: dict[str, Any] = field(default_factory=dict)
     # How token losses become one number: token-mean over the global batch, or per
     # sequence then mean (seq-mean-*); seq-mean-token-sum-norm is Dr. GRPO's.
     loss_agg_mode: LossAggMode = "seq-mean-token-mean"
@@ -316,6 +321,11 @@ class RewardConfig(WorkerConfig):
     # language model for a verdict (llm_judge below); or a reward registered with
     # register_reward (flywheel/workers/rewards/registry.py holds the catalog).
     reward_type: str = "math_rule"
+    # Settings of a reward that declares its own (a RewardSpec naming a settings dataclass,
+    # e.g. a reward registered with register_reward): key -> value, checked against that
+    # dataclass when the config loads. flywheel's rewards take theirs from code_sandbox /
+    # llm_judge below and refuse it.
+    reward_args: dict[str, Any] = field(default_factory=dict)
     # Record tags this reward scores; empty means every record.
     tag_included: list[str] = field(default_factory=list)
     # Multiplier of this reward's score under the top-level reward_aggregation:

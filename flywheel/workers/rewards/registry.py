@@ -9,7 +9,10 @@ driver runs there too.
 
 A new reward: one file with a `build(cfg) -> RewardFn`, one line in `REWARDS`. Outside the
 project: `register_reward(name, RewardSpec(kind, "package.module:build"))` before the config
-is loaded; the module must be importable where the reward workers run.
+is loaded; the module must be importable where the reward workers run. A reward with knobs
+of its own names their dataclass in `settings` (platform/config/catalogs.py, "Settings"):
+the config gives them in `rewards.<name>.reward_args`, checked when it loads, and `build`
+reads them with `settings_from(TheSettings, cfg.reward_args, "reward_args")`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class RewardSpec:
     # model: the role loads a model on its devices (or calls a server, as llm_judge may).
     kind: Literal["rule", "model"]
     build: str  # "package.module:function", a function (RewardConfig) -> RewardFn
+    settings: str | None = None  # "package.module:Class", the dataclass of its reward_args
 
 
 REWARDS: dict[str, RewardSpec] = {
@@ -46,6 +50,8 @@ def register_reward(name: str, spec: RewardSpec) -> None:
         raise TypeError(f"reward {name!r}: expected a RewardSpec of kind rule or model, got "
                         f"{spec!r}")
     check_import_path(spec.build, f"reward {name!r} build")
+    if spec.settings is not None:
+        check_import_path(spec.settings, f"reward {name!r} settings")
     register_entry(REWARDS, "reward_type", name, spec)
 
 
