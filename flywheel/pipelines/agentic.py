@@ -48,7 +48,7 @@ from flywheel.pipelines.agentic_rollout import (
     start_env_workers,
     val_jobs,
 )
-from flywheel.pipelines.replay_buffer import Taken
+from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.role_handles import EnvRole
 from flywheel.pipelines.roles import Roles
 from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
@@ -97,7 +97,7 @@ class AgenticRollout:
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         return agentic_advantages(batch, self.cfg, self.group_size, kl_coef)
 
-    def step_metrics(self, taken: Taken[EpisodeGroup]) -> dict[str, float]:
+    def step_metrics(self, taken: Taken[EpisodeGroup], step: int) -> dict[str, float]:
         return env_metrics(taken.groups, "env/")  # envs score episodes: no reward/*
 
     def validate(self) -> dict[str, float]:

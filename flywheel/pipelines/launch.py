@@ -20,7 +20,6 @@ from pathlib import Path
 import yaml
 
 from flywheel.pipelines import agentic, rlvr
-from flywheel.pipelines.env_catalog import ENV_CATALOG
 from flywheel.pipelines.loop.seams import Rollout
 from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.roles import Roles, actor_train_model, num_slots, start_roles
@@ -30,7 +29,6 @@ from flywheel.pipelines.sft_run import run_sft
 from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
 from flywheel.platform.config import config_to_dict
-from flywheel.platform.config.agentic_checks import check_env_names
 from flywheel.platform.config.length_defaults import loadable_config_data
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
@@ -97,7 +95,6 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
 
 def run(cfg: PipelineConfig, config_path: str | None = None,
         address: str | None = None) -> Path:
-    check_env_names(cfg, ENV_CATALOG)  # a loader without the env registry skipped them
     checkpoint, _ = prepare_resume(cfg, config_path)
     output_dir, is_default = output_dir_for(cfg, checkpoint)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -73,8 +73,8 @@ from typing import Generic
 import ray
 
 from flywheel.pipelines.loop.async_window import AsyncWindow
-from flywheel.pipelines.loop.seams import G, RolloutSource, Scoring, W
-from flywheel.pipelines.replay_buffer import ReplayBuffer, Taken
+from flywheel.pipelines.loop.seams import G, RolloutSource, Scoring, Taken, W
+from flywheel.pipelines.replay_buffer import ReplayBuffer
 from flywheel.platform.cluster import Cluster, WorkerError
 from flywheel.platform.liveness import ProgressClock
 from flywheel.workers.role_worker import pin_thread

@@ -28,15 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic
 
 from flywheel.pipelines.group_filter import GroupFilter
-from flywheel.pipelines.loop.seams import G
-
-
-@dataclass
-class Taken(Generic[G]):
-    groups: list[G]
-    stale: list[G] = field(default_factory=list)
-    filtered: list[G] = field(default_factory=list)
-    filter_cap_kept: int = 0  # samples in `groups` kept only because the cap was reached
+from flywheel.pipelines.loop.seams import G, Taken
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flywheel.pipelines.domain_mix import DomainOrder, check_routing, training_order
+from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.prompt_data import (
     PromptEncoder,
     PromptOrder,
@@ -27,7 +28,6 @@ from flywheel.pipelines.prompt_data import (
     load_prompts,
     prompt_encoder,
 )
-from flywheel.pipelines.replay_buffer import Taken
 from flywheel.pipelines.roles import Roles, streams
 from flywheel.pipelines.rollout import (
     Chunk,
@@ -45,6 +45,7 @@ from flywheel.pipelines.rollout import (
 from flywheel.pipelines.step_metrics import (
     domain_reward_metrics,
     domain_val_metrics,
+    partial_rollout_metrics,
     reward_info_metrics,
     uniform_group_metrics,
 )
@@ -147,9 +148,12 @@ class RLVRRollout:
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         return add_advantages(batch, self.cfg, self.cfg.num_return_sequences_in_group, kl_coef)
 
-    def step_metrics(self, taken: Taken[Group]) -> dict[str, float]:
-        return (reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
-                | uniform_group_metrics(taken.groups))
+    def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:
+        metrics = (reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
+                   | uniform_group_metrics(taken.groups))
+        if self.cfg.partial_rollout:  # RLVR only: agentic episodes run whole (agentic_checks)
+            metrics |= partial_rollout_metrics(taken.groups, step)
+        return metrics
 
     def validate(self) -> dict[str, float]:
         cfg = self.cfg

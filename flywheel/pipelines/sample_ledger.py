@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from flywheel.pipelines.rollout import Group
+from flywheel.pipelines.loop.seams import TrainableGroup
 from flywheel.platform.resume import rewrite_jsonl
 
 LEDGER_FILE = "samples.jsonl"
@@ -37,22 +37,22 @@ class SampleLedger:
     def __init__(self, path: Path):
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
         self._lock = threading.Lock()
-        self._open: dict[int, Group] = {}  # generated, fate not yet written
+        self._open: dict[int, TrainableGroup] = {}  # generated, fate not yet written
         # Told of every trained batch, after it is recorded (sample texts for the trackers:
         # `launch.run` sets it to `SampleTextLog.trained`).
-        self.on_trained: Callable[[list[Group], int], None] | None = None
+        self.on_trained: Callable[[list[TrainableGroup], int], None] | None = None
 
-    def generated(self, groups: list[Group]) -> None:
+    def generated(self, groups: list[TrainableGroup]) -> None:
         with self._lock:
             for g in groups:
                 self._open[g.seq] = g
 
-    def trained(self, groups: list[Group], step: int) -> None:
+    def trained(self, groups: list[TrainableGroup], step: int) -> None:
         self._close(groups, "trained", step)
         if self.on_trained is not None:
             self.on_trained(groups, step)
 
-    def dropped(self, groups: list[Group], reason: str, step: int) -> None:
+    def dropped(self, groups: list[TrainableGroup], reason: str, step: int) -> None:
         self._close(groups, reason, step)
 
     def close(self, step: int) -> None:
@@ -62,7 +62,7 @@ class SampleLedger:
         self._close(leftover, "aborted", step)
         self._file.close()
 
-    def _close(self, groups: list[Group], fate: str, step: int) -> None:
+    def _close(self, groups: list[TrainableGroup], fate: str, step: int) -> None:
         with self._lock:
             for g in groups:
                 self._open.pop(g.seq, None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from flywheel.pipelines.replay_buffer import Taken
+from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rollout import Group
 from flywheel.workers.batch import TokenBatch
 

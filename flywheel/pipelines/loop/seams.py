@@ -27,7 +27,6 @@ import ray
 from flywheel.platform.cluster import Cluster
 
 if TYPE_CHECKING:
-    from flywheel.pipelines.replay_buffer import Taken
     from flywheel.workers.batch import TokenBatch
 
 
@@ -65,6 +64,16 @@ class WorkItem(Protocol):
 
 G = TypeVar("G", bound=TrainableGroup)
 W = TypeVar("W", bound=WorkItem)
+
+
+@dataclass
+class Taken(Generic[G]):
+    """One training batch from the replay buffer, and what was dropped since the last."""
+
+    groups: list[G]
+    stale: list[G] = field(default_factory=list)
+    filtered: list[G] = field(default_factory=list)
+    filter_cap_kept: int = 0  # samples in `groups` kept only because the cap was reached
 
 
 class Scoring(Protocol[G]):
@@ -135,7 +144,8 @@ class Rollout(Protocol[W, G]):
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]: ...
 
-    def step_metrics(self, taken: Taken[G]) -> dict[str, float]: ...  # rewards / env outcomes
+    # rewards / env outcomes of the batch `step` (1-based) took
+    def step_metrics(self, taken: Taken[G], step: int) -> dict[str, float]: ...
 
     def validate(self) -> dict[str, float]: ...  # run while generation is paused
 

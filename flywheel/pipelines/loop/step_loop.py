@@ -48,11 +48,7 @@ from flywheel.pipelines.prefetch import PrefetchGenerator, PrefetchSettings
 from flywheel.pipelines.replay_buffer import ReplayBuffer
 from flywheel.pipelines.roles import Roles
 from flywheel.pipelines.sample_ledger import SampleLedger
-from flywheel.pipelines.step_metrics import (
-    partial_rollout_metrics,
-    rollout_metrics,
-    staleness_metrics,
-)
+from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.config.derived import (
@@ -220,9 +216,7 @@ class StepLoop(Generic[W, G]):
         if self.switch.active:  # this step's switches (a checkpoint's are not counted)
             metrics["time/phase_switch"] = self.switch.take_seconds()
         metrics.update(staleness_metrics(taken, self.step, generator.queue_depth()))
-        metrics.update(self.rollout.step_metrics(taken))
-        if cfg.partial_rollout:
-            metrics.update(partial_rollout_metrics(taken.groups, self.step))
+        metrics.update(self.rollout.step_metrics(taken, self.step))
         infer_workers = self.roles.actor_infer.world_size
         metrics.update({
             "time/generate": infer_busy / infer_workers,

@@ -92,15 +92,6 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
                           f"must be > 0 seconds, got {manager.step_timeout_s}")
 
 
-def check_env_names(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
-    """The rules that need the env registry, for every custom env of an agentic config.
-    (pipelines/launch.py still calls it from the time a loader could skip these rules; the
-    loader now always runs them: remove it with that call.)"""
-    if cfg.pipeline_type == "agentic":
-        for name, env in cfg.custom_envs.items():
-            check_env_against(f"custom_envs.{name}", env, catalog)
-
-
 def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str],
                      catalog: EnvCatalog) -> None:
     for name in ("max_steps", "max_tokens_per_step"):
