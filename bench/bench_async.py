@@ -58,7 +58,7 @@ from pathlib import Path
 import ray
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.ray_runtime import start_ray
 

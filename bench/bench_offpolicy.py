@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "rlvr_async.yaml"

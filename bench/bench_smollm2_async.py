@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_async import RESULTS, bound, markdown  # noqa: E402
 
 from flywheel.pipelines.config import load_config  # noqa: E402
-from flywheel.pipelines.launch import run  # noqa: E402
+from flywheel.pipelines.run.launch import run  # noqa: E402
 from flywheel.platform.config.schema import RayConfig  # noqa: E402
 from flywheel.platform.ray_runtime import start_ray  # noqa: E402
 
@@ -58,7 +58,7 @@ WARMUP = 2
 SHAPE = ["rollout_batch_size=2", "response_length=24",
          "actor_train.training_args.per_device_train_batch_size=16",
          "actor_train.training_args.gradient_accumulation_steps=1",
-         "eval_steps=0", "validation=null", "save_steps=0", "tracking.mlflow=false",
+         "eval_steps=0", "save_steps=0", "tracking.mlflow=false",
          # every mode: training on core 0, generation and what feeds it on core 1
          "actor_train.cpu_affinity=[0]", "actor_infer.cpu_affinity=[1]",
          "prefetch_cpu_affinity=[1]", "rewards.math_rule.cpu_affinity=[1]"]
@@ -162,7 +162,7 @@ class RawVLLM:
 def raw_vllm_rate() -> list[float]:
     """Raw vLLM's tokens/s on the run's prompts (encoded as the pipeline encodes them),
     a new batch every call, 8 samples each, up to 24 tokens."""
-    from flywheel.pipelines.prompt_data import load_prompts, prompt_encoder
+    from flywheel.pipelines.data.prompt_data import load_prompts, prompt_encoder
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.strategies.hf_model import load_tokenizer
 

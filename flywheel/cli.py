@@ -27,7 +27,7 @@ resume command (`error: interrupted: ...`, exit status 130).
 stderr, so `show-config` output on stdout is always loadable YAML.
 
 This module only parses arguments and reports; what `run` does lives in
-`flywheel.pipelines.launch`, imported when `run` is chosen so that `validate` and
+`flywheel.pipelines.run.launch`, imported when `run` is chosen so that `validate` and
 `show-config` start fast and work without Ray or torch being importable.
 """
 
@@ -162,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, overrides)
     _print_warnings(check_environment(cfg))
     _show_info_logs()
-    from flywheel.pipelines.launch import run  # here, not at the top: it imports Ray, torch
+    from flywheel.pipelines.run.launch import run  # here, not at the top: it imports Ray, torch
 
     run(cfg, config_path=args.config, address=args.address)
     return 0
@@ -172,7 +172,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     # Read through the config reader, so a YAML syntax error is the same one-line error.
     top = read_yaml_mapping(args.config) if Path(args.config).is_file() else None
     if isinstance(top, dict) and "expectations" in top:  # a regression config (configs/ci)
-        from flywheel.pipelines.regression import read_cases
+        from flywheel.pipelines.run.regression import read_cases
 
         full = read_cases([Path(args.config)], fast=False, overrides=args.overrides)
         fast = read_cases([Path(args.config)], fast=True, overrides=args.overrides)
@@ -264,7 +264,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_ci(args: argparse.Namespace) -> int:
     _show_info_logs()
-    from flywheel.pipelines.regression import run_suite  # imports Ray, torch
+    from flywheel.pipelines.run.regression import run_suite  # imports Ray, torch
 
     return run_suite(args.folder, args.only, args.fast, args.overrides, args.runs_dir)
 

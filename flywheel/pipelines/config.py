@@ -18,7 +18,7 @@ from functools import partial
 from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES
 from flywheel.envs import registered_envs
 from flywheel.envs.env_manager import TURN_PLACEHOLDERS
-from flywheel.pipelines.prompt_templates import TEMPLATES
+from flywheel.pipelines.data.prompt_templates import TEMPLATES
 from flywheel.platform.config import checks, environment_checks, loader, roll_convert, roll_report
 from flywheel.platform.config.catalogs import Catalog, Catalogs, EnvCatalog
 from flywheel.workers.rewards.registry import REWARDS

@@ -36,7 +36,7 @@ from flywheel.workers.weight_transfer import SyncedWeights, finished_reading, re
 
 STREAM_GROUP = "stream"
 # generate_stream calls one worker holds at once (threads of its concurrency group); the
-# pipeline keeps within it (pipelines/rlvr.py).
+# pipeline keeps within it (pipelines/rlvr/rollout.py).
 STREAM_CALLS = 64
 
 
@@ -58,7 +58,7 @@ class InferWorker(RoleWorker):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         extra = {"context_length": context_length} if context_length is not None else {}
-        if sleep_mode:  # a colocated run: the engine must be able to sleep (phase_switch.py)
+        if sleep_mode:  # a colocated run: the engine must be able to sleep (loop/phase_switch.py)
             extra["sleep_mode"] = True
         if in_flight_updates:  # partial rollout on a streaming engine (vllm_engine_loop.py)
             extra["in_flight_updates"] = True
@@ -127,7 +127,7 @@ class InferWorker(RoleWorker):
         self.require_awake("forward_logprobs")
         return self.strategy.forward_logprobs(batch)
 
-    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    # ---- the phase switch of a colocated run (pipelines/loop/phase_switch.py) --------------
     def sleep(self) -> str:
         """Free the engine's device memory for training; a second call does nothing."""
         note = self.strategy.sleep() if self.awake else "already asleep"

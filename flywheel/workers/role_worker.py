@@ -60,7 +60,7 @@ class RoleWorker:
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         # (event, time.monotonic(), note): the phase switch and the calls it must order
-        # (pipelines/phase_switch.py), newest last; bounded, it is for inspection.
+        # (pipelines/loop/phase_switch.py), newest last; bounded, it is for inspection.
         self.events: deque[tuple[str, float, str]] = deque(maxlen=PHASE_EVENTS_KEPT)
 
     def record(self, event: str, note: str = "") -> None:
@@ -74,12 +74,12 @@ class RoleWorker:
         return f"{self.role}:{self.rank}"
 
     def node_id(self) -> str:
-        """The Ray node this worker runs on (shared memory needs one: pipelines/roles.py)."""
+        """The Ray node this worker runs on (shared memory needs one: pipelines/roles/roles.py)."""
         return ray.get_runtime_context().get_node_id()
 
     def accelerator(self) -> str:
         """"cuda" when this worker sees a GPU, else "cpu" (the weight-sync carrier is
-        chosen from it: pipelines/roles.py)."""
+        chosen from it: pipelines/roles/roles.py)."""
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     @ray.method(concurrency_group=PROGRESS_GROUP)

@@ -199,7 +199,7 @@ class TrainWorker(RoleWorker):
         self.require_onloaded("load", "all")
         self.strategy.load(path)
 
-    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    # ---- the phase switch of a colocated run (pipelines/loop/phase_switch.py) --------------
     def offload(self, part: str) -> str:
         """`part` (offload.OPTIMIZER, then offload.MODEL after the weight sync) off the
         device while actor_infer generates on it; a second call does nothing."""

@@ -22,7 +22,7 @@ under the broadcast). The sender waits until every receiver has said it started 
 and a receiver waits for each layout, both at most `timeout_s`, then raise naming the role
 and what they waited for: no hang without a message.
 
-Not here: CUDA IPC for colocated roles (NCCL refuses two ranks on one GPU, so roles.py
+Not here: CUDA IPC for colocated roles (NCCL refuses two ranks on one GPU, so roles/roles.py
 chooses this path only when actor_train and actor_infer hold devices of their own), and a
 copy of the weights kept for a checkpoint (model_update_frequency > 1 keeps the other
 carriers). The NCCL path is written against torch's ProcessGroupNCCL and has not moved

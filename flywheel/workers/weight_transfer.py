@@ -42,7 +42,7 @@ def finished_reading(weights: SyncedWeights, reader: int) -> None:
 
 def copied_weights(weights: SyncedWeights) -> dict[str, torch.Tensor]:
     """Every tensor of the sync, copied out (a checkpoint keeps them). A sync over a
-    collective group is gone once received: roles.py never chooses that carrier when a
+    collective group is gone once received: roles/roles.py never chooses that carrier when a
     checkpoint may need it (model_update_frequency > 1)."""
     if isinstance(weights, BroadcastWeights):
         raise RuntimeError("a weight sync over a collective group keeps no copy to save; "

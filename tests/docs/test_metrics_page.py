@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 ROOT = Path(__file__).parents[2]
 METRIC = re.compile(r"^[a-z_]+(/[A-Za-z0-9_]+)+$")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"
@@ -23,7 +23,7 @@ def smollm2_run(out: Path, *extra: str) -> list[dict]:
         "pretrain=builtin://smollm2-135m-instruct",
         "actor_train.data_args.template=chat",   # the tokenizer's ChatML template
         "prompt_length=96", "response_length=8",  # 8-token answers: mechanics only
-        "max_steps=1", "eval_steps=0", "validation=null", "save_steps=0",
+        "max_steps=1", "eval_steps=0", "save_steps=0",
         "rollout_batch_size=2", "num_return_sequences_in_group=2",
         "actor_train.training_args.per_device_train_batch_size=4",  # one optimizer step
         "actor_train.training_args.gradient_accumulation_steps=1",
@@ -47,6 +47,6 @@ def test_one_step_with_hf_infer(tmp_path, ray_session, smollm2_path):
 def test_one_step_with_vllm(tmp_path, ray_session, smollm2_path):
     pytest.importorskip("vllm")
     (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=vllm",
-                          # until roles.py passes context_length (prompt + response)
+                          # until roles/roles.py passes context_length (prompt + response)
                           "actor_infer.strategy_args.strategy_config.max_model_len=104")
     assert step["step"] == 1 and "loss/policy" in step

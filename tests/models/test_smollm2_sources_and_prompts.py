@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.prompt_data import (
+from flywheel.pipelines.data.prompt_data import (
     PromptEncoder,
     encode_prompt,
     load_prompts,
@@ -200,7 +200,6 @@ def test_keys_that_would_do_nothing_are_refused(data, key_path, message):
 def test_keys_that_act_load():
     cfg = load_config_dict({
         "response_length": 24, "validation": {"data_args": {"template": "qwen2_5"}},
-        "eval_steps": 5,
         "actor_train": {"name": "actor_train", "data_args": {
             "template": "qwen2_5", "file_name": "one.jsonl", "system_prompt": "Be brief.",
             "chat_template_kwargs": {"enable_thinking": False}}},

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import ray
 
-from flywheel.pipelines.agentic import AgenticRollout
-from flywheel.pipelines.agentic_rollout import start_env_workers
+from flywheel.pipelines.agentic.env_jobs import start_env_workers
+from flywheel.pipelines.agentic.rollout import AgenticRollout
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
 from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.roles import start_roles
+from flywheel.pipelines.roles.roles import start_roles
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -74,7 +74,7 @@ def test_crashing_and_hung_envs_are_reported_with_env_ids_and_the_run_goes_on(
                                 "step_timeout_s": 0.5}
     raw["val_env_manager"] = {**raw["val_env_manager"], "tags": ["Crashy"]}
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="flywheel.pipelines.agentic_rollout"):
+    with caplog.at_level(logging.WARNING, logger="flywheel.pipelines.agentic.env_jobs"):
         run_dir = run(load_config_dict(raw))
     assert time.monotonic() - start < 120
     ledger = rows(run_dir, "samples.jsonl")

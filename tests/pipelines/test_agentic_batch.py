@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from flywheel.envs import EnvManager, Trajectory
-from flywheel.pipelines.agentic_batch import (
+from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
     pack_steps,
     pack_trajectories,
 )
-from flywheel.pipelines.agentic_rollout import (
+from flywheel.pipelines.agentic.env_jobs import (
     EpisodeGroup,
     env_manager_config,
     episode_group_from_dict,

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.models.builtin import resolve_pretrain
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_val_frozen_lake_sync.yaml"

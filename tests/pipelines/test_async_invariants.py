@@ -15,7 +15,7 @@ import pytest
 import ray._private.state as ray_state
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 from .sim_config import sim_config
 

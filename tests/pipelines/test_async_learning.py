@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.data.prompt_data import load_records
 from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRRollout
-from flywheel.pipelines.roles import start_roles
-from flywheel.pipelines.rollout import generate_chunks, submit_scoring
+from flywheel.pipelines.rlvr.generation import generate_chunks, submit_scoring
+from flywheel.pipelines.rlvr.rollout import RLVRRollout
+from flywheel.pipelines.roles.roles import start_roles
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.timing import StepTimer
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -44,7 +44,7 @@ def plain_sync_loop(cfg, model_path: str, steps: int) -> list[dict]:
 
 def test_ratio_zero_equals_the_plain_synchronous_loop(tmp_path, ray_session, arith_model_path):
     steps = 3
-    cfg = load_config(EXAMPLE, SMALL + [f"max_steps={steps}", "eval_steps=0", "validation=null",
+    cfg = load_config(EXAMPLE, SMALL + [f"max_steps={steps}", "eval_steps=0",
                                         f"output_dir={tmp_path / 'pipeline'}"])
     lines = (run(cfg) / "metrics.jsonl").read_text().splitlines()
     piped = [json.loads(x) for x in lines]

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 from tests.pipelines.chaos_runs import (
     chaos_run,
     check_ledger,

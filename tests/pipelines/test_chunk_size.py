@@ -1,9 +1,9 @@
-"""How a batch's prompts are cut into generation requests (pipelines/rollout.py
+"""How a batch's prompts are cut into generation requests (pipelines/rlvr/generation.py
 `chunk_size`): small for a static-batching engine, so scoring overlaps generation; whole per
 worker for an engine that batches continuously, so its steps decode every sequence; one
 group per request for an engine that streams (many requests share its batch)."""
 
-from flywheel.pipelines.rollout import chunk_size
+from flywheel.pipelines.rlvr.generation import chunk_size
 from flywheel.workers.strategies.registry import STRATEGIES
 
 

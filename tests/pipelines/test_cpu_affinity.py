@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
+from flywheel.pipelines.data.prompt_data import load_records
 from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRRollout
-from flywheel.pipelines.roles import start_roles
+from flywheel.pipelines.rlvr.rollout import RLVRRollout
+from flywheel.pipelines.roles.roles import start_roles
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.checkpoint import complete_checkpoints
 from flywheel.platform.cluster import WorkerError
 

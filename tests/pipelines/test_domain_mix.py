@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.domain_mix import (
+from flywheel.pipelines.data.prompt_data import DataError, PromptOrder, PromptRecord
+from flywheel.pipelines.rlvr.domain_mix import (
     DomainOrder,
     check_routing,
     domain_quotas,
     split_domains,
     training_order,
 )
-from flywheel.pipelines.prompt_data import DataError, PromptOrder, PromptRecord
 from flywheel.platform.config.errors import ConfigError
 
 

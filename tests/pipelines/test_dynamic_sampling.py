@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 from .sim_config import sim_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"

@@ -1,4 +1,4 @@
-"""Validation's requests (pipelines/rollout.py `generate_chunks`): on an engine that
+"""Validation's requests (pipelines/rlvr/generation.py `generate_chunks`): on an engine that
 streams, every chunk goes out at once through `generate_stream`, so they share the engine's
 batch; otherwise each worker runs its chunks one after another through `generate`. Either
 way the groups come back in chunk order. The infer role here is a recording double: the
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from flywheel.pipelines.prompt_data import PromptRecord
-from flywheel.pipelines.rollout import batch_chunks, generate_chunks
+from flywheel.pipelines.data.prompt_data import PromptRecord
+from flywheel.pipelines.rlvr.generation import batch_chunks, generate_chunks
 from flywheel.workers.infer_worker import GenerateResult
 from flywheel.workers.strategies.base import Generation, SamplingParams
 

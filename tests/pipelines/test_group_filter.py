@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from flywheel.pipelines.group_filter import GroupFilter, group_filter
-from flywheel.pipelines.prompt_data import PromptRecord
-from flywheel.pipelines.replay_buffer import ReplayBuffer
-from flywheel.pipelines.rollout import Group
-from flywheel.pipelines.step_metrics import reward_info_metrics
+from flywheel.pipelines.data.prompt_data import PromptRecord
+from flywheel.pipelines.loop.group_filter import GroupFilter, group_filter
+from flywheel.pipelines.loop.replay_buffer import ReplayBuffer
+from flywheel.pipelines.loop.step_metrics import reward_info_metrics
+from flywheel.pipelines.rlvr.generation import Group
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.strategies.base import Generation
 

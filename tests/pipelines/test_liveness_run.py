@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.pipelines.launch import write_error_log
+from flywheel.pipelines.run.launch import write_error_log
 from flywheel.platform.cluster import WorkerError
 
 from .sim_config import sim_config

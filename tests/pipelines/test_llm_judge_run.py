@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
-from flywheel.pipelines.roles import device_roles
+from flywheel.pipelines.roles.roles import device_roles
+from flywheel.pipelines.run.launch import run
 
 ROOT = Path(__file__).parents[2]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
-from flywheel.pipelines.prompt_data import resolve_data_file
+from flywheel.pipelines.data.prompt_data import resolve_data_file
+from flywheel.pipelines.run.launch import run
 
 ROOT = Path(__file__).parents[2]
 

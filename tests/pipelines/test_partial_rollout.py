@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config, load_config_dict
-from flywheel.pipelines.launch import run
-from flywheel.pipelines.prompt_data import PromptRecord
-from flywheel.pipelines.rlvr import segment_tokens
-from flywheel.pipelines.rollout import (
+from flywheel.pipelines.data.prompt_data import PromptRecord
+from flywheel.pipelines.loop.step_metrics import partial_rollout_metrics
+from flywheel.pipelines.rlvr.generation import (
     Chunk,
     ChunkSource,
     PartialChunk,
@@ -27,7 +26,8 @@ from flywheel.pipelines.rollout import (
     groups_from_result,
     segment_request,
 )
-from flywheel.pipelines.step_metrics import partial_rollout_metrics
+from flywheel.pipelines.rlvr.rollout import segment_tokens
+from flywheel.pipelines.run.launch import run
 from flywheel.workers.infer_worker import GenerateResult
 from flywheel.workers.strategies.base import Generation, SamplingParams
 
@@ -191,8 +191,7 @@ def test_tiny_model_run_spans_versions(tmp_path, ray_session, tiny_model_path):
         "response_length=24",                 # 12 segments of 2 tokens per response
         "async_generation_ratio=1", "actor_infer.device_mapping=[1]",
         "partial_rollout=true", "partial_rollout_segment_tokens=2",
-        "max_steps=4", "eval_steps=0", "validation=null", "logging_steps=100",
-        "tracking.mlflow=false",
+        "max_steps=4", "eval_steps=0", "logging_steps=100", "tracking.mlflow=false",
         "rollout_batch_size=8", "num_return_sequences_in_group=4",  # 32 rows per step
         "actor_train.training_args.per_device_train_batch_size=32",  # one optimizer step
     ])
@@ -209,8 +208,7 @@ def test_vllm_continues_running_requests_on_new_weights(tmp_path, ray_session,
         f"output_dir={tmp_path}", "pretrain=builtin://tiny-qwen2", "response_length=64",
         "async_generation_ratio=1", "actor_infer.device_mapping=[1]",
         "actor_infer.strategy_args.strategy_name=vllm", "partial_rollout=true",
-        "max_steps=4", "eval_steps=0", "validation=null", "logging_steps=100",
-        "tracking.mlflow=false",
+        "max_steps=4", "eval_steps=0", "logging_steps=100", "tracking.mlflow=false",
         "rollout_batch_size=8", "num_return_sequences_in_group=4",
         "actor_train.training_args.per_device_train_batch_size=32",
     ])
@@ -231,7 +229,7 @@ def test_vllm_streaming_at_ratio_0_repeats_number_for_number(tmp_path, ray_sessi
         cfg = load_config(EXAMPLE, [
             f"output_dir={out}", "pretrain=builtin://tiny-qwen2", "response_length=32",
             "actor_infer.strategy_args.strategy_name=vllm", "max_steps=3", "eval_steps=0",
-            "validation=null", "save_steps=0", "logging_steps=100", "tracking.mlflow=false",
+            "save_steps=0", "logging_steps=100", "tracking.mlflow=false",
             "rollout_batch_size=8", "num_return_sequences_in_group=4",
             "actor_train.training_args.per_device_train_batch_size=32"])
         timing = ("time/", "throughput/", "idle/", "rollout/queue_depth")

@@ -1,6 +1,6 @@
 """Colocated (hybrid) mode: actor_train and actor_infer on the same device take turns, in
 verl's order, around every generation, weight sync, validation and checkpoint
-(pipelines/phase_switch.py). On CPU nothing is freed; the order is what is checked, from
+(pipelines/loop/phase_switch.py). On CPU nothing is freed; the order is what is checked, from
 the events every worker records (workers/role_worker.py) and the run writes out."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.loop.phase_switch import PhaseSwitch
 from flywheel.pipelines.loop.step_loop import PHASE_EVENTS
-from flywheel.pipelines.phase_switch import PhaseSwitch
+from flywheel.pipelines.run.launch import run
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"  # both roles on [0]
 ORDERED = {"sleep", "wake", "offload_optimizer", "offload_model", "onload", "train_step",
@@ -58,7 +58,7 @@ def test_colocated_run_switches_phases_in_order(tmp_path, ray_session, arith_mod
 
 @pytest.mark.long  # the unit test below covers "inactive"; this run is for make test-long
 def test_disjoint_devices_do_not_switch(tmp_path, ray_session, arith_model_path, capsys):
-    out = small_run(tmp_path / "apart", "max_steps=1", "eval_steps=0", "validation=null",
+    out = small_run(tmp_path / "apart", "max_steps=1", "eval_steps=0",
                     "actor_infer.device_mapping=[1]")
     assert ("phase switch (offload_between_phases): off: actor_train and actor_infer share "
             "no device" in capsys.readouterr().out)

@@ -9,11 +9,11 @@ import pytest
 import ray
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.data.prompt_data import load_records
 from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRRollout
-from flywheel.pipelines.roles import start_roles
+from flywheel.pipelines.rlvr.rollout import RLVRRollout
+from flywheel.pipelines.roles.roles import start_roles
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.hf_model import load_tokenizer

@@ -19,7 +19,7 @@ from flywheel.algorithms.policy_loss.registry import (
     register_policy_loss,
 )
 from flywheel.pipelines.config import load_config, load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.config import ConfigError
 from flywheel.workers.rewards.registry import REWARDS, RewardSpec, register_reward
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flywheel import cli
-from flywheel.pipelines.regression import (
+from flywheel.pipelines.run.regression import (
     Outcome,
     find_configs,
     format_table,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 
 from .agentic_sim_config import agentic_sim_config
 from .sim_config import sim_config

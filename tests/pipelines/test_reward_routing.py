@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.prompt_data import DataError, PromptRecord
-from flywheel.pipelines.reward_routing import (
+from flywheel.pipelines.data.prompt_data import DataError, PromptRecord
+from flywheel.pipelines.rlvr.generation import Group, ScoringJob
+from flywheel.pipelines.rlvr.reward_routing import (
     check_routes,
     merged_metadata,
     route_rewards,
 )
-from flywheel.pipelines.rollout import Group, ScoringJob
 from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.strategies.base import Generation

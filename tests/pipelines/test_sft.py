@@ -1,5 +1,6 @@
-"""SFT on the shared update loop (pipelines/sft.py) and the built-in warm starts it runs
-(sft_recipes.py, sft_frozen_lake.py), including the shipped weights and their records."""
+"""SFT on the shared update loop (pipelines/sft/train.py) and the built-in warm starts it runs
+(workshop/sft_recipes.py, workshop/frozen_lake_warm_start.py), including the shipped weights
+and their records."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from flywheel.pipelines.arithmetic_data import make_arithmetic_dataset
-from flywheel.pipelines.greedy_eval import accuracy_of
-from flywheel.pipelines.sft import (
+from flywheel.pipelines.data.arithmetic_data import make_arithmetic_dataset
+from flywheel.pipelines.sft.greedy_eval import accuracy_of
+from flywheel.pipelines.sft.train import (
     CrossEntropy,
     SFTSettings,
     capped_threads,
@@ -21,13 +22,13 @@ from flywheel.pipelines.sft import (
     prompt_response_ids,
     sft_worker_config,
 )
-from flywheel.pipelines.sft_frozen_lake import DEV_STREAM, play
-from flywheel.pipelines.sft_recipes import RECIPES, WarmStartConfig, build_recipe, warm_start
 from flywheel.platform.models.builtin import SHIPPED_DIR
 from flywheel.platform.models.char_tokenizer import make_char_tokenizer
 from flywheel.platform.models.tiny_qwen2 import load_causal_lm
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.train_loop import Counts
+from flywheel.workshop.frozen_lake_warm_start import DEV_STREAM, play
+from flywheel.workshop.sft_recipes import RECIPES, WarmStartConfig, build_recipe, warm_start
 
 TOKENIZER = make_char_tokenizer()
 # Tests never run the full warm start: a fixed short run, no accuracy-based stop.

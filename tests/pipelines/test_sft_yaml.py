@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from flywheel.pipelines.config import load_config, load_config_dict
-from flywheel.pipelines.launch import run
+from flywheel.pipelines.run.launch import run
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.models.builtin import resolve_pretrain
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from flywheel.pipelines.agentic import AgenticRollout
-from flywheel.pipelines.agentic_rollout import start_env_workers
+from flywheel.pipelines.agentic.env_jobs import start_env_workers
+from flywheel.pipelines.agentic.rollout import AgenticRollout
 from flywheel.pipelines.config import load_config_dict
+from flywheel.pipelines.data.prompt_data import load_records
 from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.prompt_data import load_records
-from flywheel.pipelines.rlvr import RLVRRollout
-from flywheel.pipelines.roles import start_roles
+from flywheel.pipelines.rlvr.rollout import RLVRRollout
+from flywheel.pipelines.roles.roles import start_roles
 from flywheel.platform.cluster import Cluster, WorkerError
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.tracking import Tracker

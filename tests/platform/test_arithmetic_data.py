@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from flywheel.pipelines.arithmetic_data import (
+from flywheel.pipelines.data.arithmetic_data import (
     NUM_PAIRS,
     NUM_VAL_PAIRS,
     ensure_arithmetic_files,

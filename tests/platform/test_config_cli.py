@@ -130,9 +130,9 @@ def test_runs_default_dir_command(tmp_path, monkeypatch, capsys):
 
 
 def fake_launcher(monkeypatch, run):
-    module = types.ModuleType("flywheel.pipelines.launch")
+    module = types.ModuleType("flywheel.pipelines.run.launch")
     module.run = run
-    monkeypatch.setitem(sys.modules, "flywheel.pipelines.launch", module)
+    monkeypatch.setitem(sys.modules, "flywheel.pipelines.run.launch", module)
 
 
 def test_run_calls_the_launcher(monkeypatch):

@@ -5,7 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.sft_frozen_lake import (
+from flywheel.workshop.frozen_lake_warm_start import (
     FrozenLakeWarmStartConfig,
     falls,
     walker_action,

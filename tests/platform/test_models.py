@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from flywheel.pipelines.arithmetic_data import make_arithmetic_dataset
-from flywheel.pipelines.greedy_eval import greedy_accuracy, greedy_complete
-from flywheel.pipelines.sft import capped_threads
+from flywheel.pipelines.data.arithmetic_data import make_arithmetic_dataset
+from flywheel.pipelines.sft.greedy_eval import greedy_accuracy, greedy_complete
+from flywheel.pipelines.sft.train import capped_threads
 from flywheel.platform.models import builtin
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.char_tokenizer import (

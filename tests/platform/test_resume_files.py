@@ -7,7 +7,7 @@ import json
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.sample_ledger import cut_back as ledger_cut_back
+from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
 from flywheel.platform.checkpoint import complete_checkpoints, prune_checkpoints, writing_checkpoint
 from flywheel.platform.config import ConfigError
 from flywheel.platform.resume import check_changes, cut_back, find_checkpoint

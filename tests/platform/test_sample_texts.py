@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from flywheel.envs.trajectory import Trajectory
-from flywheel.pipelines.agentic_rollout import EpisodeGroup
-from flywheel.pipelines.prompt_data import PromptRecord
-from flywheel.pipelines.rollout import Group
-from flywheel.pipelines.sample_texts import SampleTextLog
+from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
+from flywheel.pipelines.data.prompt_data import PromptRecord
+from flywheel.pipelines.rlvr.generation import Group
+from flywheel.pipelines.run.sample_texts import SampleTextLog
 from flywheel.platform.tracking import Tracker
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flywheel.algorithms import PolicyLossParams
-from flywheel.pipelines.roles import schedule_horizon
+from flywheel.pipelines.roles.roles import schedule_horizon
 from flywheel.platform.config.schema import PipelineConfig, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences

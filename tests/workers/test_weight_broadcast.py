@@ -15,7 +15,7 @@ import pytest
 import torch
 from ray import cloudpickle
 
-from flywheel.pipelines.role_handles import InferRole, TrainRole
+from flywheel.pipelines.roles.handles import InferRole, TrainRole
 from flywheel.platform.config.schema import StrategyArgs, WorkerConfig
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.infer_worker import InferWorker

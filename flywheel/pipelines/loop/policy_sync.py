@@ -5,7 +5,7 @@ Owns the policy version actor_infer holds, the weights asked for right behind a 
 while they lag actor_train's (model_update_frequency > 1: a checkpoint taken between two
 syncs saves them, so a resumed run generates from the same weights as the uninterrupted
 one), and the colocated hand-over, where the engine wakes for the weights and loads them
-before actor_train leaves the devices (phase_switch.py).
+before actor_train leaves the devices (loop/phase_switch.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.pipelines.phase_switch import PhaseSwitch
-from flywheel.pipelines.prefetch import PrefetchGenerator
-from flywheel.pipelines.role_handles import Pending
-from flywheel.pipelines.roles import Roles
+from flywheel.pipelines.loop.phase_switch import PhaseSwitch
+from flywheel.pipelines.loop.prefetch import PrefetchGenerator
+from flywheel.pipelines.roles.handles import Pending
+from flywheel.pipelines.roles.roles import Roles
 from flywheel.workers.weight_transfer import SyncedWeights
 
 SYNCED_WEIGHTS = "actor_infer_weights"  # a checkpoint's copy of actor_infer's lagging weights

@@ -14,7 +14,7 @@ the generator, its source and the replay buffer is `Any`:
   metrics read only what this protocol names.
 
 To add a kind of rollout: implement `Rollout` in a module of its own and add one line to
-the table in pipelines/launch.py (`ROLLOUTS`).
+the table in pipelines/run/launch.py (`ROLLOUTS`).
 """
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ class RolloutSource(Protocol[W, G]):
     """Where the prefetch generator's work comes from, who runs it, what results become."""
 
     pool: Cluster  # the workers that run items
-    waits_for_weights: bool  # see "Ordering" in prefetch.py
-    per_worker: int  # items in flight on one worker at once (see "Streaming" in prefetch.py)
+    waits_for_weights: bool  # see "Ordering" in loop/prefetch.py
+    per_worker: int  # items in flight on one worker at once (see "Streaming" in loop/prefetch.py)
 
     def items(self, batch_index: int) -> list[W]: ...  # in seq order
 

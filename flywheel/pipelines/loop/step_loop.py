@@ -22,8 +22,8 @@ partial rollout a response's later tokens may come from newer versions; its stal
 still that of its first token (the bound), and `staleness/token_mean` averages per token.
 
 What the loop does not know: what a group is, where work comes from, how groups become
-rows, advantages and validation. That is the rollout's (pipelines/rlvr.py,
-pipelines/agentic.py).
+rows, advantages and validation. That is the rollout's (pipelines/rlvr/rollout.py,
+pipelines/agentic/rollout.py).
 """
 
 from __future__ import annotations
@@ -38,17 +38,17 @@ from pathlib import Path
 from typing import Generic
 
 from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
-from flywheel.pipelines.actor_loss_config import build_actor_loss
-from flywheel.pipelines.group_filter import group_filter
+from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.loop.async_window import AsyncWindow
+from flywheel.pipelines.loop.group_filter import group_filter
+from flywheel.pipelines.loop.phase_switch import PhaseSwitch, describe
 from flywheel.pipelines.loop.policy_sync import PolicySync
+from flywheel.pipelines.loop.prefetch import PrefetchGenerator, PrefetchSettings
+from flywheel.pipelines.loop.replay_buffer import ReplayBuffer
+from flywheel.pipelines.loop.sample_ledger import SampleLedger
 from flywheel.pipelines.loop.seams import G, Rollout, W
-from flywheel.pipelines.phase_switch import PhaseSwitch, describe
-from flywheel.pipelines.prefetch import PrefetchGenerator, PrefetchSettings
-from flywheel.pipelines.replay_buffer import ReplayBuffer
-from flywheel.pipelines.roles import Roles
-from flywheel.pipelines.sample_ledger import SampleLedger
-from flywheel.pipelines.step_metrics import rollout_metrics, staleness_metrics
+from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metrics
+from flywheel.pipelines.roles.roles import Roles
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.config.derived import (
@@ -63,7 +63,7 @@ from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
 
-PHASE_EVENTS = "phase_events.jsonl"  # a colocated run's phase switches (phase_switch.py)
+PHASE_EVENTS = "phase_events.jsonl"  # a colocated run's phase switches (loop/phase_switch.py)
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
 MISMATCH_MODES = {"token-truncate": ("token", "truncate"), "seq-truncate": ("sequence", "truncate"),
                   "token-mask": ("token", "mask"), "seq-mask": ("sequence", "mask")}
@@ -99,7 +99,7 @@ class StepLoop(Generic[W, G]):
     loss_fn: ActorLoss = field(init=False)
     correction: MismatchCorrection = field(init=False)  # infer_is_correction
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
-    switch: PhaseSwitch = field(init=False)  # colocated roles take turns (phase_switch.py)
+    switch: PhaseSwitch = field(init=False)  # colocated roles take turns (loop/phase_switch.py)
     policy: PolicySync = field(init=False)  # step 5
     # -- what a checkpoint keeps ---------------------------------------------------------
     buffer: ReplayBuffer[G] = field(init=False)

@@ -8,7 +8,7 @@ concept has one catalog, kept by the layer that implements it:
     backends   flywheel/workers/strategies/registry.py   STRATEGIES     register_backend
     rewards    flywheel/workers/rewards/registry.py      REWARDS        register_reward
     losses     flywheel/algorithms/policy_loss/registry.py POLICY_LOSSES register_policy_loss
-    templates  flywheel/pipelines/prompt_templates.py    TEMPLATES
+    templates  flywheel/pipelines/data/prompt_templates.py    TEMPLATES
     envs       flywheel/envs/registry.py                 (make, ...)    flywheel.envs.register
 
 An entry is a name and a small spec of strings and flags that names its implementation by

@@ -127,7 +127,7 @@ def shared_actor_devices(cfg: PipelineConfig) -> list[int]:
 
 def offloads_between_phases(cfg: PipelineConfig) -> bool:
     """`auto`/true: whether actor_train and actor_infer take turns on shared devices, each
-    freeing its memory for the other (pipelines/phase_switch.py); true with no shared
+    freeing its memory for the other (pipelines/loop/phase_switch.py); true with no shared
     device is refused by the checks, so both mean the same here."""
     if cfg.pipeline_type == "sft" or cfg.offload_between_phases is False:
         return False

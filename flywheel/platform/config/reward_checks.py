@@ -4,7 +4,7 @@
 combine; `actor_train.data_args.domain_interleave_probs` sets each batch's mix of domains.
 What needs the data (a key naming a tag or reward the records have, every record routed
 to some reward and in one domain) is checked when the data loads
-(pipelines/reward_routing.py, pipelines/domain_mix.py). Pure functions on a
+(pipelines/rlvr/reward_routing.py, pipelines/rlvr/domain_mix.py). Pure functions on a
 `PipelineConfig`, run by `checks.check_config`; each raises `ConfigError`.
 """
 

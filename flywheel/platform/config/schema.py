@@ -5,10 +5,6 @@ Key names follow ROLL's so that a ROLL config loads as written (see
 `actor_infer`, `reference`, `critic`, `rewards`, `validation`). Each field is documented
 once, here, beside its definition; `platform show-config` prints the resolved values.
 
-Some keys act only under a condition (a loss variant, a feature, a role, a backend or a
-pipeline type); `acts_when_table.py` lists each with why, and a key written where its
-condition is off is refused.
-
 This module only declares. Loading (YAML, `defaults:`, `${...}`, overrides, strict
 conversion) lives in `loader.py`; cross-field rules live in `checks.py`. Nothing here does
 I/O or fills one field from another: values derived from others (the output directory,
@@ -79,10 +75,9 @@ class TrainingArgs:
 
 @dataclass
 class GeneratingArgs:
-    # Most tokens generated per response (RLVR). Unset in actor_infer / validation: the
-    # top-level response_length (length_defaults.py); written beside a written
-    # response_length, the two must agree. Agentic runs budget each turn with
-    # custom_envs.<tag>.max_tokens_per_step alone: written there, it is refused.
+    # Most tokens generated per response (per turn, in agentic episodes). Unset in
+    # actor_infer / validation: the top-level response_length (length_defaults.py); written
+    # beside a written response_length, the two must agree.
     max_new_tokens: int = 128
     # Sampling temperature; log-probs used in training are those of this distribution.
     temperature: float = 1.0
@@ -111,7 +106,7 @@ class DataArgs:
     # Prompt template by name: "native" sends the prompt text as is after the tokenizer's
     # bos (a messages-list prompt is an error); "chat" applies the tokenizer's own chat
     # template. ROLL's names (qwen2_5, qwen3, chatml, llama3, ...; see
-    # pipelines/prompt_templates.py) mean "chat": the template always comes from the
+    # pipelines/data/prompt_templates.py) mean "chat": the template always comes from the
     # tokenizer.
     # An unknown name is an error. Unset: native; validation: actor_train's (a validation
     # value that differs from actor_train's is refused: both encode alike).
@@ -152,7 +147,7 @@ class DataArgs:
     # record must fall in exactly one domain (probability 0 leaves a domain out). Each batch
     # then holds p * rollout_batch_size prompts of each domain, rounded with the remainder
     # carried to the next batch (so the long-run share is exact), each domain drawn in its
-    # own seeded order, epoch after epoch (pipelines/domain_mix.py). Empty: one shuffled
+    # own seeded order, epoch after epoch (pipelines/rlvr/domain_mix.py). Empty: one shuffled
     # order over all records, whatever their tags.
     domain_interleave_probs: dict[str, float] = field(default_factory=dict)
 
@@ -185,7 +180,7 @@ class WorkerConfig:
     # Micro-batch size for forward-only work (log-probs), and the most prompts in one
     # generation request: hf_infer cuts a batch into at least two requests per worker (so
     # scoring overlaps generation), vllm and sglang take it in one request per worker up to
-    # this many prompts (pipelines/rollout.py `chunk_size`).
+    # this many prompts (pipelines/rlvr/generation.py `chunk_size`).
     infer_batch_size: int = 16
     # torch intra-op threads per worker; unset: every core when generation and training
     # take turns (async_generation_ratio 0), half of them each when they overlap.
@@ -382,11 +377,8 @@ class CustomEnvConfig:
     # Turns per episode (ROLL's max_actions_per_traj); an episode still running after its
     # last turn is truncated, with success 0.
     max_steps: int = 10
-    # Generation budget of one turn, in tokens: the only one in agentic runs
-    # (actor_infer's max_new_tokens and response_length are RLVR's, refused here; ROLL's
-    # min(max_tokens_per_step, max_new_tokens) is written here by `platform convert`).
-    # Every turn's prompt is the whole history, so an episode's sequence grows by about
-    # this much plus the env's text each turn.
+    # Generation budget of one turn, in tokens. Every turn's prompt is the whole history, so
+    # an episode's sequence grows by about this much plus the env's text each turn.
     max_tokens_per_step: int = 128
     # Keyword arguments of the env (frozen_lake: size, p, is_slippery, action_pattern,
     # format_penalty, env_instruction); an unknown key is an error naming the accepted ones.
@@ -470,9 +462,7 @@ class TrackingConfig:
     # jsonl: metrics.jsonl alone. Every backend gets the same metric names. Unset: ROLL's
     # `track_with` when given, else [mlflow].
     backends: list[TrackerName] | None = None
-    # false drops mlflow from the default backends (track_with, else [mlflow]): the switch
-    # configs used before `backends`. Written beside tracking.backends it is refused (the
-    # list alone says what runs).
+    # false drops mlflow from the backends (the switch configs used before `backends`).
     mlflow: bool = True
     # Any mlflow tracking URI (http://127.0.0.1:5000, sqlite:///path.db, file:/dir).
     mlflow_uri: str | None = None
@@ -506,7 +496,7 @@ class PipelineConfig:
 
     # Which pipeline runs this file: rlvr (prompts scored by verifiers), agentic, or sft
     # (supervised fine-tuning, e.g. before RL: cross-entropy on response tokens only;
-    # pipelines/sft_run.py). SFT reads pretrain, seed, max_steps, output_dir, exp_name,
+    # pipelines/sft/run.py). SFT reads pretrain, seed, max_steps, output_dir, exp_name,
     # tracking, logging_steps, save_steps / save_total_limit (checkpoints are HF folders
     # usable as an RL run's pretrain), eval_steps with validation.data_args (val/loss, and
     # val/accuracy: greedy exact match of the response) and val_batch_size, prompt_length /
@@ -528,7 +518,7 @@ class PipelineConfig:
     # Accepted for ROLL configs; flywheel logs under output_dir.
     logging_dir: str | None = None
     # ROLL's tracker switch: one of tracking.backends' names (ROLL's "stdout" means jsonl:
-    # the console line is always printed). Written beside tracking.backends, refused.
+    # the console line is always printed). tracking.backends wins when both are set.
     track_with: Literal["mlflow", "tensorboard", "wandb", "jsonl", "stdout"] | None = None
     # ROLL's tracker options, read by the chosen backend: project / name / notes / tags
     # (wandb), log_dir (tensorboard, wandb). Keys a backend does not know are an error.
@@ -550,14 +540,12 @@ class PipelineConfig:
     # Prompts per training step (before num_return_sequences_in_group expansion).
     rollout_batch_size: int = 32
     val_batch_size: int = 0  # 0 = the whole validation set
-    # Most prompt tokens (after templating) of an RLVR or SFT record (refused in agentic
-    # configs, whose prompts are the env's turns); longer ones are dropped or
+    # Most prompt tokens (after templating) of an RLVR record; longer ones are dropped or
     # refused by data_args.overlong_prompts. With response_length it sizes vllm's
     # max_model_len when strategy_config leaves it unset.
     prompt_length: int = 256
     # Response budget in tokens: the default of actor_infer's and validation's
-    # max_new_tokens (a different written max_new_tokens is an error). RLVR and SFT only:
-    # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step.
+    # max_new_tokens (a different written max_new_tokens is an error).
     response_length: int = 128
     # Most tokens of a whole sequence. Agentic: vllm's max_model_len when strategy_config
     # leaves it unset. RLVR: when written, prompt_length + response_length must fit in it.
@@ -573,8 +561,7 @@ class PipelineConfig:
     # Print the console progress line every N steps (metrics.jsonl and mlflow get every
     # step).
     logging_steps: int = 1
-    # Validate every N steps and after the last (0 = never). RLVR and SFT validate on the
-    # validation block: eval_steps > 0 without one, or one with eval_steps 0, is refused.
+    # Validate every N steps and after the last (0 = never).
     eval_steps: int = 0
 
     # How many batches generation may run ahead of training; 0 is synchronous.
@@ -584,7 +571,7 @@ class PipelineConfig:
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1
     # Colocated (hybrid) mode: free device memory between phases when actor_train and
-    # actor_infer share devices in a synchronous run (pipelines/phase_switch.py): the
+    # actor_infer share devices in a synchronous run (pipelines/loop/phase_switch.py): the
     # engine sleeps while training runs (vllm sleep mode, sglang memory release, hf_infer
     # model to CPU) and actor_train moves optimizer state and parameters to CPU while the
     # engine generates. auto: on exactly when the two roles share a device (and then
@@ -617,7 +604,7 @@ class PipelineConfig:
     # Drop groups whose responses all scored the same (no GRPO signal; DAPO's dynamic
     # sampling) as they are scored, and generate more prompts to refill the batch, at any
     # async_generation_ratio. Dropped groups are counted in rollout/dropped_filtered and in
-    # samples.jsonl (fate "filtered"). See pipelines/group_filter.py.
+    # samples.jsonl (fate "filtered"). See pipelines/loop/group_filter.py.
     drop_uniform_groups: bool = False
     # Dynamic sampling band, [lo, hi]: also drop groups whose mean score lies outside it
     # (e.g. [0.1, 0.9] keeps prompts solved sometimes). Unset: no band.
@@ -704,12 +691,9 @@ class PipelineConfig:
     actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)
     # The policy copy that generates; gets actor_train's weights after each sync.
     actor_infer: ActorInferConfig = field(default_factory=ActorInferConfig)
-    # Reference policy of a KL term (use_kl_loss, or init_kl_coef > 0); unset means no
-    # reference role is started. Without a KL term it is refused (it would run every step
-    # for nothing). Runs on a training backend (log-probs of the sampled distribution).
+    # Reference policy for KL; unset means no reference role is started.
     reference: WorkerConfig | None = None
-    # Value model for adv_estimator gae; unset means no critic role. With another
-    # estimator it is refused.
+    # Value model for adv_estimator gae; unset means no critic role.
     critic: WorkerConfig | None = None
     # Reward workers by name (RLVR); each scores the records its tag_included selects.
     rewards: dict[str, RewardConfig] = field(
@@ -721,8 +705,7 @@ class PipelineConfig:
     # one of them and trains on the sum of weight * score (e.g. a correctness reward plus a
     # format reward). A record that no reward takes is refused when the data loads.
     reward_aggregation: Literal["first_match", "weighted_sum"] = "first_match"
-    # Validation set and sampling (RLVR; agentic reads only its generating_args, and plays
-    # val_env_manager's envs); unset: no validation. Needs eval_steps > 0.
+    # Validation set and sampling (RLVR); unset: no validation.
     validation: ValidationConfig | None = None
 
     # ---- agentic (pipeline_type: agentic); rollout_batch_size counts trajectories ----

@@ -1,6 +1,6 @@
 """Cross-field rules of `pipeline_type: sft`, run by `checks.check_config` for SFT only.
 
-SFT trains actor_train alone, in the driver process (pipelines/sft_run.py): no generation
+SFT trains actor_train alone, in the driver process (pipelines/sft/run.py): no generation
 role, no rewards, no advantages, no env pools. A key that only RL reads would do nothing
 here, so a value other than its default is refused with one line naming the key (a YAML
 copied from an RL run must drop its RL keys; nothing is silently ignored). Pure: each rule

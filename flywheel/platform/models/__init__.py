@@ -4,6 +4,6 @@
 `pretrain`; it returns a local HF checkpoint directory (built once, cached). The pieces:
 `char_tokenizer.py` (vocabulary), `tiny_qwen2.py` (architecture, deterministic init),
 `builtin.py` (names and cache; the warm-started models ship as `shipped/<name>/`, made by
-`flywheel.pipelines.sft_recipes`), `sources.py` (GGUF and packaged models).
+`flywheel.workshop.sft_recipes`), `sources.py` (GGUF and packaged models).
 A new built-in model is one entry in `builtin.BUILTIN_MODELS`.
 """

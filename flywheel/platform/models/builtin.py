@@ -7,7 +7,7 @@ anything else (a hub id, a local path) passes through unchanged for transformers
 Registry. `BUILTIN_MODELS` maps a name to a `BuiltinModel`: either an architecture (with its
 init seed), built here in a second, or a `shipped` folder of weights that came with the
 package (`shipped/<name>/`: the warm-started models, whose SFT would come out differently on
-different CPUs, so they are trained once by `flywheel.pipelines.sft_recipes --write-shipped`
+different CPUs, so they are trained once by `flywheel.workshop.sft_recipes --write-shipped`
 and shipped; `warm_start.json` beside the weights records how and with what accuracy). A new
 built-in model is one new registry entry.
 
@@ -75,7 +75,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         description="tiny-qwen2-h4 after a cached SFT warm start on a cautious random walker's "
         "FrozenLake play (3x3 maps, bare action-name replies): it avoids holes but has no "
         "plan (low greedy success), so RL has the goal-directed play to learn: see "
-        "flywheel/pipelines/sft_frozen_lake.py. Shipped weights.",
+        "flywheel/workshop/frozen_lake_warm_start.py. Shipped weights.",
         arch=GRID_ARCH,
         shipped="tiny-qwen2-frozenlake",
     ),
@@ -105,7 +105,7 @@ def shipped_digest(folder: Path) -> str:
         if not path.is_file():
             raise FileNotFoundError(
                 f"shipped built-in model {folder.name}: {name} is missing from {folder} "
-                f"(package data not installed? `python -m flywheel.pipelines.sft_recipes "
+                f"(package data not installed? `python -m flywheel.workshop.sft_recipes "
                 f"--write-shipped {folder.name}` makes it)")
         digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]

@@ -25,9 +25,9 @@ of `<unk>`: Qwen2Tokenizer has no unk token, and losing text silently would be w
 
 `split_special_tokens=True`: the *text* "<eos>" is five characters, never the eos id, so a
 model that writes "<eos>" cannot forge a special token. No bos/eos is added by `encode`: the
-pipeline decides where bos goes (see flywheel/pipelines/arithmetic_data.py). Appending a
+pipeline decides where bos goes (see flywheel/pipelines/data/arithmetic_data.py). Appending a
 character to the alphabet changes the vocab and so the model's spec hash: cached models
-rebuild (and the shipped warm-started models must be re-made: sft_recipes.py).
+rebuild (and the shipped warm-started models must be re-made: workshop/sft_recipes.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rewards: `score(prompt, response, reference) -> RewardResult`, chosen by `reward_type`.
 
 All three are strings: `prompt` is the text the policy saw (its prompt ids after the chat
-template, decoded with special tokens skipped; pipelines/prompt_data.py `reward_prompt`
+template, decoded with special tokens skipped; pipelines/data/prompt_data.py `reward_prompt`
 says why), also when the record's prompt is a list of chat messages.
 
 Rule rewards run inside the reward worker; anything that executes model output (code

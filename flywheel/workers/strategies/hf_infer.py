@@ -18,7 +18,7 @@ are logged once. Stops: eos, `stop_token_ids`, and `stop_strings` (`stops.respon
 Sampling is seeded per call (`SamplingParams.seed`), so the same seed and weights give the
 same responses: this is what makes a synchronous run reproducible bit for bit.
 Partial rollout asks nothing of this backend: the pipeline cuts long responses into
-segments of separate `generate` calls (rollout.py), and weights change between calls.
+segments of separate `generate` calls (rlvr/generation.py), and weights change between calls.
 
 strategy_config: hf_infer has no keys; any key is an error (it would do nothing).
 """
@@ -168,7 +168,7 @@ class HFInferStrategy(InferStrategy):
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return batched_logprobs(self.model, batch, self.cfg.infer_batch_size)
 
-    # ---- phase switch (pipelines/phase_switch.py; bench/gpu_checks.py on a GPU) -----------
+    # ---- phase switch (pipelines/loop/phase_switch.py; bench/gpu_checks.py on a GPU) -----------
     def sleep(self) -> str:
         """The model to the CPU (transformers keeps no KV cache between calls)."""
         if self.device.type == "cpu":

@@ -37,7 +37,7 @@ class BackendSpec:
     roles: tuple[str, ...] = field(kw_only=True)  # role kinds it can run
     process_group: bool = False  # ranks join one torch.distributed group before building
     # An engine that batches whatever requests it holds (continuous batching): give it a
-    # batch's prompts in one call rather than cut them small (pipelines/rollout.py).
+    # batch's prompts in one call rather than cut them small (pipelines/rlvr/generation.py).
     continuous_batching: bool = False
     # Its engine runs in a thread of its own and takes many generate calls at once, and
     # can load weights while requests run (workers/infer_worker.py, generate_stream).
@@ -62,10 +62,8 @@ STRATEGIES: dict[str, BackendSpec] = {
     "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
                              "SimTrainStrategy", None, roles=("actor_train", "reference",
                                                               "rewards"), latency_only=True),
-    # No reference: a reference's log-probs are those of the sampled distribution
-    # (temperature, top-k/p), which a training backend's forward computes (issue 24).
     "hf_infer": BackendSpec("infer", "flywheel.workers.strategies.hf_infer", "HFInferStrategy",
-                            None, roles=("actor_infer", "rewards"),
+                            None, roles=("actor_infer", "reference", "rewards"),
                             takes_strategy_config=False),
     "vllm": BackendSpec(
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",

@@ -18,7 +18,7 @@ Weights: one `update_weights_from_tensor` per bucket (workers/weight_buckets.py)
 its tensors to the scheduler processes (CUDA IPC on GPU), which load them in place; the
 last one flushes the KV cache. Tied embeddings get `lm_head.weight` explicitly, as for
 vllm. Partial rollout needs nothing here: the pipeline cuts responses
-into segments of separate `generate` calls and swaps weights between them (rollout.py).
+into segments of separate `generate` calls and swaps weights between them (rlvr/generation.py).
 
 strategy_config: any field of `sglang.srt.server_args.ServerArgs` (mem_fraction_static,
 tp_size, context_length, ...); unknown keys are an error. context_length unset: the run's
@@ -54,7 +54,7 @@ OWNED_KEYS = {"model_path": "the role's model_args.model_name_or_path (or pretra
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int,
                   context_length: int | None = None, sleep_mode: bool = False
                   ) -> dict[str, Any]:
-    """`sleep_mode` (a colocated run, pipelines/phase_switch.py): `enable_memory_saver`,
+    """`sleep_mode` (a colocated run, pipelines/loop/phase_switch.py): `enable_memory_saver`,
     which `release_memory_occupation` needs (it uses the torch_memory_saver package)."""
     fields = {f.name: None for f in dataclasses.fields(ServerArgs)}
     fields["context_length"] = context_length  # the run's, unless strategy_config sets it
@@ -152,7 +152,7 @@ class SGLangInferStrategy(InferStrategy):
         _succeeded(self.engine.update_weights_from_tensor(
             named_tensors=tensors, flush_cache=flush_cache), "update_weights_from_tensor")
 
-    # ---- phase switch (pipelines/phase_switch.py; UNVERIFIED, like this whole file) --
+    # ---- phase switch (pipelines/loop/phase_switch.py; UNVERIFIED, like this whole file) --
     def sleep(self) -> str:
         """SGLang's memory release: weights and KV cache off the GPU (Engine 0.5.x,
         `release_memory_occupation()`; needs `enable_memory_saver`, set at start)."""

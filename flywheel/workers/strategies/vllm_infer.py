@@ -96,7 +96,7 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
                   context_length: int | None = None, sleep_mode: bool = False
                   ) -> dict[str, Any]:
     """LLM(...) arguments: checked strategy_config over flywheel's defaults. `sleep_mode`
-    (a colocated run, pipelines/phase_switch.py) turns on vLLM's `enable_sleep_mode` on
+    (a colocated run, pipelines/loop/phase_switch.py) turns on vLLM's `enable_sleep_mode` on
     GPU; vLLM refuses it on CPU ("Sleep mode is not supported on current platform")."""
     fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)
               if not f.name.startswith("_")}
@@ -266,7 +266,7 @@ class VLLMInferStrategy(InferStrategy):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    # ---- phase switch (pipelines/phase_switch.py; unverified on GPU) ----------------------
+    # ---- phase switch (pipelines/loop/phase_switch.py; unverified on GPU) ----------------------
     def sleep(self) -> str:
         """vLLM sleep mode level 1: weights to CPU memory, KV cache dropped. Level 1, not
         2, because a step without a weight sync (model_update_frequency > 1) wakes up to

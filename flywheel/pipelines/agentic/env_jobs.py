@@ -1,0 +1,259 @@
+"""Agentic rollout: env groups → episodes played by env workers → groups for the buffer.
+
+The unit that flows through the replay buffer and the ledger is an `EpisodeGroup`: the
+`group_size` episodes of envs reset with one seed (GRPO compares them), stamped with the
+policy version of their first turn. A training step takes rollout_batch_size / group_size
+of them; which tag each group plays follows `num_groups_partition` over the pool, and every
+group's seed is a pure function of (run seed, batch, job), so sync runs replay exactly.
+
+Work is cut into `EnvJob`s of at most one worker's envs (`max_env_num_per_worker`), sent
+by the prefetch generator's thread to env workers (`EnvSource`, a `RolloutSource`). Env
+workers call actor_infer themselves, so the source sets `waits_for_weights`: a job goes
+out only after pending weight updates have landed, and its start version is at least the
+version published before it was submitted.
+
+In-flight episodes across a weight update are continued, not restarted: turns generated
+after the update carry the new version (`EpisodeGroup.turn_versions`; per-token versions
+via `token_versions`), the behaviour log-probs are those of the weights that sampled each
+token, and the staleness bound is applied to the oldest one (the start version). Restarting
+would waste every turn played so far for no gain in correctness, since the loss already
+uses per-token behaviour log-probs.
+
+A group with a failed episode (an env raised or hung: see workers/env_worker.py) is dropped
+whole, so GRPO groups stay complete; it is logged with the env's error (env id, seed) and
+recorded in the ledger as "env_error".
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
+from flywheel.pipelines.loop.seams import Completion, Scored
+from flywheel.pipelines.rlvr.generation import sampling_params
+from flywheel.pipelines.roles.handles import EnvRole
+from flywheel.pipelines.roles.roles import streams
+from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.schema import (
+    CustomEnvConfig,
+    EnvManagerArgs,
+    GeneratingArgs,
+    PipelineConfig,
+)
+from flywheel.platform.resources import RoleDevices
+from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker
+
+log = logging.getLogger(__name__)
+
+VAL_STREAM = 2**31 - 1  # seed stream of validation jobs, apart from every batch index
+ENV_ROLE = "env_workers"
+
+
+@dataclass
+class EpisodeGroup:
+    seq: int  # position of the group in the run's stream of groups
+    tag: str
+    trajectories: list[Trajectory]
+    version: int  # start version: the weights of every episode's first turn
+    turn_versions: list[int]  # version of turn k (shared by the episodes of one job)
+    scores: list[float] = field(default_factory=list)  # episode returns
+
+    @property
+    def id(self) -> str:
+        return f"{self.tag}/seed{self.trajectories[0].seed}"
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.trajectories)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(sum(t.response_mask) for t in self.trajectories)
+
+    def token_versions(self, i: int) -> list[int]:
+        """Per-token weights version of episode i (-1 on env tokens)."""
+        t = self.trajectories[i]
+        versions = [-1] * len(t.input_ids)
+        for turn, (start, end) in enumerate(t.turn_spans):
+            versions[start:end] = [self.turn_versions[turn]] * (end - start)
+        return versions
+
+
+def episode_group_to_dict(g: EpisodeGroup) -> dict:
+    return asdict(g)
+
+
+def episode_group_from_dict(d: dict) -> EpisodeGroup:
+    trajectories = [Trajectory(**{**t, "turn_spans": [tuple(s) for s in t["turn_spans"]]})
+                    for t in d["trajectories"]]
+    return EpisodeGroup(**{**d, "trajectories": trajectories})
+
+
+# ---- from config to env manager configs and jobs ----------------------------------------
+def env_manager_config(tag: str, env: CustomEnvConfig, pool: EnvManagerArgs,
+                       num_groups: int) -> EnvManagerConfig:
+    """The flywheel.envs config of `num_groups` groups of tag `tag` in `pool`."""
+    env_config = dict(env.env_config)
+    if pool.format_penalty is not None:
+        env_config.setdefault("format_penalty", pool.format_penalty)
+    templates = {}
+    if env.agent_system_template is not None:
+        templates["system_template"] = env.agent_system_template
+    if env.agent_template is not None:
+        templates["turn_template"] = env.agent_template
+    return EnvManagerConfig(env_type=env.env_type, env_config=env_config, tag=tag,
+                            group_size=pool.group_size, num_env_groups=num_groups,
+                            max_steps=env.max_steps,
+                            max_tokens_per_step=env.max_tokens_per_step, **templates)
+
+
+def group_tags(pool: EnvManagerArgs, num_groups: int) -> list[str]:
+    """Tag of each of `num_groups` groups: the pool's partition, repeated as needed."""
+    partition = pool.num_groups_partition or [
+        pool.num_env_groups // len(pool.tags) + (i < pool.num_env_groups % len(pool.tags))
+        for i in range(len(pool.tags))]
+    pattern = [tag for tag, n in zip(pool.tags, partition) for _ in range(n)]
+    return [pattern[g % len(pattern)] for g in range(num_groups)]
+
+
+def groups_per_job(pool: EnvManagerArgs) -> int:
+    envs = pool.num_env_groups * pool.group_size
+    return (pool.max_env_num_per_worker or envs) // pool.group_size
+
+
+def plan_jobs(cfg: PipelineConfig, pool: EnvManagerArgs, num_groups: int, batch_index: int,
+              first_seq: int, seed_stream: list[int], gen_args: GeneratingArgs,
+              infer_workers: int) -> list[EnvJob]:
+    """Cut `num_groups` groups into jobs of one tag and at most one worker's envs each."""
+    tags = group_tags(pool, num_groups)
+    size = groups_per_job(pool)
+    runs: list[tuple[str, int, int]] = []  # tag, first group, count
+    for g, tag in enumerate(tags):
+        if runs and runs[-1][0] == tag and runs[-1][2] < size:
+            runs[-1] = (tag, runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((tag, g, 1))
+    jobs = []
+    for j, (tag, first, count) in enumerate(runs):
+        seed, sampling_seed = (int(x) for x in
+                               np.random.SeedSequence([*seed_stream, j]).generate_state(2))
+        sampling = sampling_params(gen_args, 1, seed=sampling_seed)
+        manager = env_manager_config(tag, cfg.custom_envs[tag], pool, count)
+        jobs.append(EnvJob(batch_index, first_seq + first, tag, manager, seed, sampling,
+                           infer_rank=j % infer_workers, step_timeout_s=pool.step_timeout_s,
+                           generate_timeout_s=cfg.timeouts.generate_s))
+    return jobs
+
+
+def train_jobs(cfg: PipelineConfig, batch_index: int, infer_workers: int) -> list[EnvJob]:
+    pool = cfg.train_env_manager
+    num_groups = cfg.rollout_batch_size // pool.group_size
+    return plan_jobs(cfg, pool, num_groups, batch_index, batch_index * num_groups,
+                     [cfg.seed, batch_index], cfg.actor_infer.generating_args, infer_workers)
+
+
+def val_jobs(cfg: PipelineConfig, gen_args: GeneratingArgs, infer_workers: int) -> list[EnvJob]:
+    """Validation: fixed seeds (independent of the run seed and of the step), held out
+    from training's seed streams, so every evaluation plays the same maps."""
+    pool = cfg.val_env_manager
+    num_groups = cfg.val_batch_size // pool.group_size or pool.num_env_groups
+    return plan_jobs(cfg, pool, num_groups, -1, 0, [VAL_STREAM], gen_args, infer_workers)
+
+
+# ---- results --------------------------------------------------------------------------
+def episode_groups(job: EnvJob, result: EnvJobResult) -> tuple[list[EpisodeGroup],
+                                                                list[EpisodeGroup]]:
+    """(complete groups, groups with a failed episode) of one finished job."""
+    size = job.manager.group_size
+    kept, failed = [], []
+    for g in range(job.num_groups):
+        episodes = result.trajectories[g * size:(g + 1) * size]
+        group = EpisodeGroup(job.first_seq + g, job.tag, episodes,
+                             version=result.turn_versions[0] if result.turn_versions else -1,
+                             turn_versions=list(result.turn_versions),
+                             scores=[t.score for t in episodes])
+        errors = [t.error for t in episodes if t.failed]
+        if errors:
+            log.warning("dropping %s group %d (%s): %s", job.tag, group.seq, job.describe(),
+                        "; ".join(errors))
+            failed.append(group)
+        else:
+            kept.append(group)
+    return kept, failed
+
+
+@dataclass
+class EnvSource:
+    """Agentic RolloutSource (loop/seams.py): env jobs run by env workers."""
+
+    pool: EnvRole  # env workers
+    cfg: PipelineConfig
+    infer_workers: int
+    waits_for_weights: bool = True
+    per_worker: int = 2  # a job running and one queued behind it
+
+    def items(self, batch_index: int) -> list[EnvJob]:
+        return train_jobs(self.cfg, batch_index, self.infer_workers)
+
+    def submit(self, item: EnvJob, rank: int, version: int) -> ray.ObjectRef:
+        return self.pool.play(rank, item)
+
+    def complete(self, item: EnvJob, rank: int,
+                 result: EnvJobResult) -> Completion[EnvJob, EpisodeGroup]:
+        kept, failed = episode_groups(item, result)
+        return Completion(Scored(kept), result.busy,
+                          {"env_error": failed} if failed else {})
+
+
+def run_jobs(pool: EnvRole, jobs: list[EnvJob]) -> list[tuple[EnvJob, EnvJobResult]]:
+    """Run jobs over the pool (at most one queued per worker beyond the running one)."""
+    refs = [(i % pool.world_size, pool.play(i % pool.world_size, job))
+            for i, job in enumerate(jobs)]
+    return [(job, pool.get(ref, rank)) for job, (rank, ref) in zip(jobs, refs)]
+
+
+# ---- env workers ------------------------------------------------------------------------
+def num_env_workers(cfg: PipelineConfig) -> int:
+    """One pool serves training and validation (validation pauses training's jobs)."""
+    def workers(pool: EnvManagerArgs) -> int:
+        envs = pool.num_env_groups * pool.group_size
+        return envs // (pool.max_env_num_per_worker or envs)
+    return max(workers(cfg.train_env_manager), workers(cfg.val_env_manager))
+
+
+def user_envs(cfg: PipelineConfig) -> dict[str, str]:
+    return {env.env_type: env.env_import_path for env in cfg.custom_envs.values()
+            if env.env_import_path}
+
+
+def check_envs(cfg: PipelineConfig) -> None:
+    """Build one env of every tag the run plays, in the driver, before any worker starts:
+    an unknown env_config key or a bad value fails now, naming the tag."""
+    for import_name, path in user_envs(cfg).items():
+        register_from_import_path(import_name, path, cfg.env_import_allowlist)
+    for tag in {*cfg.train_env_manager.tags, *cfg.val_env_manager.tags}:
+        for pool in (cfg.train_env_manager, cfg.val_env_manager):
+            spec = env_manager_config(tag, cfg.custom_envs[tag], pool, 1)
+            try:
+                make(spec.env_type, **spec.env_config).close()
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"custom_envs.{tag}: {error}") from None
+
+
+def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster,
+                      log_dir: Path | None = None) -> EnvRole:
+    """`log_dir`: where each env worker's output goes (platform/backend_logs.py)."""
+    check_envs(cfg)
+    n = num_env_workers(cfg)
+    return EnvRole.create(ENV_ROLE, EnvWorker, RoleDevices(ENV_ROLE, tuple(range(n))), None,
+                          init_kwargs=dict(model_path=model_path,
+                                           infer_actors=list(actor_infer.actors),
+                                           user_envs=user_envs(cfg),
+                                           env_import_allowlist=cfg.env_import_allowlist,
+                                           infer_streams=streams(cfg)),
+                          log_dir=log_dir)

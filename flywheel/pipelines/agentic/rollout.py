@@ -1,0 +1,127 @@
+"""The agentic rollout: multi-turn episodes in text environments.
+
+The step loop (loop/step_loop.py) is RLVR's, on the same roles, prefetch generator, replay
+buffer, ledger, staleness bound, checkpoints and metrics; what a step is made of differs:
+  1. batch        take rollout_batch_size / group_size episode groups from the prefetch
+                  generator (env workers played them, asking actor_infer for every turn,
+                  ahead by async_generation_ratio)
+  2. log-probs    old log-probs of every trajectory (model tokens only count), reference
+  3. advantages   GRPO over the episodes of a group (or per-turn discounted returns)
+  4. train        actor_train.train_step with the configured pg_variant loss
+  5. sync         publish the new weights to actor_infer
+  6. log / validate on fixed held-out env seeds (generation paused) / checkpoint
+
+The generator's source runs env jobs instead of prompt chunks; packing makes trajectories
+(or per-turn samples) instead of prompt + response rows. Episodes in flight when weights
+change are continued; see agentic/env_jobs.py for why and how it is recorded.
+
+Metrics beyond RLVR's (`reward/*` is the episode return, `response/length_*` the model
+tokens of a whole episode):
+| env/success, env/<tag>/success          | fraction of episodes won (info "success")     |
+| env/episode_reward, env/<tag>/...       | mean episode return                           |
+| env/episode_length                      | mean turns per episode                        |
+| env/action_is_valid                     | fraction of turns whose action parsed         |
+| env/truncated, env/failed               | stopped by max_steps; env raised or hung      |
+| val/env/...                             | the same on the validation envs               |
+| rollout/dropped_env_error               | episodes dropped this step (whole groups)     |
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from flywheel.pipelines.agentic.batch import (
+    agentic_advantages,
+    env_metrics,
+    pack_steps,
+    pack_trajectories,
+)
+from flywheel.pipelines.agentic.env_jobs import (
+    EnvSource,
+    EpisodeGroup,
+    episode_group_from_dict,
+    episode_group_to_dict,
+    episode_groups,
+    run_jobs,
+    start_env_workers,
+    val_jobs,
+)
+from flywheel.pipelines.loop.seams import Taken
+from flywheel.pipelines.roles.handles import EnvRole
+from flywheel.pipelines.roles.roles import Roles
+from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
+from flywheel.workers.batch import TokenBatch
+
+
+def no_data(cfg: PipelineConfig, tokenizer) -> None:
+    """Envs make their own observations: nothing to load before Ray starts."""
+    return None
+
+
+def start_agentic(cfg: PipelineConfig, roles: Roles, tokenizer, data: None, model_path: str,
+                  log_dir: Path | None) -> AgenticRollout:
+    """Starts the env workers, which are shut down with the roles."""
+    env_workers = start_env_workers(cfg, model_path, roles.actor_infer, log_dir)
+    roles.all.append(env_workers)
+    return AgenticRollout(cfg, roles, tokenizer, env_workers)
+
+
+@dataclass
+class AgenticRollout:
+    cfg: PipelineConfig
+    roles: Roles
+    tokenizer: object
+    env_workers: EnvRole  # started by launch (agentic_rollout.start_env_workers)
+    drop_reasons: tuple[str, ...] = ("env_error",)  # an env raised or hung: whole groups
+
+    @property
+    def group_size(self) -> int:
+        return self.cfg.train_env_manager.group_size
+
+    @property
+    def batch_groups(self) -> int:
+        return self.cfg.rollout_batch_size // self.group_size
+
+    def source(self) -> EnvSource:
+        return EnvSource(self.env_workers, self.cfg, self.roles.actor_infer.world_size)
+
+    def pack(self, groups: list[EpisodeGroup]) -> TokenBatch:
+        cfg = self.cfg
+        if cfg.step_level_samples:
+            return pack_steps(groups, self.tokenizer.pad_token_id, cfg.gamma,
+                              cfg.turn_level_returns, self._data_parallel_rows())
+        return pack_trajectories(groups, self.tokenizer.pad_token_id, cfg.gamma)
+
+    def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
+        return agentic_advantages(batch, self.cfg, self.group_size, kl_coef)
+
+    def step_metrics(self, taken: Taken[EpisodeGroup], step: int) -> dict[str, float]:
+        return env_metrics(taken.groups, "env/")  # envs score episodes: no reward/*
+
+    def validate(self) -> dict[str, float]:
+        """Greedy (unless validation.generating_args says otherwise) on fixed seeds."""
+        cfg = self.cfg
+        gen_args = (cfg.validation.generating_args if cfg.validation
+                    else ValidationGeneratingArgs())
+        jobs = val_jobs(cfg, gen_args, self.roles.actor_infer.world_size)
+        groups: list[EpisodeGroup] = []
+        for job, result in run_jobs(self.env_workers, jobs):
+            kept, failed = episode_groups(job, result)
+            groups += kept + failed  # failed envs count as unsuccessful episodes here
+        metrics = env_metrics(groups, "val/env/")
+        lengths = [sum(t.response_mask) for g in groups for t in g.trajectories]
+        metrics["val/response_length"] = sum(lengths) / len(lengths)
+        return metrics
+
+    def group_state(self, group: EpisodeGroup) -> dict:
+        return episode_group_to_dict(group)
+
+    def group_from_state(self, state: dict) -> EpisodeGroup:
+        return episode_group_from_dict(state)
+
+    def _data_parallel_rows(self) -> int:
+        """Rows must split evenly over every role a batch is sharded to."""
+        roles = (self.roles.actor_train, self.roles.reference, self.roles.critic)
+        return math.lcm(*(r.world_size for r in roles if r is not None))

@@ -1,0 +1,343 @@
+"""Rollout for RLVR: prompts → sampled response groups → verifier scores.
+
+A `Group` is one prompt and its `n` responses, stamped with the policy version that
+started them and a global sequence number `seq` (the prompt's position in the run's
+prompt stream). It is the unit that flows from generation to reward to training, and the
+unit that is trained, or dropped as stale or filtered.
+
+Generation is cut into `Chunk`s of a few prompts; each chunk goes to one actor_infer
+worker and has its own sampling seed derived from (run seed, batch, chunk), so the
+responses depend only on the seed and the weights, never on timing. Scoring is submitted
+per finished chunk (`submit_scoring`), so rewards overlap generation; a record goes to
+the rewards whose `tag_included` holds its tag, combined by `reward_aggregation`
+(rlvr/reward_routing.py).
+
+Partial rollout (`partial_rollout: true`), after Kimi k1.5's partial rollouts (arXiv
+2501.12599, sec. 2.6.2): a chunk's request generates at most `segment_tokens` new tokens;
+each response that neither stopped nor reached max_new_tokens goes back out as a prompt of
+its own (prompt + its tokens so far) in a `PartialChunk`, the chunk's next work item. The
+prefetch thread sends it after any weight update published meanwhile, so a long response
+is paused, the weights swapped, and it continues on the newest policy; each token records
+the version that sampled it (`Generation.token_versions`) next to its log-prob, and the
+group keeps the version of its first segment, which the staleness bound reads. Only
+`generate` is used, so every backend supports it; the price is one prefill per segment.
+A streaming backend (vllm) needs no segments: its requests run whole, a weight update
+loads between two engine steps while they run, and they continue on the new weights with
+their KV cache kept (workers/strategies/vllm_engine_loop.py), each token stamped with
+its version by the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+import ray
+
+from flywheel.pipelines.data.prompt_data import PromptRecord, reward_prompt
+from flywheel.pipelines.loop.seams import Completion
+from flywheel.pipelines.rlvr.reward_routing import merged_metadata, route_rewards
+from flywheel.pipelines.roles.handles import InferRole, RewardRole
+from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
+from flywheel.workers.infer_worker import GenerateResult
+from flywheel.workers.strategies.base import Generation, SamplingParams
+
+SEED_STRIDE = 1_000_003  # keeps the sampling seeds of different runs apart
+
+
+@dataclass
+class Group:
+    seq: int  # position of the prompt in the run's prompt stream
+    record: PromptRecord
+    prompt_ids: list[int]
+    responses: list[Generation]
+    version: int  # policy version that started every response (their first token's)
+    scores: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    # Per response, what its reward said beside the score (RewardResult.metadata:
+    # timed_out, crashed, parsed, ...), counted in the reward/* metrics.
+    reward_info: list[dict] = field(default_factory=list)
+
+    # What the replay buffer, ledger and step metrics read of any group (RLVR or agentic).
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.responses)
+
+    @property
+    def num_tokens(self) -> int:
+        """Generated tokens."""
+        return sum(len(r.token_ids) for r in self.responses)
+
+
+def group_to_dict(g: Group) -> dict:
+    return asdict(g)
+
+
+def group_from_dict(d: dict) -> Group:
+    """Inverse of group_to_dict (checkpoints keep the buffer's finished groups as JSON)."""
+    return Group(**{**d, "record": PromptRecord(**d["record"]),
+                    "responses": [Generation(**r) for r in d["responses"]]})
+
+
+@dataclass
+class Chunk:
+    batch_index: int  # the (0-based) training step these prompts were drawn for
+    first_seq: int
+    records: list[PromptRecord]
+    prompt_ids: list[list[int]]
+    sampling: SamplingParams
+
+    @property
+    def end_seq(self) -> int:
+        return self.first_seq + len(self.records)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.records)
+
+    def describe(self) -> str:
+        return f"prompts {self.first_seq}..{self.end_seq - 1} of batch {self.batch_index}"
+
+
+def sampling_params(args: GeneratingArgs, n: int, seed: int,
+                    expand: bool = False) -> SamplingParams:
+    """Every sampling key of `args` (num_beams and num_return_sequences are checked by the
+    config: n comes from the caller); `expand` is is_num_return_sequences_expand."""
+    return SamplingParams(
+        max_new_tokens=args.max_new_tokens, n=n, temperature=args.temperature,
+        top_p=args.top_p, top_k=args.top_k, do_sample=args.do_sample, seed=seed,
+        repetition_penalty=args.repetition_penalty, stop_strings=list(args.stop_strings or []),
+        expand=expand,
+    )
+
+
+def chunk_size(batch_prompts: int, infer_workers: int, infer_batch_size: int,
+               continuous_batching: bool = False, streams: bool = False) -> int:
+    """Prompts per generation request, capped by infer_batch_size.
+
+    A streaming engine (vllm) gets one prompt group per request: its requests share one
+    engine batch whatever their number, and each group is scored as soon as it is done.
+
+    A static-batching engine (hf_infer) gets at least two requests per worker per batch, so
+    scoring the first overlaps generating the next. An engine that batches continuously
+    (vllm, sglang) gets the batch's prompts in one request per worker: cut in two, its two
+    halves run one after the other on the worker, each decoding half as many sequences
+    per engine step for about the same cost per step (on SmolLM2 with 2 prompts x 8
+    samples, generation ran at ~0.7 of raw vLLM that way: bench/bench_smollm2_async.py).
+    """
+    if streams:
+        return 1
+    per_worker = -(-batch_prompts // infer_workers)
+    if not continuous_batching:
+        per_worker = batch_prompts // (2 * infer_workers)
+    return max(1, min(infer_batch_size, per_worker))
+
+
+def batch_chunks(batch_index: int, records: list[PromptRecord], prompt_ids: list[list[int]],
+                 sampling: SamplingParams, size: int, run_seed: int) -> list[Chunk]:
+    """Cut one batch of prompts into chunks, each with its own deterministic seed."""
+    first = batch_index * len(records)
+    chunks = []
+    for c, start in enumerate(range(0, len(records), size)):
+        seed = run_seed * SEED_STRIDE + batch_index * 1009 + c
+        chunks.append(Chunk(batch_index, first + start, records[start:start + size],
+                            prompt_ids[start:start + size], replace(sampling, seed=seed)))
+    return chunks
+
+
+def groups_from_result(chunk: Chunk, generations: list[Generation],
+                       version: int) -> list[Group]:
+    by_prompt: list[list[Generation]] = [[] for _ in chunk.records]
+    for g in generations:
+        by_prompt[g.prompt_index].append(g)
+    return [Group(chunk.first_seq + i, rec, ids, by_prompt[i], version)
+            for i, (rec, ids) in enumerate(zip(chunk.records, chunk.prompt_ids))]
+
+
+def generate_chunks(actor_infer: InferRole, chunks: list[Chunk],
+                    stream: bool = False) -> list[Group]:
+    """Run chunks round-robin over actor_infer workers and wait for all of them.
+
+    `stream` (a backend that streams, with no weight update in flight: the caller holds
+    the generator paused): every chunk goes to its engine at once and they share its
+    batch. Otherwise a worker runs its chunks one after another."""
+    def submit(rank: int, chunk: Chunk) -> ray.ObjectRef:
+        if stream:
+            return actor_infer.generate_stream(rank, chunk.prompt_ids, chunk.sampling,
+                                               min_version=0)
+        return actor_infer.generate(rank, chunk.prompt_ids, chunk.sampling)
+
+    refs = [(i % actor_infer.world_size, submit(i % actor_infer.world_size, c))
+            for i, c in enumerate(chunks)]
+    groups: list[Group] = []
+    for chunk, (rank, ref) in zip(chunks, refs):
+        result = actor_infer.get(ref, rank)
+        groups.extend(groups_from_result(chunk, result.generations, result.version))
+    return groups
+
+
+# ---- partial rollout: a chunk generated in segments -------------------------------------
+@dataclass
+class PartialChunk:
+    """A chunk part-way through its segments: the work item that continues it."""
+
+    chunk: Chunk
+    responses: list[Generation]  # every response of the chunk so far, grouped by prompt
+    version: int  # weights of the first segment: the groups' start version
+    segments: int  # requests run so far
+
+    @property
+    def batch_index(self) -> int:
+        return self.chunk.batch_index
+
+    @property
+    def first_seq(self) -> int:
+        return self.chunk.first_seq
+
+    @property
+    def num_groups(self) -> int:
+        return self.chunk.num_groups
+
+    def describe(self) -> str:
+        return f"{self.chunk.describe()}, segment {self.segments}"
+
+    def unfinished(self) -> list[int]:
+        """Responses that stopped only because their segment ended."""
+        most = self.chunk.sampling.max_new_tokens
+        return [i for i, r in enumerate(self.responses)
+                if r.finish_reason == "length" and len(r.token_ids) < most]
+
+
+def segment_seed(seed: int, segment: int) -> int:
+    """A 31-bit sampling seed for segment `segment` (>= 1) of a chunk seeded `seed`."""
+    digest = hashlib.blake2b(f"{seed}:segment{segment}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def segment_request(item: Chunk | PartialChunk,
+                    segment_tokens: int) -> tuple[list[list[int]], SamplingParams]:
+    """Prompts and sampling of the next segment: the chunk's own prompts first, then each
+    unfinished response as a prompt (prompt + its tokens so far, n=1), never past the
+    chunk's max_new_tokens."""
+    if isinstance(item, Chunk):
+        most = item.sampling.max_new_tokens
+        return item.prompt_ids, replace(item.sampling, max_new_tokens=min(segment_tokens, most))
+    chunk, todo = item.chunk, [item.responses[i] for i in item.unfinished()]
+    room = chunk.sampling.max_new_tokens - max(len(r.token_ids) for r in todo)
+    prompts = [chunk.prompt_ids[r.prompt_index] + r.token_ids for r in todo]
+    return prompts, replace(chunk.sampling, n=1, max_new_tokens=min(segment_tokens, room),
+                            seed=segment_seed(chunk.sampling.seed, item.segments))
+
+
+def continue_chunk(item: Chunk | PartialChunk, result: GenerateResult) -> PartialChunk:
+    """Append a segment's tokens to the responses they continue, each with its version."""
+    if isinstance(item, Chunk):
+        return PartialChunk(item, result.generations, result.version, segments=1)
+    responses, todo = list(item.responses), item.unfinished()
+    for more in result.generations:  # prompt_index: position in the request, so in todo
+        r = responses[todo[more.prompt_index]]
+        versions = r.token_versions or [item.version] * len(r.token_ids)
+        responses[todo[more.prompt_index]] = Generation(
+            r.prompt_index, r.token_ids + more.token_ids, r.log_probs + more.log_probs,
+            more.finish_reason, versions + [result.version] * len(more.token_ids))
+    return PartialChunk(item.chunk, responses, item.version, item.segments + 1)
+
+
+@dataclass
+class ScoringJob:
+    """Reward calls in flight for some groups; `finish` writes the scores back: per sample
+    the sum of weight * score over the parts that scored it (one part, weight 1, unless
+    reward_aggregation is weighted_sum), with their metadata merged."""
+
+    groups: list[Group]
+    parts: list[tuple[Cluster, int, ray.ObjectRef, list[int]]]  # cluster, rank, ref, groups
+    weights: list[float] = field(default_factory=list)  # per part; empty: every part 1
+
+    @property
+    def refs(self) -> list[ray.ObjectRef]:
+        return [ref for _, _, ref, _ in self.parts]
+
+    def finish(self) -> list[Group]:
+        scores: dict[int, list[float]] = {}
+        infos: dict[int, list[list[dict]]] = {}
+        for p, (cluster, rank, ref, indices) in enumerate(self.parts):
+            weight = self.weights[p] if self.weights else 1.0
+            results = iter(cluster.get(ref, rank))
+            for gi in indices:
+                scored = [next(results) for _ in self.groups[gi].texts]
+                total = scores.setdefault(gi, [0.0] * len(scored))
+                info = infos.setdefault(gi, [[] for _ in scored])
+                for i, r in enumerate(scored):
+                    total[i] += weight * r.score
+                    info[i].append(r.metadata)
+        for gi, total in scores.items():
+            self.groups[gi].scores = total
+            self.groups[gi].reward_info = [merged_metadata(parts) for parts in infos[gi]]
+        return self.groups
+
+
+def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
+                   reward_cfgs: dict[str, RewardConfig], tokenizer,
+                   aggregation: str = "first_match") -> ScoringJob:
+    """Decode responses and send them to the reward workers without waiting; each reward
+    gets the prompt as `reward_prompt` decodes it (a string, whatever the record holds)."""
+    for group in groups:
+        group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
+                       for g in group.responses]
+    prompts = [reward_prompt(tokenizer, g.prompt_ids) for g in groups]
+    parts, weights = [], []
+    routes = route_rewards([g.record.tag for g in groups], reward_cfgs, aggregation)
+    for name, indices in routes.items():
+        cluster = reward_clusters[name]
+        for rank in range(cluster.world_size):
+            mine = indices[rank::cluster.world_size]
+            if mine:
+                items = [(prompts[gi], text, groups[gi].record.answer)
+                         for gi in mine for text in groups[gi].texts]
+                parts.append((cluster, rank, cluster.score(rank, items), mine))
+                weights.append(reward_cfgs[name].weight)
+    return ScoringJob(groups, parts, weights)
+
+
+@dataclass
+class ChunkSource:
+    """RLVR's RolloutSource (loop/seams.py): chunks of prompts, generated by actor_infer
+    itself (so weight updates are ordered by the single caller), scored by reward workers."""
+
+    pool: InferRole  # actor_infer
+    make_chunks: Callable[[int], list[Chunk]]  # batch index -> its chunks
+    score: Callable[[list[Group]], ScoringJob]  # groups -> scoring job in flight
+    waits_for_weights: bool = False
+    segment_tokens: int = 0  # partial rollout: new tokens per request (0: off)
+    # Requests in flight per worker: a blocking backend holds one running and one queued;
+    # a streaming one (stream=True) as many groups as its engine decodes at once.
+    per_worker: int = 2
+    stream: bool = False
+
+    def items(self, batch_index: int) -> list[Chunk]:
+        return self.make_chunks(batch_index)
+
+    def submit(self, item: Chunk | PartialChunk, rank: int, version: int) -> ray.ObjectRef:
+        prompts, sampling = (segment_request(item, self.segment_tokens) if self.segment_tokens
+                             else (item.prompt_ids, item.sampling))
+        if self.stream:
+            return self.pool.generate_stream(rank, prompts, sampling, min_version=version)
+        return self.pool.generate(rank, prompts, sampling)
+
+    def complete(self, item: Chunk | PartialChunk, rank: int,
+                 result: GenerateResult) -> Completion[Chunk | PartialChunk, Group]:
+        busy = [(rank, result.started, result.finished)]
+        if not self.segment_tokens:
+            return Completion(self.score(groups_from_result(item, result.generations,
+                                                            result.version)), busy)
+        partial = continue_chunk(item, result)
+        if partial.unfinished():
+            return Completion(ScoringJob([], []), busy, continuation=partial)
+        groups = groups_from_result(partial.chunk, partial.responses, partial.version)
+        return Completion(self.score(groups), busy)

@@ -1,0 +1,182 @@
+"""RLVR's rollout: prompts → groups of sampled responses → verifier rewards.
+
+What a step of the loop (loop/step_loop.py) is made of in RLVR:
+  1. batch        `rollout_batch_size` prompt groups: the prompts of each batch in the
+                  order of the prompt stream (rlvr/domain_mix.py), cut into chunks that
+                  actor_infer generates and the reward workers score (rlvr/generation.py)
+  3. advantages   GRPO / reinforce over the `num_return_sequences_in_group` responses of
+                  each prompt (rlvr/train_batch.py)
+  6. validate     the validation prompts, generated with validation.generating_args and
+                  scored by the same rewards: `val/accuracy` is their mean score
+
+Metrics beyond the loop's: `reward/*` (what the rewards said beside their scores),
+`domain/*` by data tag, `rollout/uniform_*` (groups whose responses all scored alike).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flywheel.pipelines.data.prompt_data import (
+    PromptEncoder,
+    PromptOrder,
+    PromptRecord,
+    load_prompts,
+    prompt_encoder,
+)
+from flywheel.pipelines.loop.seams import Taken
+from flywheel.pipelines.loop.step_metrics import (
+    domain_reward_metrics,
+    domain_val_metrics,
+    partial_rollout_metrics,
+    reward_info_metrics,
+    uniform_group_metrics,
+)
+from flywheel.pipelines.rlvr.domain_mix import DomainOrder, check_routing, training_order
+from flywheel.pipelines.rlvr.generation import (
+    Chunk,
+    ChunkSource,
+    Group,
+    ScoringJob,
+    batch_chunks,
+    chunk_size,
+    generate_chunks,
+    group_from_dict,
+    group_to_dict,
+    sampling_params,
+    submit_scoring,
+)
+from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
+from flywheel.pipelines.roles.roles import Roles, streams
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.infer_worker import STREAM_CALLS
+from flywheel.workers.strategies.registry import strategy_spec
+
+
+@dataclass
+class PromptSets:
+    train: list[PromptRecord]
+    validation: list[PromptRecord]
+
+
+def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
+    """Before Ray starts: the prompts, encoded as actor_train's data_args say (validation's
+    too); a record no reward takes, or in no domain, is refused here."""
+    train_args = cfg.actor_train.data_args
+    train = load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length).records
+    validation = []
+    if cfg.validation and cfg.eval_steps:
+        val_args = dataclasses.replace(
+            cfg.validation.data_args, template=train_args.template,
+            system_prompt=train_args.system_prompt,
+            chat_template_kwargs=train_args.chat_template_kwargs)
+        validation = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
+    check_routing(cfg, train, validation)
+    return PromptSets(train, validation)
+
+
+def start_rlvr(cfg: PipelineConfig, roles: Roles, tokenizer, prompts: PromptSets,
+               model_path: str, log_dir: Path | None) -> RLVRRollout:
+    """Its workers (actor_infer, rewards) are roles, already started."""
+    return RLVRRollout(cfg, roles, tokenizer, prompts.train, prompts.validation)
+
+
+def segment_tokens(cfg: PipelineConfig) -> int:
+    """New tokens per generation request under partial rollout; 0: whole responses (also
+    on a streaming backend, which continues running requests on new weights instead)."""
+    if not cfg.partial_rollout or streams(cfg):
+        return 0
+    if cfg.partial_rollout_segment_tokens is not None:
+        return cfg.partial_rollout_segment_tokens
+    return max(1, cfg.actor_infer.generating_args.max_new_tokens // 4)
+
+
+@dataclass
+class RLVRRollout:
+    cfg: PipelineConfig
+    roles: Roles
+    tokenizer: object
+    train_records: list[PromptRecord]
+    val_records: list[PromptRecord]
+    drop_reasons: tuple[str, ...] = ()  # its groups are dropped only as stale or filtered
+    order: PromptOrder | DomainOrder = field(init=False)  # prompts of each batch
+    encoder: PromptEncoder = field(init=False)  # prompt -> ids, by actor_train's data_args
+
+    def __post_init__(self) -> None:
+        self.order = training_order(self.train_records, self.cfg)
+        self.encoder = prompt_encoder(self.tokenizer, self.cfg.actor_train.data_args)
+
+    @property
+    def batch_groups(self) -> int:
+        return self.cfg.rollout_batch_size
+
+    def source(self) -> ChunkSource:
+        cfg = self.cfg
+        source = ChunkSource(self.roles.actor_infer, self.chunks_for_batch,
+                             score=self.score, segment_tokens=segment_tokens(cfg))
+        if streams(cfg):  # one call per group, as many as the engine decodes at once
+            capacity = self.roles.actor_infer.stream_capacity()
+            source.stream = True
+            source.per_worker = max(1, min(STREAM_CALLS,
+                                           capacity // cfg.num_return_sequences_in_group))
+        return source
+
+    def score(self, groups: list[Group]) -> ScoringJob:
+        return submit_scoring(groups, self.roles.rewards, self.cfg.rewards, self.tokenizer,
+                              self.cfg.reward_aggregation)
+
+    def chunks_for_batch(self, batch_index: int) -> list[Chunk]:
+        """The prompts of batch `batch_index`, cut into generation chunks (generator thread)."""
+        cfg = self.cfg
+        records = self.order.batch(batch_index, cfg.rollout_batch_size)
+        sampling = sampling_params(cfg.actor_infer.generating_args,
+                                   cfg.num_return_sequences_in_group, seed=0,
+                                   expand=cfg.is_num_return_sequences_expand)
+        size = chunk_size(cfg.rollout_batch_size, self.roles.actor_infer.world_size,
+                          cfg.actor_infer.infer_batch_size, strategy_spec(
+                              cfg.actor_infer.strategy_args.strategy_name).continuous_batching,
+                          streams(cfg))
+        return batch_chunks(batch_index, records, self.encode(records), sampling, size,
+                            cfg.seed)
+
+    def pack(self, groups: list[Group]) -> TokenBatch:
+        return pack_groups(groups, self.tokenizer.pad_token_id)
+
+    def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
+        return add_advantages(batch, self.cfg, self.cfg.num_return_sequences_in_group, kl_coef)
+
+    def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:
+        metrics = (reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
+                   | uniform_group_metrics(taken.groups))
+        if self.cfg.partial_rollout:  # RLVR only: agentic episodes run whole (agentic_checks)
+            metrics |= partial_rollout_metrics(taken.groups, step)
+        return metrics
+
+    def validate(self) -> dict[str, float]:
+        cfg = self.cfg
+        records = self.val_records[: cfg.val_batch_size or None]
+        gen_args = (cfg.validation.generating_args if cfg.validation
+                    else cfg.actor_infer.generating_args)
+        sampling = sampling_params(gen_args, 1, seed=cfg.seed)
+        size = max(1, cfg.actor_infer.infer_batch_size)
+        chunks = batch_chunks(0, records, self.encode(records), sampling, size, cfg.seed)
+        # paused (the caller): every update sent has loaded, so no version to wait for
+        groups = generate_chunks(self.roles.actor_infer, chunks, stream=streams(cfg))
+        self.score(groups).finish()
+        scores = [s for g in groups for s in g.scores]
+        lengths = [len(r.token_ids) for g in groups for r in g.responses]
+        return {"val/accuracy": sum(scores) / len(scores),
+                "val/response_length": sum(lengths) / len(lengths),
+                **domain_val_metrics(groups)}
+
+    def encode(self, records: list[PromptRecord]) -> list[list[int]]:
+        return [self.encoder(r.prompt) for r in records]
+
+    def group_state(self, group: Group) -> dict:
+        return group_to_dict(group)
+
+    def group_from_state(self, state: dict) -> Group:
+        return group_from_dict(state)

@@ -1,0 +1,1 @@
+"""The roles a run starts (roles.py) and the typed handles the loop calls (handles.py)."""

@@ -1,0 +1,214 @@
+"""Starting the roles a pipeline needs, as Ray clusters placed by `device_mapping`.
+
+One placement group covers every role's devices (see platform/resources.py). Rule-based
+reward workers own no device and are scheduled freely. Thread budget: in a synchronous
+run training and generation take turns, so each may use every core; when they overlap
+(async_generation_ratio > 0) each gets half, so neither starves the other.
+
+Training backends whose ranks form one torch.distributed group (deepspeed_train,
+megatron_train) finish starting in `join_process_group`: rank 0 names its address and a
+free port, then every rank joins and builds its strategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from flywheel.pipelines.roles.handles import InferRole, RewardRole, TrainRole
+from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.derived import (
+    context_length,
+    data_parallel_size,
+    offloads_between_phases,
+    shared_actor_devices,
+)
+from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
+from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.models.weight_size import weight_bytes
+from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
+from flywheel.workers.infer_worker import InferWorker
+from flywheel.workers.reward_worker import RewardWorker
+from flywheel.workers.rewards.registry import reward_spec
+from flywheel.workers.strategies.model_head import VALUE, policy_head
+from flywheel.workers.strategies.registry import strategy_spec
+from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
+from flywheel.workers.train_worker import TrainWorker
+from flywheel.workers.weight_broadcast import Backend
+
+
+def role_devices(role: str, cfg: WorkerConfig) -> RoleDevices:
+    mapping = tuple(cfg.device_mapping) if cfg.device_mapping else (0,)
+    return RoleDevices(role, mapping, cfg.num_gpus_per_worker)
+
+
+def streams(cfg: PipelineConfig) -> bool:
+    """Whether actor_infer's backend takes many generate calls at once into one engine
+    batch (vllm; workers/infer_worker.py's generate_stream)."""
+    return strategy_spec(cfg.actor_infer.strategy_args.strategy_name).streams
+
+
+def loads_model(reward: RewardConfig) -> bool:
+    """A reward that loads a model (a local llm_judge) owns its device_mapping; the others
+    (rules, an endpoint judge) own no device and go anywhere."""
+    return reward.reward_type == "llm_judge" and reward.llm_judge.backend == "local"
+
+
+def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
+    roles = [role_devices("actor_train", cfg.actor_train),
+             role_devices("actor_infer", cfg.actor_infer)]
+    if cfg.reference is not None:
+        roles.append(role_devices("reference", cfg.reference))
+    if cfg.critic is not None:
+        roles.append(role_devices("critic", cfg.critic))
+    if cfg.pipeline_type == "rlvr":
+        roles += [role_devices(f"rewards.{name}", reward)
+                  for name, reward in cfg.rewards.items() if loads_model(reward)]
+    return roles
+
+
+def join_process_group(cluster: Cluster, wcfg: WorkerConfig) -> None:
+    """Second start phase of process-group backends: rendezvous at rank 0, then build."""
+    if not strategy_spec(wcfg.strategy_args.strategy_name).process_group:
+        return
+    master_addr, master_port = cluster.get(cluster.submit_one(0, "master_address"), rank=0)
+    cluster.call_all("init_process_group", master_addr, master_port)
+
+
+def collective_weight_sync(cfg: PipelineConfig, actor_train: TrainRole,
+                           actor_infer: InferRole) -> Backend | None:
+    """"nccl" when actor_train and actor_infer run on CUDA on devices of their own (NCCL
+    refuses two ranks on one GPU) and every sync is loaded as soon as it is made (a
+    broadcast keeps no copy for a checkpoint: model_update_frequency 1); else None, and
+    shared memory or the object store carry the syncs. On CPU gloo could carry them too,
+    but slower than shared memory: tests force it by replacing this function."""
+    if cfg.model_update_frequency > 1 or shared_actor_devices(cfg):
+        return None
+    seen = actor_train.call_all("accelerator")[:1] + actor_infer.call_all("accelerator")
+    return "nccl" if all(a == "cuda" for a in seen) else None
+
+
+def num_slots(cfg: PipelineConfig) -> int:
+    return slots_needed(device_roles(cfg))
+
+
+@dataclass
+class Roles:
+    actor_train: TrainRole
+    actor_infer: InferRole
+    reference: TrainRole | None
+    critic: TrainRole | None
+    rewards: dict[str, RewardRole]
+    placement: DevicePlacement
+    all: list[Cluster] = field(default_factory=list)
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # a dead rank 0 left its files to the sweep
+            self.actor_train.stop_sharing_weights()
+        for cluster in self.all:
+            cluster.shutdown()
+        self.placement.release()
+
+
+def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) -> int:
+    """The learning-rate schedule's length in optimizer steps: train steps x mini-batches
+    per step x ppo_epochs, as the update loop takes them (one rank's share of the batch
+    per model replica). Agentic step-level samples vary in number; the trajectory count
+    stands in for them."""
+    rows = cfg.rollout_batch_size
+    if cfg.pipeline_type == "rlvr":
+        rows *= cfg.num_return_sequences_in_group
+    per_replica = max(1, rows // data_parallel_size(wcfg))
+    return train_steps * optimizer_steps_per_train_step(wcfg.training_args, per_replica,
+                                                        cfg.ppo_epochs)
+
+
+def actor_train_model(cfg: PipelineConfig, model_path: str) -> str:
+    """actor_train's own model when it names one, else the run's `pretrain`."""
+    name = cfg.actor_train.model_args.model_name_or_path
+    return resolve_pretrain(name) if name else model_path
+
+
+def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
+                log_dir: Path | None = None) -> Roles:
+    """Every role's cluster; `total_steps` is the run's number of train steps; `log_dir`:
+    where each worker's output goes (platform/backend_logs.py)."""
+    placement = place_devices(device_roles(cfg))
+    cores = os.cpu_count() or 1
+    default_threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
+    started: list[Cluster] = []
+
+    def start(role: str, handle: type[Cluster], worker_cls: type, wcfg: WorkerConfig,
+              **kwargs) -> Cluster:
+        # a role's own model: a hub id, a folder, a .gguf file or a built-in name
+        path = (resolve_pretrain(wcfg.model_args.model_name_or_path)
+                if wcfg.model_args.model_name_or_path else model_path)
+        threads = wcfg.num_threads or (len(wcfg.cpu_affinity) if wcfg.cpu_affinity
+                                       else default_threads)
+        cluster = handle.create(role, worker_cls, role_devices(role, wcfg), placement,
+                                 init_kwargs=dict(model_path=path, cfg=wcfg, seed=cfg.seed,
+                                                  num_threads=threads,
+                                                  cpu_affinity=wcfg.cpu_affinity, **kwargs),
+                                 timeout_s=cfg.timeouts.call_s,
+                                 startup_timeout_s=cfg.timeouts.startup_s, log_dir=log_dir)
+        started.append(cluster)
+        return cluster
+
+    gen = cfg.actor_infer.generating_args
+    policy = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
+    try:
+        actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
+                            total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),
+                            trainable=True, head=policy,
+                            weight_sync_bucket_mb=cfg.weight_sync_bucket_mb)
+        join_process_group(actor_train, cfg.actor_train)
+        actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
+                            context_length=context_length(cfg),
+                            sleep_mode=offloads_between_phases(cfg),
+                            in_flight_updates=cfg.partial_rollout and streams(cfg))
+        train_path = actor_train_model(cfg, model_path)
+        carrier = actor_train.share_weights_with(
+            actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype),
+            collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s)
+        print(f"weight sync: {carrier}", flush=True)
+        reference = None
+        if cfg.reference is not None:
+            reference = start("reference", TrainRole, TrainWorker, cfg.reference,
+                              total_steps=total_steps, trainable=False, head=policy)
+            join_process_group(reference, cfg.reference)
+        critic = None
+        if cfg.critic is not None:
+            critic = start("critic", TrainRole, TrainWorker, cfg.critic,
+                           total_steps=schedule_horizon(cfg, cfg.critic, total_steps),
+                           trainable=True, head=VALUE)
+            join_process_group(critic, cfg.critic)
+        rewards = {}
+        # Agentic episodes are scored by their envs: no reward workers.
+        for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):
+            role, wcfg, where, threads = f"rewards.{name}", rcfg, None, 1
+            devices = RoleDevices(role, tuple(range(max(1, rcfg.world_size))))
+            if loads_model(rcfg):  # a judge model on the role's own devices
+                model = rcfg.model_args.model_name_or_path or cfg.reward_pretrain
+                wcfg = replace(rcfg, model_args=replace(rcfg.model_args,
+                                                        model_name_or_path=model))
+                devices, where = role_devices(role, rcfg), placement
+                threads = rcfg.num_threads or (len(rcfg.cpu_affinity) if rcfg.cpu_affinity
+                                               else default_threads)
+            rewards[name] = RewardRole.create(
+                role, RewardWorker, devices, where,
+                timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
+                log_dir=log_dir,
+                init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
+                                 cfg=wcfg, num_threads=threads,
+                                 start_timeout_s=cfg.timeouts.startup_s,
+                                 build=reward_spec(rcfg.reward_type).build),
+            )
+            started.append(rewards[name])
+    except BaseException:
+        for cluster in started:
+            cluster.shutdown()
+        placement.release()
+        raise
+    return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started)

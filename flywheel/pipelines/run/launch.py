@@ -1,0 +1,202 @@
+"""`platform run`: from a validated config to a finished run, and a clean shutdown.
+
+Order matters: the output directory and resolved config are written first (so a failed
+run still says what it was), built-in models are built in the driver before any worker
+starts (so workers never race to build them), then Ray, roles, tracking, the loop.
+Whatever happens, roles, Ray and the trackers are closed on the way out, and the run
+leaves `status.json` (finished / failed / interrupted, and where each role ran) and its
+plots (`plots.png`, also redrawn at every checkpoint) for `platform runs` and a reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from flywheel.pipelines.agentic import rollout as agentic
+from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
+from flywheel.pipelines.loop.seams import Rollout
+from flywheel.pipelines.loop.step_loop import StepLoop
+from flywheel.pipelines.rlvr import rollout as rlvr
+from flywheel.pipelines.roles.roles import Roles, actor_train_model, num_slots, start_roles
+from flywheel.pipelines.run.sample_texts import SampleTextLog
+from flywheel.pipelines.sft.run import run_sft
+from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
+from flywheel.platform.checkpoint import checkpoint_step
+from flywheel.platform.config import config_to_dict
+from flywheel.platform.config.length_defaults import loadable_config_data
+from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.models.weight_size import weight_bytes
+from flywheel.platform.plots import refresh_run_plots
+from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
+from flywheel.platform.run_status import write_status
+from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
+from flywheel.platform.tracking import Tracker, default_mlflow_uri
+from flywheel.workers.strategies.hf_model import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutKind:
+    """How `platform run` builds one kind of rollout for the step loop."""
+
+    # before Ray starts: what the rollout reads (prompts), loaded and checked
+    prepare: Callable[[PipelineConfig, object], object]
+    # once the roles run: the rollout, with any workers of its own started
+    start: Callable[..., Rollout]
+
+
+# pipeline_type -> its rollout; a new kind of RL pipeline is one module and one line here.
+ROLLOUTS: dict[str, RolloutKind] = {
+    "rlvr": RolloutKind(rlvr.load_prompt_sets, rlvr.start_rlvr),
+    "agentic": RolloutKind(agentic.no_data, agentic.start_agentic),
+}
+# pipeline_type -> a loop of its own (no rollout: SFT trains on fixed data)
+OWN_LOOPS = {"sft": run_sft}
+
+
+def output_dir_for(cfg: PipelineConfig, checkpoint: Path | None = None) -> tuple[Path, bool]:
+    """(directory, whether it is the default runs/<exp_name>/<timestamp> layout); a resumed
+    run continues in its checkpoint's run directory unless output_dir names another."""
+    if cfg.output_dir:
+        return Path(cfg.output_dir), False
+    if checkpoint is not None:
+        return checkpoint.parent, True
+    return Path("runs") / cfg.exp_name / time.strftime("%Y%m%d-%H%M%S"), True
+
+
+def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path | None, Path]:
+    """(checkpoint or None, run directory); a resumed run's directory is checked against
+    its saved config and cut back to the checkpoint (resume.py) before anything is written."""
+    checkpoint = (find_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, cfg.exp_name)
+                  if cfg.resume_from_checkpoint else None)
+    output_dir, _ = output_dir_for(cfg, checkpoint)
+    saved = output_dir / "config.yaml"
+    if checkpoint is None or not saved.exists():
+        return checkpoint, output_dir
+    # both sides as written (a saved config.yaml from before loadable_config_data too)
+    for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
+                              loadable_config_data(config_to_dict(cfg)),
+                              config_path or str(saved)):
+        print(f"resume: changed {line}", flush=True)
+    step = checkpoint_step(checkpoint)
+    cut_back(output_dir, step)
+    ledger_cut_back(output_dir, step)
+    return checkpoint, output_dir
+
+
+def run(cfg: PipelineConfig, config_path: str | None = None,
+        address: str | None = None) -> Path:
+    checkpoint, _ = prepare_resume(cfg, config_path)
+    output_dir, is_default = output_dir_for(cfg, checkpoint)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config_dict = config_to_dict(cfg)
+    (output_dir / "config.yaml").write_text(  # as `platform run --resume` loads it back
+        yaml.safe_dump(loadable_config_data(config_dict), sort_keys=False))
+    print(f"run directory: {output_dir}", flush=True)
+
+    model_path = resolve_pretrain(cfg.pretrain)
+    tokenizer = load_tokenizer(model_path)
+    if cfg.pipeline_type in OWN_LOOPS:  # SFT: actor_train's hf_train here, no Ray, no roles
+        return OWN_LOOPS[cfg.pipeline_type](cfg, output_dir, is_default, model_path, tokenizer,
+                                            config_path)
+    kind = ROLLOUTS[cfg.pipeline_type]
+    data = kind.prepare(cfg, tokenizer)
+
+    write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
+    owns_ray, roles, tracker, log_dir = False, None, None, None
+    status = "failed"
+    stop = StopRequest()
+    try:
+        # Workers write their output to files in the run directory unless the run joins
+        # a cluster, whose other nodes cannot write here (platform/backend_logs.py).
+        log_dir = None if cluster_address(cfg.ray, address) else output_dir / LOG_FOLDER
+        train_model = actor_train_model(cfg, model_path)
+        owns_ray = start_ray(cfg.ray, num_slots(cfg), address,
+                             forward_worker_output=log_dir is None,
+                             weight_bytes=weight_bytes(train_model,
+                                                       cfg.actor_train.model_args.dtype))
+        if log_dir is not None:
+            log_dir.mkdir(exist_ok=True)
+            digest = WarningDigest(log_dir)
+        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps, log_dir=log_dir)
+        if log_dir is not None:
+            _print_report(digest.report("at start-up"))
+        write_status(output_dir, "running", nodes=role_nodes(roles))
+        tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default),
+                               resumed_at=checkpoint_step(checkpoint) if checkpoint else None)
+        rollout = kind.start(cfg, roles, tokenizer, data, model_path, log_dir)
+        pipeline = StepLoop(cfg, roles, rollout, tracker, output_dir)
+        pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
+        if checkpoint is not None:
+            pipeline.load_checkpoint(checkpoint)
+            print(f"resumed from {checkpoint} at step {pipeline.step}", flush=True)
+        pipeline.stop_requested = lambda: stop.requested
+        with stop_on_signals(stop):
+            stop.armed = True
+            pipeline.run()
+        if stop.requested:
+            raise RunInterrupted(f"{stop.signal_name} at step {pipeline.step}, checkpoint "
+                                 f"written; resume: platform run --resume {output_dir}")
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except Exception as error:  # the CLI's one line names the log with the full traceback
+        error.error_log = write_error_log(output_dir, error)
+        raise
+    finally:
+        try:
+            if tracker is not None:
+                tracker.close(MLFLOW_STATUS[status])
+            if roles is not None:
+                roles.shutdown()
+            if owns_ray:
+                stop_ray()
+        finally:
+            write_status(output_dir, status)
+            refresh_run_plots(output_dir)
+            if log_dir is not None:
+                _print_report(digest.report("during the run"))
+    print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
+          f"{output_dir / 'plots.png'}", flush=True)
+    return output_dir
+
+
+def _print_report(report: str | None) -> None:
+    if report:
+        print(report, flush=True)
+
+
+def write_error_log(output_dir: Path, error: BaseException) -> str:
+    """The driver's traceback and, for a worker's error, the worker's own (error.log)."""
+    path = output_dir / "error.log"
+    text = "".join(traceback.format_exception(error))
+    remote = getattr(error, "remote_traceback", None)
+    if remote:
+        text += f"\n--- traceback in the worker ---\n{remote}\n"
+    path.write_text(text)
+    return str(path)
+
+
+# How a run's end is named in status.json, and in mlflow.
+MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+
+
+def role_nodes(roles: Roles) -> dict[str, list[str]]:
+    """Ray node id of each role's workers, by rank (devices map to placement bundles)."""
+    nodes = roles.placement.device_nodes()
+    return {cluster.role: [nodes.get(cluster.devices.worker_device(rank), "")
+                           for rank in range(cluster.world_size)]
+            for cluster in (roles.actor_train, roles.actor_infer, roles.reference,
+                            roles.critic) if cluster is not None}

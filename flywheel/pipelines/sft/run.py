@@ -1,0 +1,240 @@
+"""`pipeline_type: sft`: supervised fine-tuning from a YAML, as `platform run` runs RL.
+
+What a run does, in order:
+
+1. Records from `actor_train.data_args` (and `validation.data_args`): prompt/answer pairs
+   (prompt_key/answer_key, or ROLL's prompt/messages/response columns), or chat messages
+   whose last message is the assistant's reply (then no answer column is needed). Prompts
+   are encoded exactly as the RL pipelines encode them (`prompt_data.PromptEncoder`: the
+   template, system_prompt and chat_template_kwargs), responses as `reply <eos>`, so the
+   tuned model meets the same layout when RL starts from it. Records longer than
+   prompt_length / response_length (eos included) are dropped and counted, or refused
+   with `data_args.overlong_prompts: error`.
+2. `max_steps` steps, each one optimizer step of `CrossEntropy` (sft/train.py: mean NLL over the
+   response tokens) on per_device_train_batch_size x gradient_accumulation_steps records,
+   through actor_train's strategy's `train_step` (the shared update loop: schedule,
+   warmup, clipping, micro-batching). Records come in a seeded shuffled order, epoch after
+   epoch (`prompt_data.PromptOrder`).
+3. Every eval_steps and after the last step: `val/loss` (token-mean NLL of the validation
+   responses) and `val/accuracy` (greedy decoding up to response_length tokens, cut at
+   eos, equal to the response once whitespace is stripped).
+4. Every save_steps and at the end: `checkpoint-<step>/`, an HF model folder with its
+   tokenizer (atomic, platform/checkpoint.py), usable as an RL run's `pretrain`.
+
+Metrics go to the run's tracker (metrics.jsonl, the configured backends, the console
+progress line), status.json and plots.png as for RL runs.
+
+In process: actor_train runs as `HFTrainStrategy` in the driver (no Ray, no roles), on one
+device (CUDA when present). The config checks (platform/config/sft_checks.py) refuse other
+backends, several devices and every RL-only key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from flywheel.pipelines.data.data_files import read_rows
+from flywheel.pipelines.data.prompt_data import (
+    DataError,
+    Prompt,
+    PromptOrder,
+    checked_messages,
+    prompt_encoder,
+    record_columns,
+    resolve_data_file,
+)
+from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
+from flywheel.pipelines.sft.train import CrossEntropy
+from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
+from flywheel.platform.config import config_to_dict
+from flywheel.platform.config.schema import DataArgs, PipelineConfig
+from flywheel.platform.plots import refresh_run_plots
+from flywheel.platform.run_status import write_status
+from flywheel.platform.tracking import Tracker, default_mlflow_uri
+from flywheel.workers.batch import TokenBatch, pack_sequences
+from flywheel.workers.strategies.hf_train import HFTrainStrategy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTRecord:
+    id: str
+    prompt: Prompt  # text, or the chat messages before the reply
+    response: str  # what the model learns to answer
+
+
+@dataclass
+class EncodedRecords:
+    records: list[SFTRecord]  # those that fit prompt_length / response_length
+    prompts: list[list[int]]
+    responses: list[list[int]]  # reply tokens + eos
+
+    def batch(self, rows: list[int], pad_id: int) -> TokenBatch:
+        return pack_sequences([self.prompts[i] for i in rows],
+                              [self.responses[i] for i in rows], pad_id)
+
+
+def load_sft_records(args: DataArgs, role: str) -> list[SFTRecord]:
+    """Every record of `args.file_name`; errors name the file and row."""
+    if not args.file_name:
+        raise DataError(f"{role}.data_args.file_name: no data files given")
+    columns = record_columns(args, role)
+    records = []
+    for name in args.file_name:
+        path = resolve_data_file(name)
+        if not path.exists():
+            raise DataError(f"{role}.data_args.file_name: file not found: {path}")
+        for where, row in read_rows(path):
+            records.append(parse_sft_record(row, where, columns.prompt, columns.answer,
+                                            columns.prompt_is_messages))
+    records = records[: args.max_samples] if args.max_samples else records
+    if not records:
+        raise DataError(f"{role}.data_args.file_name: no records in {args.file_name}")
+    return records
+
+
+def parse_sft_record(row: dict, where: str, prompt_column: str, answer_column: str,
+                     messages: bool) -> SFTRecord:
+    if prompt_column not in row:
+        raise DataError(f"{where}: no column '{prompt_column}' (columns: {', '.join(row)}); "
+                        f"set data_args' prompt/messages columns")
+    prompt = row[prompt_column]
+    if messages and isinstance(prompt, str):
+        try:
+            prompt = json.loads(prompt)
+        except json.JSONDecodeError:
+            raise DataError(f"{where}: column '{prompt_column}' is neither a list of "
+                            f"messages nor its JSON text") from None
+    if not isinstance(prompt, str):
+        prompt = checked_messages(prompt, where)
+    rid = str(row.get("id", where.rsplit("/", 1)[-1]))
+    if answer_column in row:
+        return SFTRecord(rid, prompt, str(row[answer_column]))
+    if isinstance(prompt, list) and prompt[-1]["role"] == "assistant" and len(prompt) > 1:
+        return SFTRecord(rid, prompt[:-1], str(prompt[-1]["content"]))
+    raise DataError(f"{where}: no column '{answer_column}', and the prompt is not chat "
+                    f"messages ending with the assistant's reply")
+
+
+def encode_sft_records(records: list[SFTRecord], args: DataArgs, role: str, tokenizer,
+                       prompt_length: int, response_length: int) -> EncodedRecords:
+    encode = prompt_encoder(tokenizer, args)
+    kept = EncodedRecords([], [], [])
+    for record in records:
+        prompt = encode(record.prompt)
+        response = tokenizer.encode(record.response, add_special_tokens=False) + [
+            tokenizer.eos_token_id]
+        if len(prompt) <= prompt_length and len(response) <= response_length:
+            kept.records.append(record)
+            kept.prompts.append(prompt)
+            kept.responses.append(response)
+        elif args.overlong_prompts == "error":
+            raise DataError(f"{role}: record {record.id} has {len(prompt)} prompt and "
+                            f"{len(response)} response tokens (eos included), more than "
+                            f"prompt_length={prompt_length} / response_length="
+                            f"{response_length} (data_args.overlong_prompts: error)")
+    dropped = len(records) - len(kept.records)
+    if dropped:
+        log.warning("%s: dropped %d of %d records longer than prompt_length=%d / "
+                    "response_length=%d tokens", role, dropped, len(records), prompt_length,
+                    response_length)
+    if not kept.records:
+        raise DataError(f"{role}: every record is longer than prompt_length / "
+                        f"response_length")
+    return kept
+
+
+@torch.no_grad()
+def validate(strategy: HFTrainStrategy, tokenizer, val: EncodedRecords,
+             max_new_tokens: int) -> dict[str, float]:
+    """val/loss (token-mean NLL of the responses) and val/accuracy (greedy exact match)."""
+    batch = val.batch(list(range(len(val.records))), tokenizer.pad_token_id)
+    logprobs = strategy.forward(batch)  # [B, L], aligned with response_mask
+    mask = batch.response_mask
+    loss = float(-(logprobs * mask).sum() / mask.sum())
+    replies = greedy_complete_ids(strategy.model, tokenizer, val.prompts, max_new_tokens,
+                                  batch_size=strategy.cfg.infer_batch_size)
+    correct = sum(r.strip() == rec.response.strip() for r, rec in zip(replies, val.records))
+    return {"val/loss": loss, "val/accuracy": correct / len(val.records)}
+
+
+def save_checkpoint(output_dir: Path, step: int, strategy: HFTrainStrategy, tokenizer,
+                    keep: int | None) -> Path:
+    """checkpoint-<step>/: the model and tokenizer as one HF folder (a `pretrain`)."""
+    with writing_checkpoint(output_dir, step) as tmp:
+        strategy.model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    prune_checkpoints(output_dir, keep)
+    return output_dir / f"checkpoint-{step}"
+
+
+def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path: str,
+            tokenizer, config_path: str | None = None) -> Path:
+    """The SFT run into `output_dir`, which launch.run made (with config.yaml in it), from
+    `model_path` (pretrain resolved); returns the run directory."""
+    train_args = cfg.actor_train.data_args
+    train = encode_sft_records(load_sft_records(train_args, "actor_train"), train_args,
+                               "actor_train", tokenizer, cfg.prompt_length, cfg.response_length)
+    val = None
+    if cfg.validation is not None:  # encoded as actor_train's records are
+        val_args = cfg.validation.data_args
+        records = load_sft_records(val_args, "validation")
+        records = records[: cfg.val_batch_size] if cfg.val_batch_size else records
+        val = encode_sft_records(records, train_args, "validation", tokenizer,
+                                 cfg.prompt_length, cfg.response_length)
+    write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
+    status, tracker = "failed", None
+    threads = cfg.actor_train.num_threads
+    previous_threads = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        tracker = Tracker.open(output_dir, cfg, output_dir.name,
+                               params=config_to_dict(cfg),
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default))
+        train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        torch.set_num_threads(previous_threads)
+        try:
+            if tracker is not None:
+                tracker.close({"finished": "FINISHED", "failed": "FAILED",
+                               "interrupted": "KILLED"}[status])
+        finally:
+            write_status(output_dir, status)
+            refresh_run_plots(output_dir)
+    print(f"done: metrics in {output_dir / 'metrics.jsonl'}, model in "
+          f"{output_dir / f'checkpoint-{cfg.max_steps}'}", flush=True)
+    return output_dir
+
+
+def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: EncodedRecords,
+               val: EncodedRecords | None, tracker: Tracker, output_dir: Path) -> None:
+    args = cfg.actor_train.training_args
+    rows_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    strategy = HFTrainStrategy(model_path, cfg.actor_train, cfg.seed, total_steps=cfg.max_steps)
+    order = PromptOrder(list(range(len(train.records))), cfg.seed)
+    objective = CrossEntropy()
+    for step in range(1, cfg.max_steps + 1):
+        start = time.perf_counter()
+        batch = train.batch(order.batch(step - 1, rows_per_step), tokenizer.pad_token_id)
+        metrics = strategy.train_step(batch, objective)
+        metrics["sft/response_tokens"] = float(batch.response_mask.sum())
+        metrics["sft/epoch"] = step * rows_per_step / len(train.records)
+        metrics["time/step"] = time.perf_counter() - start
+        last = step == cfg.max_steps
+        if val is not None and (step % cfg.eval_steps == 0 or last):
+            metrics.update(validate(strategy, tokenizer, val, cfg.response_length))
+        tracker.log(step, metrics)
+        if last or (cfg.save_steps and step % cfg.save_steps == 0):
+            save_checkpoint(output_dir, step, strategy, tokenizer, cfg.save_total_limit)
