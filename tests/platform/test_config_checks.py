@@ -87,13 +87,19 @@ def test_actor_infer_refuses_training_backends(name):
     assert "accepts hf_infer, vllm, sglang" in error.message
 
 
-def test_reference_accepts_training_backends_and_hf_infer():
+def test_reference_accepts_training_backends_only():
+    """A reference scores the sampled distribution (temperature, top-k/p) through a
+    training backend's forward; hf_infer has no such head, so it is refused (issue 24)."""
     reference = role_backends(CATALOGS.backends, "reference")
-    assert reference == ["hf_train", "deepspeed_train", "megatron_train", "sim_train",
-                         "hf_infer"]
+    assert reference == ["hf_train", "deepspeed_train", "megatron_train", "sim_train"]
     for name in reference:
-        load_config_dict({"reference": {"strategy_args": {"strategy_name": name}}})
-    error_for({"reference": {"strategy_args": {"strategy_name": "vllm"}}})
+        load_config_dict({"use_kl_loss": True,
+                          "reference": {"strategy_args": {"strategy_name": name}}})
+    for name in ("hf_infer", "vllm"):
+        error = error_for({"use_kl_loss": True,
+                           "reference": {"strategy_args": {"strategy_name": name}}})
+        assert error.key_path == "reference.strategy_args.strategy_name"
+        assert f"'{name}' is a generation backend and cannot run reference" in error.message
 
 
 def test_unknown_strategy_suggests():

@@ -62,8 +62,10 @@ STRATEGIES: dict[str, BackendSpec] = {
     "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
                              "SimTrainStrategy", None, roles=("actor_train", "reference",
                                                               "rewards"), latency_only=True),
+    # No reference: a reference's log-probs are those of the sampled distribution
+    # (temperature, top-k/p), which a training backend's forward computes (issue 24).
     "hf_infer": BackendSpec("infer", "flywheel.workers.strategies.hf_infer", "HFInferStrategy",
-                            None, roles=("actor_infer", "reference", "rewards"),
+                            None, roles=("actor_infer", "rewards"),
                             takes_strategy_config=False),
     "vllm": BackendSpec(
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
