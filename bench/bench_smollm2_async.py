@@ -58,7 +58,7 @@ WARMUP = 2
 SHAPE = ["rollout_batch_size=2", "response_length=24",
          "actor_train.training_args.per_device_train_batch_size=16",
          "actor_train.training_args.gradient_accumulation_steps=1",
-         "eval_steps=0", "save_steps=0", "tracking.mlflow=false",
+         "eval_steps=0", "validation=null", "save_steps=0", "tracking.mlflow=false",
          # every mode: training on core 0, generation and what feeds it on core 1
          "actor_train.cpu_affinity=[0]", "actor_infer.cpu_affinity=[1]",
          "prefetch_cpu_affinity=[1]", "rewards.math_rule.cpu_affinity=[1]"]

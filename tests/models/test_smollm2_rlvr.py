@@ -23,7 +23,7 @@ def smollm2_run(out: Path, *extra: str) -> list[dict]:
         "pretrain=builtin://smollm2-135m-instruct",
         "actor_train.data_args.template=chat",   # the tokenizer's ChatML template
         "prompt_length=96", "response_length=8",  # 8-token answers: mechanics only
-        "max_steps=1", "eval_steps=0", "save_steps=0",
+        "max_steps=1", "eval_steps=0", "validation=null", "save_steps=0",
         "rollout_batch_size=2", "num_return_sequences_in_group=2",
         "actor_train.training_args.per_device_train_batch_size=4",  # one optimizer step
         "actor_train.training_args.gradient_accumulation_steps=1",

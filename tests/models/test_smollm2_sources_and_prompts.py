@@ -200,6 +200,7 @@ def test_keys_that_would_do_nothing_are_refused(data, key_path, message):
 def test_keys_that_act_load():
     cfg = load_config_dict({
         "response_length": 24, "validation": {"data_args": {"template": "qwen2_5"}},
+        "eval_steps": 5,
         "actor_train": {"name": "actor_train", "data_args": {
             "template": "qwen2_5", "file_name": "one.jsonl", "system_prompt": "Be brief.",
             "chat_template_kwargs": {"enable_thinking": False}}},

@@ -34,4 +34,7 @@ def sim_config(output_dir, ratio: float, *, gen_s: float = 0.004, train_s: float
         },
         "validation": {"data_args": {"file_name": ["builtin://arithmetic/val"]}},
     }
-    return {**copy.deepcopy(cfg), **top}
+    merged = {**copy.deepcopy(cfg), **top}
+    if not merged["eval_steps"]:  # a validation block never run is refused (issue 24)
+        del merged["validation"]
+    return merged

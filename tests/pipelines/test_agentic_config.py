@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import yaml
 
 from flywheel.pipelines.config import check_environment, load_config, load_config_dict
 from flywheel.platform.config import ConfigError
@@ -19,9 +20,33 @@ EXAMPLES = [ROOT / "examples" / "agent_val_frozen_lake_async.yaml",
             ROOT / "examples" / "agent_val_frozen_lake_sync.yaml"]
 
 
+# The seed's keys that do nothing in flywheel's agentic pipeline (issue 24: refused, one
+# line each): RLVR's reward model, transformers-only model keys on megatron and vllm, and
+# the RLVR response budget (a turn's budget is custom_envs.<tag>.max_tokens_per_step).
+ROLL_AGENTIC_INERT = ["actor_infer.generating_args.max_new_tokens", "reward_pretrain",
+                      "actor_train.model_args.attn_implementation",
+                      "actor_train.model_args.disable_gradient_checkpointing",
+                      "actor_infer.model_args.disable_gradient_checkpointing"]
+
+
 def test_roll_agentic_example_validates_as_agentic(monkeypatch, tmp_path):
+    """The seed's agentic YAML: each key that would do nothing is refused, naming the key
+    and the condition it needs; without them the rest validates as written."""
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(ROLL_AGENTIC, ["pipeline_type=agentic"])
+    raw = yaml.safe_load(ROLL_AGENTIC.read_text())
+    refused = []
+    for _ in ROLL_AGENTIC_INERT:
+        with pytest.raises(ConfigError) as info:
+            load_config_dict(raw, overrides=["pipeline_type=agentic"])
+        assert "acts only" in info.value.message and "\n" not in str(info.value)
+        refused.append(info.value.key_path)
+        *parents, key = info.value.key_path.split(".")
+        node = raw
+        for part in parents:
+            node = node[part]
+        del node[key]
+    assert refused == ROLL_AGENTIC_INERT
+    cfg = load_config_dict(raw, overrides=["pipeline_type=agentic"])
     assert cfg.pipeline_type == "agentic"
     assert cfg.async_generation_ratio == 1.0 and cfg.rollout_batch_size == 1024
     assert cfg.actor_train.strategy_args.strategy_name == "megatron_train"

@@ -44,7 +44,7 @@ def plain_sync_loop(cfg, model_path: str, steps: int) -> list[dict]:
 
 def test_ratio_zero_equals_the_plain_synchronous_loop(tmp_path, ray_session, arith_model_path):
     steps = 3
-    cfg = load_config(EXAMPLE, SMALL + [f"max_steps={steps}", "eval_steps=0",
+    cfg = load_config(EXAMPLE, SMALL + [f"max_steps={steps}", "eval_steps=0", "validation=null",
                                         f"output_dir={tmp_path / 'pipeline'}"])
     lines = (run(cfg) / "metrics.jsonl").read_text().splitlines()
     piped = [json.loads(x) for x in lines]

@@ -18,8 +18,8 @@ TIMING = ("time/", "throughput/", "idle/")  # wall clock: differs from run to ru
 
 
 def small_run(out: Path) -> tuple[list[dict], str]:
-    overrides = [f"output_dir={out}", "max_steps=3", "eval_steps=0", "save_steps=0",
-                 "rollout_batch_size=4", "num_return_sequences_in_group=2",
+    overrides = [f"output_dir={out}", "max_steps=3", "eval_steps=0", "validation=null",
+                 "save_steps=0", "rollout_batch_size=4", "num_return_sequences_in_group=2",
                  "actor_train.training_args.per_device_train_batch_size=8",
                  "offload_between_phases=false",  # the generator applies each sync
                  "tracking.mlflow=false", "tracking.sample_text_steps=1"]

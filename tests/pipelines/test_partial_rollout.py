@@ -191,7 +191,8 @@ def test_tiny_model_run_spans_versions(tmp_path, ray_session, tiny_model_path):
         "response_length=24",                 # 12 segments of 2 tokens per response
         "async_generation_ratio=1", "actor_infer.device_mapping=[1]",
         "partial_rollout=true", "partial_rollout_segment_tokens=2",
-        "max_steps=4", "eval_steps=0", "logging_steps=100", "tracking.mlflow=false",
+        "max_steps=4", "eval_steps=0", "validation=null", "logging_steps=100",
+        "tracking.mlflow=false",
         "rollout_batch_size=8", "num_return_sequences_in_group=4",  # 32 rows per step
         "actor_train.training_args.per_device_train_batch_size=32",  # one optimizer step
     ])
@@ -208,7 +209,8 @@ def test_vllm_continues_running_requests_on_new_weights(tmp_path, ray_session,
         f"output_dir={tmp_path}", "pretrain=builtin://tiny-qwen2", "response_length=64",
         "async_generation_ratio=1", "actor_infer.device_mapping=[1]",
         "actor_infer.strategy_args.strategy_name=vllm", "partial_rollout=true",
-        "max_steps=4", "eval_steps=0", "logging_steps=100", "tracking.mlflow=false",
+        "max_steps=4", "eval_steps=0", "validation=null", "logging_steps=100",
+        "tracking.mlflow=false",
         "rollout_batch_size=8", "num_return_sequences_in_group=4",
         "actor_train.training_args.per_device_train_batch_size=32",
     ])
@@ -229,7 +231,7 @@ def test_vllm_streaming_at_ratio_0_repeats_number_for_number(tmp_path, ray_sessi
         cfg = load_config(EXAMPLE, [
             f"output_dir={out}", "pretrain=builtin://tiny-qwen2", "response_length=32",
             "actor_infer.strategy_args.strategy_name=vllm", "max_steps=3", "eval_steps=0",
-            "save_steps=0", "logging_steps=100", "tracking.mlflow=false",
+            "validation=null", "save_steps=0", "logging_steps=100", "tracking.mlflow=false",
             "rollout_batch_size=8", "num_return_sequences_in_group=4",
             "actor_train.training_args.per_device_train_batch_size=32"])
         timing = ("time/", "throughput/", "idle/", "rollout/queue_depth")

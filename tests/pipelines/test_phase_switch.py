@@ -58,7 +58,7 @@ def test_colocated_run_switches_phases_in_order(tmp_path, ray_session, arith_mod
 
 @pytest.mark.long  # the unit test below covers "inactive"; this run is for make test-long
 def test_disjoint_devices_do_not_switch(tmp_path, ray_session, arith_model_path, capsys):
-    out = small_run(tmp_path / "apart", "max_steps=1", "eval_steps=0",
+    out = small_run(tmp_path / "apart", "max_steps=1", "eval_steps=0", "validation=null",
                     "actor_infer.device_mapping=[1]")
     assert ("phase switch (offload_between_phases): off: actor_train and actor_infer share "
             "no device" in capsys.readouterr().out)

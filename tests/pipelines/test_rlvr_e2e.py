@@ -103,7 +103,7 @@ def test_gae_critic_reference_and_kl_run_end_to_end(tmp_path, ray_session, arith
     """The remaining roles: a critic (GAE, clipped value loss) and a reference (KL loss and
     adaptive KL penalty), each a Ray actor of its own."""
     run_dir = tiny_run(
-        tmp_path / "gae", "max_steps=2", "eval_steps=0", "save_steps=0",
+        tmp_path / "gae", "max_steps=2", "eval_steps=0", "validation=null", "save_steps=0",
         "adv_estimator=gae", "lambd=0.95", "value_clip=0.2", "whiten_advantages=true",
         "critic={strategy_args: {strategy_name: hf_train}, device_mapping: [0]}",
         "reference={strategy_args: {strategy_name: hf_train}, device_mapping: [0]}",

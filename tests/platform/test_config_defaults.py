@@ -59,7 +59,8 @@ def test_missing_config_file():
 
 def test_yaml_aliases_become_independent_copies(tmp_path):
     path = tmp_path / "alias.yaml"
-    path.write_text("actor_train:\n  training_args: &args {learning_rate: 0.5}\n"
+    path.write_text("adv_estimator: gae\n"
+                    "actor_train:\n  training_args: &args {learning_rate: 0.5}\n"
                     "critic:\n  training_args: *args\n")
     cfg = load_config(path, ["critic.training_args.learning_rate=0.25"])
     assert cfg.actor_train.training_args.learning_rate == 0.5

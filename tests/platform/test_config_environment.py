@@ -19,6 +19,7 @@ def test_model_paths(tmp_path):
         "reward_pretrain": str(tmp_path),  # existing directory: fine
         "actor_infer": {"model_args": {"model_name_or_path": "/nowhere/model"}},
         "critic": {"model_args": {"model_name_or_path": "./no/such/dir/here"}},
+        "adv_estimator": "gae",
     })
     warnings = model_path_warnings(cfg, CATALOGS)
     assert len(warnings) == 2
@@ -30,7 +31,8 @@ def test_model_paths(tmp_path):
 def test_missing_backend_packages_say_what_to_install():
     cfg = load_config_dict({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}},
                             "actor_infer": {"strategy_args": {"strategy_name": "vllm"}},
-                            "reference": {"strategy_args": {"strategy_name": "deepspeed_train"}}})
+                            "reference": {"strategy_args": {"strategy_name": "deepspeed_train"}},
+                            "use_kl_loss": True})
     warnings = backend_warnings(cfg, CATALOGS, importable=lambda module: False)
     assert warnings == [
         ("actor_train, reference: strategy deepspeed_train needs the 'deepspeed' package, which "
@@ -68,6 +70,7 @@ def test_missing_data_files(tmp_path):
         "actor_train": {"data_args": {"file_name": [str(present), str(tmp_path / "gone.jsonl"),
                                                     "builtin://arithmetic/train"]}},
         "validation": {"data_args": {"file_name": ["builtin://arithmetic/val"]}},
+        "eval_steps": 10,
     })
     warnings = check_environment(cfg)
     assert warnings == [(f"actor_train.data_args.file_name[1]: data file "

@@ -109,7 +109,8 @@ def test_strings_that_look_like_numbers_stay_strings_in_str_fields():
 
 
 def test_roles_are_their_schema_classes():
-    cfg = load_config_dict({"actor_train": {"pg_variant": "tis"}, "critic": {}})
+    cfg = load_config_dict({"actor_train": {"pg_variant": "tis"}, "critic": {},
+                            "adv_estimator": "gae"})
     assert isinstance(cfg.actor_train, ActorTrainConfig)
     assert cfg.actor_train.pg_variant == "tis"
     assert cfg.critic is not None and cfg.reference is None
@@ -122,9 +123,10 @@ def test_actor_infer_block_without_strategy_keeps_hf_infer():
 
 def test_config_to_dict_round_trips():
     cfg = load_config_dict({"max_steps": 3, "critic": {"device_mapping": "[1]"},
+                            "adv_estimator": "gae",
                             "rewards": {"a": {}, "b": {"tag_included": ["x"]}}})
     data = config_to_dict(cfg)
-    assert data["adv_estimator"] == "grpo" and type(data["adv_estimator"]) is str
+    assert data["adv_estimator"] == "gae" and type(data["adv_estimator"]) is str
     assert load_config_dict(data) == cfg
 
 

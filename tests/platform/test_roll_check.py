@@ -70,7 +70,8 @@ def test_a_helper_used_only_by_unknown_keys_goes_too(roll_check):
 def test_the_script_over_a_checkout_converts_a_frozen_lake_config(tmp_path):
     """The whole script in a fresh process, over a one-file "checkout": it hands
     flywheel.envs' names to the converter (platform/ does not import envs), so FrozenLake
-    is no missing environment, and the config converts and validates."""
+    is no missing environment, and the config converts and validates. Natively it is refused:
+    ROLL's file does not say pipeline_type: agentic, and env blocks act only there."""
     (tmp_path / "examples" / "agentic").mkdir(parents=True)
     write(tmp_path / "examples" / "agentic" / "frozen_lake.yaml", {
         "adv_estimator": "grpo", "rollout_batch_size": 64, "val_batch_size": 8,
@@ -84,6 +85,8 @@ def test_the_script_over_a_checkout_converts_a_frozen_lake_config(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--json", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    summary = json.loads(out.read_text())["summary"]
+    result = json.loads(out.read_text())
+    summary = result["summary"]
     assert (summary["roll_loads"], summary["converted_and_valid"], summary["native_ok"]) == \
-        (1, 1, 1), summary
+        (1, 1, 0), summary
+    assert "acts only with pipeline_type agentic" in result["rows"][0]["native_detail"]

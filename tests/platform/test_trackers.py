@@ -59,8 +59,12 @@ def test_backend_names_roll_track_with_and_mlflow_switch():
     assert names() == ["mlflow"]
     assert names("track_with=tensorboard") == ["tensorboard"]
     assert names("track_with=stdout") == []  # ROLL's console tracker: metrics.jsonl only
-    assert names("track_with=wandb", "tracking.backends=[mlflow,jsonl]") == ["mlflow"]
+    assert names("tracking.backends=[mlflow,jsonl]") == ["mlflow"]
     assert names("tracking.mlflow=false") == []
+    # beside tracking.backends, track_with and the mlflow switch would do nothing: refused
+    for extra in ("track_with=wandb", "tracking.mlflow=false"):
+        with pytest.raises(ConfigError, match="acts only without tracking.backends"):
+            names(extra, "tracking.backends=[mlflow,jsonl]")
     assert names("tracking.backends=[tensorboard,wandb,tensorboard]") == ["tensorboard",
                                                                           "wandb"]
 

@@ -12,7 +12,9 @@ The stages, in order, each in its own module:
 5. `conversion.to_config`: check every type against the schema, build dataclasses (dacite);
 6. `checks`: cross-field rules, with the names of backends, rewards, loss variants,
    templates and envs checked against the `Catalogs` the caller passes (a required
-   argument: `flywheel.pipelines.config` binds the project's own, `catalogs.py` says why).
+   argument: `flywheel.pipelines.config` binds the project's own, `catalogs.py` says why);
+7. `acts_when`: a key the user wrote (in a file or an override) that would do nothing in
+   this config is refused (what was written is recorded before stage 4 fills anything in).
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
 the layer that set the offending key (`layering.origin_of`). An unknown key in a file that
@@ -30,6 +32,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from flywheel.platform.config.acts_when import check_written_keys, without_inert, written_paths
 from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.checks import check_config
 from flywheel.platform.config.conversion import check_keys, to_config
@@ -92,11 +95,14 @@ def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
     helpers = helper_keys(layered.data)
     try:
         check_keys(without(layered.data, helpers))
+        as_written = copy_tree(without(layered.data, helpers), "")  # before any fill
         response_written = "response_length" in layered.data
         written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
-        cfg = to_config(without(resolve_references(layered.data, context), helpers))
+        resolved = without(resolve_references(layered.data, context), helpers)
+        cfg = to_config(resolved)
         check_config(cfg, catalogs)
         check_max_new_tokens(cfg, written, response_written)
+        check_written_keys(cfg, written_paths(as_written, resolved))  # acts_when.py
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
         raise _with_roll_hint(error, layered.data) from None
@@ -115,5 +121,6 @@ def _with_roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
 
 
 def config_to_dict(cfg: PipelineConfig) -> dict[str, Any]:
-    """Plain data for `cfg` (Literal values are plain strings); loads back to an equal config."""
-    return dataclasses.asdict(cfg)
+    """Plain data for `cfg` (Literal values are plain strings) without the keys that do
+    nothing in it (acts_when.py); loads back to an equal config."""
+    return without_inert(dataclasses.asdict(cfg), cfg)

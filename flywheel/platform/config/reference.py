@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flywheel.platform.config import schema
+from flywheel.platform.config.acts_when import table_markdown
 
 SCHEMA_PATH = Path(schema.__file__)
 # The placeholder shown for a key the user chooses, by the dict field holding it.
@@ -283,4 +284,5 @@ def render_markdown(root: type = schema.PipelineConfig) -> str:
                 doc += f" Keys: [{section_title(target)}](#{target.anchor})."
             out.append(f"| `{f.name}` | {f.type} | {f.default} | {doc} |")
         out.append("")
+    out += table_markdown()
     return "\n".join(out)

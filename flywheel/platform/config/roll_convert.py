@@ -6,8 +6,9 @@ Reading is ROLL's: `defaults:` with `@_here_`, the `hydra:` block dropped, every
 check. Then each block is walked beside two tables: `roll_keys` (what ROLL reads: a key
 outside it is one ROLL ignores too, so the user learns it never did anything) and
 `roll_rules` (what each key ROLL reads becomes here). Keys ROLL ignores that some `${...}`
-referenced are reported as helpers. Where ROLL's default differs from flywheel's and
-flywheel has the key, ROLL's value is written out, so the converted run means the same.
+referenced are reported as helpers. Then `roll_defaults.finish`: where ROLL's default differs
+from flywheel's and the key acts, ROLL's value is written out, so the converted run means the
+same; a key that would do nothing in the converted config is dropped, with the reason.
 
 Nothing is dropped silently: the report lists every key ignored, mapped, dropped (with why
 it makes no difference) and every ROLL feature flywheel lacks. A config that needs a
@@ -29,12 +30,11 @@ from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
+from flywheel.platform.config.roll_defaults import finish
 from flywheel.platform.config.yaml_source import load_layers
 
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
 AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
-# ROLL defaults written out when the file leaves the key unset and flywheel's differs.
-ROLL_DEFAULTS_WRITTEN = ("adv_estimator", "lambd", "pg_clip_high")
 
 
 @dataclass
@@ -64,6 +64,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
+    finish(data, out)  # ROLL's defaults written, inert keys dropped
     if not out.missing:
         _validate(out)
     return out
@@ -93,10 +94,6 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
-    for key in ROLL_DEFAULTS_WRITTEN:
-        if key not in data:
-            out.data[key] = keys.TOP[key]
-            out.mapped.append(f"{key}: unset, ROLL's default {keys.TOP[key]!r} written out")
 
 
 def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],

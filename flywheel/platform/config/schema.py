@@ -5,6 +5,10 @@ Key names follow ROLL's so that a ROLL config loads as written (see
 `actor_infer`, `reference`, `critic`, `rewards`, `validation`). Each field is documented
 once, here, beside its definition; `platform show-config` prints the resolved values.
 
+Some keys act only under a condition (a loss variant, a feature, a role, a backend or a
+pipeline type); `acts_when_table.py` lists each with why, and a key written where its
+condition is off is refused.
+
 This module only declares. Loading (YAML, `defaults:`, `${...}`, overrides, strict
 conversion) lives in `loader.py`; cross-field rules live in `checks.py`. Nothing here does
 I/O or fills one field from another: values derived from others (the output directory,
@@ -75,9 +79,10 @@ class TrainingArgs:
 
 @dataclass
 class GeneratingArgs:
-    # Most tokens generated per response (per turn, in agentic episodes). Unset in
-    # actor_infer / validation: the top-level response_length (length_defaults.py); written
-    # beside a written response_length, the two must agree.
+    # Most tokens generated per response (RLVR). Unset in actor_infer / validation: the
+    # top-level response_length (length_defaults.py); written beside a written
+    # response_length, the two must agree. Agentic runs budget each turn with
+    # custom_envs.<tag>.max_tokens_per_step alone: written there, it is refused.
     max_new_tokens: int = 128
     # Sampling temperature; log-probs used in training are those of this distribution.
     temperature: float = 1.0
@@ -377,8 +382,11 @@ class CustomEnvConfig:
     # Turns per episode (ROLL's max_actions_per_traj); an episode still running after its
     # last turn is truncated, with success 0.
     max_steps: int = 10
-    # Generation budget of one turn, in tokens. Every turn's prompt is the whole history, so
-    # an episode's sequence grows by about this much plus the env's text each turn.
+    # Generation budget of one turn, in tokens: the only one in agentic runs
+    # (actor_infer's max_new_tokens and response_length are RLVR's, refused here; ROLL's
+    # min(max_tokens_per_step, max_new_tokens) is written here by `platform convert`).
+    # Every turn's prompt is the whole history, so an episode's sequence grows by about
+    # this much plus the env's text each turn.
     max_tokens_per_step: int = 128
     # Keyword arguments of the env (frozen_lake: size, p, is_slippery, action_pattern,
     # format_penalty, env_instruction); an unknown key is an error naming the accepted ones.
@@ -462,7 +470,9 @@ class TrackingConfig:
     # jsonl: metrics.jsonl alone. Every backend gets the same metric names. Unset: ROLL's
     # `track_with` when given, else [mlflow].
     backends: list[TrackerName] | None = None
-    # false drops mlflow from the backends (the switch configs used before `backends`).
+    # false drops mlflow from the default backends (track_with, else [mlflow]): the switch
+    # configs used before `backends`. Written beside tracking.backends it is refused (the
+    # list alone says what runs).
     mlflow: bool = True
     # Any mlflow tracking URI (http://127.0.0.1:5000, sqlite:///path.db, file:/dir).
     mlflow_uri: str | None = None
@@ -518,7 +528,7 @@ class PipelineConfig:
     # Accepted for ROLL configs; flywheel logs under output_dir.
     logging_dir: str | None = None
     # ROLL's tracker switch: one of tracking.backends' names (ROLL's "stdout" means jsonl:
-    # the console line is always printed). tracking.backends wins when both are set.
+    # the console line is always printed). Written beside tracking.backends, refused.
     track_with: Literal["mlflow", "tensorboard", "wandb", "jsonl", "stdout"] | None = None
     # ROLL's tracker options, read by the chosen backend: project / name / notes / tags
     # (wandb), log_dir (tensorboard, wandb). Keys a backend does not know are an error.
@@ -540,12 +550,14 @@ class PipelineConfig:
     # Prompts per training step (before num_return_sequences_in_group expansion).
     rollout_batch_size: int = 32
     val_batch_size: int = 0  # 0 = the whole validation set
-    # Most prompt tokens (after templating) of an RLVR record; longer ones are dropped or
+    # Most prompt tokens (after templating) of an RLVR or SFT record (refused in agentic
+    # configs, whose prompts are the env's turns); longer ones are dropped or
     # refused by data_args.overlong_prompts. With response_length it sizes vllm's
     # max_model_len when strategy_config leaves it unset.
     prompt_length: int = 256
     # Response budget in tokens: the default of actor_infer's and validation's
-    # max_new_tokens (a different written max_new_tokens is an error).
+    # max_new_tokens (a different written max_new_tokens is an error). RLVR and SFT only:
+    # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step.
     response_length: int = 128
     # Most tokens of a whole sequence. Agentic: vllm's max_model_len when strategy_config
     # leaves it unset. RLVR: when written, prompt_length + response_length must fit in it.
@@ -561,7 +573,8 @@ class PipelineConfig:
     # Print the console progress line every N steps (metrics.jsonl and mlflow get every
     # step).
     logging_steps: int = 1
-    # Validate every N steps and after the last (0 = never).
+    # Validate every N steps and after the last (0 = never). RLVR and SFT validate on the
+    # validation block: eval_steps > 0 without one, or one with eval_steps 0, is refused.
     eval_steps: int = 0
 
     # How many batches generation may run ahead of training; 0 is synchronous.
@@ -691,9 +704,12 @@ class PipelineConfig:
     actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)
     # The policy copy that generates; gets actor_train's weights after each sync.
     actor_infer: ActorInferConfig = field(default_factory=ActorInferConfig)
-    # Reference policy for KL; unset means no reference role is started.
+    # Reference policy of a KL term (use_kl_loss, or init_kl_coef > 0); unset means no
+    # reference role is started. Without a KL term it is refused (it would run every step
+    # for nothing). Runs on a training backend (log-probs of the sampled distribution).
     reference: WorkerConfig | None = None
-    # Value model for adv_estimator gae; unset means no critic role.
+    # Value model for adv_estimator gae; unset means no critic role. With another
+    # estimator it is refused.
     critic: WorkerConfig | None = None
     # Reward workers by name (RLVR); each scores the records its tag_included selects.
     rewards: dict[str, RewardConfig] = field(
@@ -705,7 +721,8 @@ class PipelineConfig:
     # one of them and trains on the sum of weight * score (e.g. a correctness reward plus a
     # format reward). A record that no reward takes is refused when the data loads.
     reward_aggregation: Literal["first_match", "weighted_sum"] = "first_match"
-    # Validation set and sampling (RLVR); unset: no validation.
+    # Validation set and sampling (RLVR; agentic reads only its generating_args, and plays
+    # val_env_manager's envs); unset: no validation. Needs eval_steps > 0.
     validation: ValidationConfig | None = None
 
     # ---- agentic (pipeline_type: agentic); rollout_batch_size counts trajectories ----

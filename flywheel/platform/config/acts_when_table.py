@@ -1,0 +1,317 @@
+"""The "acts when" table: every key that acts only under a condition, and why.
+
+One `ActsWhen` row per (key, condition): the key path, the variant, feature, role, backend or
+pipeline type it needs, what it does there, and what to write instead. A key may have
+several rows (pg_clip_high needs ppo, then use_pg_clip_range); the first row it breaks is
+the one reported. `acts_when.py` applies the table (to written keys at load, to every key
+when a config is saved or converted). Each row was read off the code that uses the key;
+a key that gains a use elsewhere must lose (or widen) its row. Every issue that adds a key
+read only in some configs adds its row here.
+
+Policy-loss keys are listed per variant in `LOSS_VARIANT_KEYS` (variant -> the keys its
+loss reads, flywheel/algorithms/policy_loss/<variant>.py), from which their rows are
+derived: once the loss catalog (algorithms/policy_loss/registry.py `LossSpec`) declares
+each variant's settings, that one mapping can be read from it. A variant registered from
+outside (`register_policy_loss`) gets every PolicyLossParams field, so no loss key is
+refused under it.
+"""
+
+from __future__ import annotations
+
+from flywheel.platform.config.acts_when import ActsWhen, Condition, field_names
+from flywheel.platform.config.derived import infer_is_correction
+from flywheel.platform.config.errors import KeyPath
+from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
+from flywheel.platform.config.sft_checks import SFT_ACTOR_KEYS, SFT_KEYS
+
+# ---- policy-loss variants ------------------------------------------------------------------
+# pg_variant -> {key path: what it does}: the keys that variant's loss reads, and no other.
+LOSS_VARIANT_KEYS: dict[str, dict[str, str]] = {
+    "vanilla": {},
+    "ppo": {
+        "pg_clip": "ppo's symmetric ratio clip",
+        "use_pg_clip_range": "ppo's switch to the asymmetric clip range",
+        "pg_clip_low": "the lower bound of ppo's clip range",
+        "pg_clip_high": "the upper bound of ppo's clip range, DAPO's clip-higher",
+        "dual_clip_loss": "ppo's dual clip for negative advantages",
+        "dual_clip_c": "ppo's dual-clip cap",
+    },
+    "tis": {
+        "actor_train.tis_lower_bound": "the lower truncation of tis's importance weight",
+        "actor_train.tis_upper_bound": "the upper truncation of tis's importance weight",
+    },
+    "topr": {
+        "actor_train.topr_positive_weight": "topr's weight of positive-score samples",
+        "actor_train.topr_negative_weight": "topr's weight of the other samples",
+    },
+    "cispo": {
+        "actor_train.cispo_epsilon_low": "the lower bound of cispo's weight clip",
+        "actor_train.cispo_epsilon_high": "the upper bound of cispo's weight clip",
+        "actor_train.cispo_use_unified_mask": "cispo's trust-region mask",
+    },
+    "kimi15": {"actor_train.kimi15_tau": "kimi15's squared log-ratio penalty weight"},
+}
+# The same knob under another variant: key -> {variant in use: what to write there}.
+COUNTERPARTS: dict[str, dict[str, str]] = {
+    "pg_clip": {"cispo": "actor_train.cispo_epsilon_low / cispo_epsilon_high",
+                "tis": "actor_train.tis_lower_bound / tis_upper_bound"},
+    "pg_clip_low": {"cispo": "actor_train.cispo_epsilon_low"},
+    "pg_clip_high": {"cispo": "actor_train.cispo_epsilon_high"},
+    "actor_train.cispo_epsilon_low": {"ppo": "use_pg_clip_range: true with pg_clip_low"},
+    "actor_train.cispo_epsilon_high": {"ppo": "use_pg_clip_range: true with pg_clip_high"},
+}
+
+
+def _variant_row(variant: str, key: str, does: str) -> ActsWhen:
+    def instead(cfg: PipelineConfig) -> str:
+        used = cfg.actor_train.pg_variant
+        other = COUNTERPARTS.get(key, {}).get(used)
+        if other:
+            return f"with {used} write {other}"
+        return f"pg_variant is {used}: remove it, or set actor_train.pg_variant: {variant}"
+
+    # a variant registered outside this table (register_policy_loss) may read any key
+    needs = Condition(f"with pg_variant {variant}",
+                      lambda cfg, _: cfg.actor_train.pg_variant in (variant, *_unlisted(cfg)))
+    return ActsWhen(key, needs, does, instead)
+
+
+def _unlisted(cfg: PipelineConfig) -> tuple[str, ...]:
+    used = cfg.actor_train.pg_variant
+    return () if used in LOSS_VARIANT_KEYS else (used,)
+
+
+VARIANT_ROWS = [_variant_row(variant, key, does)
+                for variant, keys in LOSS_VARIANT_KEYS.items() for key, does in keys.items()]
+
+# ---- conditions ----------------------------------------------------------------------------
+# ppo's own switches (under a registered variant of unknown use, every key may act)
+CLIP_RANGE = Condition("with use_pg_clip_range: true",
+                       lambda cfg, _: cfg.use_pg_clip_range or bool(_unlisted(cfg)))
+SYMMETRIC_CLIP = Condition("with use_pg_clip_range: false",
+                           lambda cfg, _: not cfg.use_pg_clip_range or bool(_unlisted(cfg)))
+DUAL_CLIP = Condition("with dual_clip_loss: true",
+                      lambda cfg, _: cfg.dual_clip_loss or bool(_unlisted(cfg)))
+GAE = Condition("with adv_estimator gae", lambda cfg, _: cfg.adv_estimator == "gae")
+REINFORCE = Condition("with adv_estimator reinforce",
+                      lambda cfg, _: cfg.adv_estimator == "reinforce")
+KL_PENALTY = Condition("with init_kl_coef > 0", lambda cfg, _: cfg.init_kl_coef > 0)
+ADAPTIVE_KL = Condition("with target_kl set", lambda cfg, _: cfg.target_kl is not None)
+KL_LOSS = Condition("with use_kl_loss: true", lambda cfg, _: cfg.use_kl_loss)
+KL_TERM = Condition("with use_kl_loss: true or init_kl_coef > 0",
+                    lambda cfg, _: cfg.use_kl_loss or cfg.init_kl_coef > 0)
+
+
+def _per_turn(cfg: PipelineConfig) -> bool:
+    return cfg.pipeline_type == "agentic" and (cfg.turn_level_returns or cfg.step_level_samples)
+
+
+EPISODE_SCORE = Condition("without agentic turn_level_returns / step_level_samples",
+                          lambda cfg, _: not _per_turn(cfg))
+DISCOUNTED = Condition("with adv_estimator gae or agentic turn_level_returns / "
+                       "step_level_samples", lambda cfg, _: cfg.adv_estimator == "gae"
+                       or _per_turn(cfg))
+EVAL = Condition("with eval_steps > 0", lambda cfg, _: cfg.eval_steps > 0)
+PARTIAL = Condition("with partial_rollout: true", lambda cfg, _: cfg.partial_rollout)
+GROUP_FILTER = Condition(
+    "with a group filter (drop_uniform_groups, group_filter_mean_range or "
+    "group_filter_min_std)", lambda cfg, _: cfg.drop_uniform_groups
+    or cfg.group_filter_mean_range is not None or cfg.group_filter_min_std > 0)
+IS_WEIGHT = Condition("with an infer_is_correction other than none",
+                      lambda cfg, _: infer_is_correction(cfg) != "none")
+IS_MASK = Condition("with infer_is_correction token-mask or seq-mask",
+                    lambda cfg, _: infer_is_correction(cfg) in ("token-mask", "seq-mask"))
+NO_BACKENDS = Condition("without tracking.backends",
+                        lambda cfg, _: cfg.tracking.backends is None)
+
+
+def _mlflow_tracks(cfg: PipelineConfig, _: KeyPath) -> bool:
+    from flywheel.platform.tracking import backend_names  # the one rule for the list
+
+    return "mlflow" in backend_names(cfg)
+
+
+MLFLOW = Condition("when mlflow is a tracking backend", _mlflow_tracks)
+RLVR = Condition("with pipeline_type rlvr", lambda cfg, _: cfg.pipeline_type == "rlvr")
+PROMPTS = Condition("with pipeline_type rlvr or sft",
+                    lambda cfg, _: cfg.pipeline_type != "agentic")
+AGENTIC = Condition("with pipeline_type agentic",
+                    lambda cfg, _: cfg.pipeline_type == "agentic")
+RL = Condition("with pipeline_type rlvr or agentic", lambda cfg, _: cfg.pipeline_type != "sft")
+NEVER_SAMPLES = Condition("on actor_infer and validation",
+                          lambda cfg, _: False)
+NEVER_TRAINS = Condition("on actor_train and critic",
+                         lambda cfg, _: False)
+
+
+def _backend(path: KeyPath, cfg: PipelineConfig) -> str:
+    return getattr(cfg, str(path[0])).strategy_args.strategy_name
+
+
+# transformers' AutoModelForCausalLM.from_pretrained (workers/strategies/hf_model.py
+# load_causal_lm) reads these; vllm, sglang and megatron build their own models.
+HF_MODEL_BACKENDS = ("hf_train", "deepspeed_train", "hf_infer")
+HF_MODEL = Condition("on hf_train, deepspeed_train and hf_infer",
+                     lambda cfg, path: _backend(path, cfg) in HF_MODEL_BACKENDS)
+HF_BACKWARD = Condition("on actor_train with hf_train or deepspeed_train",
+                        lambda cfg, path: _backend(path, cfg) in ("hf_train", "deepspeed_train"))
+NEVER_CRITIC_MODEL = Condition("on actor_train, actor_infer and reference",
+                               lambda cfg, _: False)
+NEVER_BACKWARD = Condition("on actor_train",
+                           lambda cfg, _: False)
+
+
+def _loads_model(cfg: PipelineConfig, path: KeyPath) -> bool:
+    """As pipelines/roles.py `loads_model`: only a local llm_judge owns devices and
+    threads; rule rewards and an endpoint judge run in a CPU process placed anywhere."""
+    reward = cfg.rewards[str(path[1])]
+    return reward.reward_type == "llm_judge" and reward.llm_judge.backend == "local"
+
+
+REWARD_MODEL = Condition("on a local llm_judge reward",
+                         _loads_model)
+
+# ---- rows ------------------------------------------------------------------------------------
+_SCORES = "agentic per-turn advantages are normalised discounted returns"
+_TURN = ("an agentic turn's budget is custom_envs.<tag>.max_tokens_per_step: write it "
+         "there")
+
+ALGORITHM_ROWS = [
+    ActsWhen("pg_clip", SYMMETRIC_CLIP, "ppo's symmetric clip; the range replaces it",
+             "remove it (pg_clip_low / pg_clip_high apply), or set use_pg_clip_range: false"),
+    ActsWhen("pg_clip_low", CLIP_RANGE, "the lower bound of ppo's clip range",
+             "set use_pg_clip_range: true, or write pg_clip"),
+    ActsWhen("pg_clip_high", CLIP_RANGE, "the upper bound of ppo's clip range",
+             "set use_pg_clip_range: true, or write pg_clip"),
+    ActsWhen("dual_clip_c", DUAL_CLIP, "the dual clip's cap", "set dual_clip_loss: true, "
+                                                              "or remove it"),
+    ActsWhen("lambd", GAE, "GAE's lambda", "grpo and reinforce use no value estimates: "
+                                           "remove it, or use adv_estimator: gae"),
+    ActsWhen("value_clip", GAE, "the critic's value clip", "there is no critic without gae: "
+                                                           "remove it"),
+    ActsWhen("critic", GAE, "the value model GAE reads", "remove the critic block, or use "
+                                                         "adv_estimator: gae", block=True),
+    ActsWhen("gamma", DISCOUNTED, "the discount of returns", "remove it"),
+    ActsWhen("kl_penalty", KL_PENALTY, "the estimator of the KL reward penalty",
+             "remove it, or set init_kl_coef; the KL loss's is kl_loss_type"),
+    ActsWhen("target_kl", KL_PENALTY, "the adaptive KL penalty's target",
+             "remove it, or set init_kl_coef"),
+    ActsWhen("kl_horizon", KL_PENALTY, "the adaptive KL penalty's horizon",
+             "remove it, or set init_kl_coef"),
+    ActsWhen("kl_horizon", ADAPTIVE_KL, "the adaptive KL penalty's horizon",
+             "a fixed coefficient has no horizon: remove it, or set target_kl"),
+    ActsWhen("kl_loss_coef", KL_LOSS, "the KL loss's weight", "set use_kl_loss: true, or "
+                                                             "remove it"),
+    ActsWhen("kl_loss_type", KL_LOSS, "the KL loss's estimator", "set use_kl_loss: true, or "
+                                                                "remove it"),
+    ActsWhen("reference", KL_TERM, "the policy a KL term compares against; nothing else "
+                                   "reads its log-probs", "remove the reference block, or "
+                                                          "add a KL term", block=True),
+    ActsWhen("adv_estimator", EPISODE_SCORE, "how scores become advantages", _SCORES),
+    ActsWhen("reward_clip", EPISODE_SCORE, "the clip of scores", _SCORES),
+    ActsWhen("norm_mean_type", EPISODE_SCORE, "reinforce's baseline", _SCORES),
+    ActsWhen("norm_std_type", EPISODE_SCORE, "reinforce's scale", _SCORES),
+    ActsWhen("norm_mean_type", REINFORCE, "reinforce's baseline", "grpo always centres on "
+             "the group mean and gae uses none: remove it, or use adv_estimator: reinforce"),
+    ActsWhen("norm_std_type", REINFORCE, "reinforce's scale", "grpo always divides by the "
+             "group std and gae uses none: remove it, or use adv_estimator: reinforce"),
+    ActsWhen("infer_is_upper_bound", IS_WEIGHT, "the bound of the behaviour correction",
+             "remove it, or set infer_is_correction"),
+    ActsWhen("infer_is_lower_bound", IS_MASK, "the lower bound of the masking correction "
+                                              "(truncation caps only from above)",
+             "remove it, or use a -mask infer_is_correction"),
+]
+
+FEATURE_ROWS = [
+    ActsWhen("validation", EVAL, "the validation set and sampling",
+             "it would never run: set eval_steps, or remove validation (on the command "
+             "line: validation=null)", block=True),
+    ActsWhen("partial_rollout_segment_tokens", PARTIAL, "the segment of a partial rollout",
+             "remove it, or set partial_rollout: true"),
+    ActsWhen("max_num_gen_batches", GROUP_FILTER, "the cap on refilling filtered groups",
+             "remove it"),
+    ActsWhen("tracking.mlflow", NO_BACKENDS, "the switch that drops mlflow from the default "
+                                             "backends",
+             lambda cfg: "tracking.backends lists mlflow: remove one of the two" if (
+                 "mlflow" in cfg.tracking.backends and not cfg.tracking.mlflow) else
+             "tracking.backends alone says which backends run: remove it"),
+    ActsWhen("track_with", NO_BACKENDS, "ROLL's tracker switch", "tracking.backends wins: "
+                                                                 "remove one of the two"),
+    ActsWhen("tracking.mlflow_uri", MLFLOW, "where mlflow logs", "remove it, or add mlflow "
+                                                                 "to tracking.backends"),
+]
+
+ROLE_ROWS = [
+    *[ActsWhen(f"{role}.generating_args", NEVER_SAMPLES, "sampling settings",
+               "log-probs use actor_infer's temperature, top_k and top_p: remove it")
+      for role in ("actor_train", "reference", "critic")],
+    *[ActsWhen(f"{role}.training_args", NEVER_TRAINS, "the optimizer and batch sizes",
+               "this role never trains: remove it") for role in ("actor_infer", "reference")],
+    *[ActsWhen(f"rewards.*.{key}", REWARD_MODEL, does, "this reward runs in a CPU process "
+               "of its own wherever Ray places it: remove it")
+      for key, does in (("device_mapping", "the devices of the judge model"),
+                        ("num_threads", "the torch threads of the judge model"))],
+    *[ActsWhen(f"{role}.model_args.attn_implementation", HF_MODEL, "the attention kernel "
+               "of transformers' model", "this backend builds its own model: remove it")
+      for role in ("actor_train", "actor_infer", "reference")],
+    ActsWhen("critic.model_args.attn_implementation", NEVER_CRITIC_MODEL,
+             "the attention kernel of transformers' model", "the critic's value model loads "
+             "with transformers' default: remove it"),
+    ActsWhen("actor_train.model_args.disable_gradient_checkpointing", HF_BACKWARD,
+             "gradient checkpointing of transformers' model",
+             "this backend has its own (megatron: strategy_config.recompute_granularity): "
+             "remove it"),
+    *[ActsWhen(f"{role}.model_args.disable_gradient_checkpointing", NEVER_BACKWARD,
+               "gradient checkpointing", "this role's model never runs it: remove it")
+      for role in ("actor_infer", "reference", "critic")],
+]
+
+PIPELINE_ROWS = [
+    # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
+    ActsWhen("actor_infer.generating_args.max_new_tokens", PROMPTS,
+             "the response budget of a prompt", _TURN),
+    ActsWhen("validation.generating_args.max_new_tokens", PROMPTS,
+             "the response budget of a validation prompt", _TURN),
+    ActsWhen("response_length", PROMPTS, "the response budget of a prompt", _TURN),
+    ActsWhen("prompt_length", PROMPTS, "the longest prompt of a record",
+             "agentic prompts are the env's turns: remove it (sequence_length bounds an "
+             "episode)"),
+    ActsWhen("actor_train.data_args", PROMPTS, "the training records",
+             "agentic episodes come from custom_envs: remove it"),
+    ActsWhen("validation.data_args", PROMPTS, "the validation records",
+             "agentic validation plays val_env_manager's envs: remove it"),
+    *[ActsWhen(key, RLVR, does, "agentic episodes are scored by their envs: remove it")
+      for key, does in (("rewards", "the reward workers"),
+                        ("reward_pretrain", "the reward model"),
+                        ("reward_aggregation", "how several rewards combine"))],
+    *[ActsWhen(key, RLVR, does, instead) for key, does, instead in (
+        ("num_return_sequences_in_group", "samples per prompt",
+         "agentic groups are train_env_manager.group_size envs: remove it"),
+        ("is_num_return_sequences_expand", "the request layout of a prompt's samples",
+         "remove it"),
+        ("partial_rollout", "partial rollout", "agentic turns are short requests that each "
+                                               "run on the newest weights: remove it"))],
+    *[ActsWhen(key, AGENTIC, does, "this is not an agentic config: set pipeline_type: "
+               "agentic, or remove it")
+      for key, does in (("train_env_manager", "the training env pool"),
+                        ("val_env_manager", "the validation env pool"),
+                        ("custom_envs", "the env tags"),
+                        ("env_import_allowlist", "where user envs may be imported from"),
+                        ("turn_level_returns", "per-turn returns"),
+                        ("step_level_samples", "per-turn samples"))],
+    # SFT trains actor_train in the driver process: no Ray, no other role, one device
+    ActsWhen("ray", RL, "the Ray cluster", "SFT runs in this process, without Ray: remove it"),
+    ActsWhen("actor_train.device_mapping", RL, "the devices of actor_train's workers",
+             "SFT trains on this process's one device (CUDA when present): remove it"),
+    ActsWhen("actor_train.num_gpus_per_worker", RL, "devices per worker",
+             "SFT trains on this process's one device: remove it"),
+    *[ActsWhen(name, RL, "an RL setting", "SFT does not read it: remove it")
+      for name in field_names(PipelineConfig) if name not in SFT_KEYS | {"ray"}],
+    *[ActsWhen(f"actor_train.{name}", RL, "an RL setting of the policy",
+               "SFT trains with cross-entropy on response tokens: remove it")
+      for name in field_names(ActorTrainConfig) if name not in SFT_ACTOR_KEYS],
+]
+
+# Pipeline rows first: a key the pipeline never reads is reported as such.
+ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
+                        *ROLE_ROWS]

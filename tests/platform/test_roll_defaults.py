@@ -1,0 +1,79 @@
+"""`platform convert --from roll` writes ROLL's defaults that differ from flywheel's and act
+in the converted file, and none that would be inert; a key the ROLL file writes that would
+do nothing here is dropped with the reason; the converted file always validates
+(roll_defaults.py). Config only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from flywheel.pipelines.config import convert_roll, load_config_dict
+
+ROLL_RLVR = Path(__file__).parents[1] / "data" / "configs" / "roll" / "mechanics" / "roll_rlvr.yaml"
+
+
+def convert(tmp_path: Path, data: dict):
+    path = tmp_path / "roll.yaml"
+    path.write_text(yaml.safe_dump(data))
+    conversion = convert_roll(path)
+    assert conversion.missing == []
+    return conversion, load_config_dict(conversion.data)  # what convert writes validates
+
+
+def test_roll_defaults_that_act_are_written_out():
+    conversion = convert_roll(ROLL_RLVR)
+    cfg = load_config_dict(conversion.data)
+    assert cfg.actor_train.training_args.lr_scheduler_type == "linear"  # HF's default
+    assert cfg.actor_train.model_args.disable_gradient_checkpointing is False  # hf_train
+    assert (cfg.actor_infer.generating_args.temperature, cfg.actor_infer.generating_args.top_p,
+            cfg.actor_infer.generating_args.top_k) == (0.95, 0.7, 50)
+    assert cfg.actor_infer.model_args.dtype == "bf16"
+    assert cfg.actor_train.data_args.response == "solution"  # ROLL's answer column
+    assert (cfg.save_steps, cfg.eval_steps, cfg.val_batch_size) == (50, 10, 128)
+    assert "eval_steps: unset, ROLL's default 10 written out" in conversion.mapped
+    # ROLL's defaults that would do nothing here are not written: lambd (grpo, no gae),
+    # pg_clip_high (no clip range), init_kl_coef (no add_token_level_kl), critic-less gae
+    for key in ("lambd", "pg_clip_high", "init_kl_coef", "norm_mean_type"):
+        assert key not in conversion.data
+
+
+def test_inert_keys_of_the_file_are_dropped_with_the_reason(tmp_path):
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo", "lambd": 0.9, "pg_clip_high": 0.3, "max_ckpt_to_keep": 3,
+        "init_kl_coef": 0.2, "add_token_level_kl": True,
+        "actor_train": {"pg_variant": "cispo", "model_args": {"attn_implementation": "fa2"},
+                        "strategy_args": {"strategy_name": "megatron_train"}},
+        "actor_infer": {"strategy_args": {"strategy_name": "vllm"}},
+        "reference": {"strategy_args": {"strategy_name": "hf_infer"}},
+        "rewards": {"math": {"worker_cls": "x.MathRuleRewardWorker", "device_mapping": [0]}}})
+    assert "lambd: not read here: acts only with adv_estimator gae (GAE's lambda)" in \
+        conversion.dropped
+    assert any(d.startswith("pg_clip_high: not read here: acts only with pg_variant ppo")
+               for d in conversion.dropped)
+    assert any(d.startswith("actor_train.model_args.attn_implementation: not read here")
+               for d in conversion.dropped)
+    assert any(d.startswith("rewards.math.device_mapping: not read here")
+               for d in conversion.dropped)
+    assert cfg.save_total_limit == 3  # max_ckpt_to_keep
+    assert cfg.init_kl_coef == 0.2 and cfg.reference is not None  # add_token_level_kl: on
+    assert cfg.reference.strategy_args.strategy_name == "hf_train"  # never hf_infer
+    assert cfg.actor_train.training_args.learning_rate == 5e-5  # ROLL's (HF's) default
+
+
+def test_agentic_turn_budget_is_the_smaller_of_roll_s_two(tmp_path):
+    """ROLL caps a turn at min(max_tokens_per_step, max_new_tokens); flywheel reads the tag's
+    max_tokens_per_step alone (max_new_tokens is refused in agentic configs)."""
+    envs = {"A": {"env_type": "frozen_lake", "max_tokens_per_step": 8},
+            "B": {"env_type": "frozen_lake", "max_tokens_per_step": 4}}
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo", "rollout_batch_size": 8, "custom_envs": envs,
+        "train_env_manager": {"tags": ["A", "B"], "num_env_groups": 2, "group_size": 4,
+                              "generating_args": {"max_new_tokens": 6}},
+        "val_env_manager": {"tags": ["A"], "num_env_groups": 2}})
+    assert cfg.pipeline_type == "agentic"
+    assert [cfg.custom_envs[t].max_tokens_per_step for t in "AB"] == [6, 4]
+    assert "max_new_tokens" not in conversion.data["actor_infer"]["generating_args"]
+    assert cfg.actor_infer.generating_args.temperature == 0.95  # ROLL's sampling default
+    assert "prompt_length" not in conversion.data  # ROLL's 1024 would do nothing here
