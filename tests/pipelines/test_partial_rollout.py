@@ -15,7 +15,6 @@ import pytest
 
 from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.data.prompt_data import PromptRecord
-from flywheel.pipelines.loop.step_metrics import partial_rollout_metrics
 from flywheel.pipelines.rlvr.generation import (
     Chunk,
     ChunkSource,
@@ -26,6 +25,7 @@ from flywheel.pipelines.rlvr.generation import (
     groups_from_result,
     segment_request,
 )
+from flywheel.pipelines.rlvr.metrics import partial_rollout_metrics
 from flywheel.pipelines.rlvr.rollout import segment_tokens
 from flywheel.pipelines.run.launch import run
 from flywheel.workers.infer_worker import GenerateResult

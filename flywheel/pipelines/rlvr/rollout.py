@@ -27,13 +27,6 @@ from flywheel.pipelines.data.prompt_data import (
     prompt_encoder,
 )
 from flywheel.pipelines.loop.seams import Taken
-from flywheel.pipelines.loop.step_metrics import (
-    domain_reward_metrics,
-    domain_val_metrics,
-    partial_rollout_metrics,
-    reward_info_metrics,
-    uniform_group_metrics,
-)
 from flywheel.pipelines.rlvr.domain_mix import DomainOrder, check_routing, training_order
 from flywheel.pipelines.rlvr.generation import (
     Chunk,
@@ -47,6 +40,13 @@ from flywheel.pipelines.rlvr.generation import (
     group_to_dict,
     sampling_params,
     submit_scoring,
+)
+from flywheel.pipelines.rlvr.metrics import (
+    domain_reward_metrics,
+    domain_val_metrics,
+    partial_rollout_metrics,
+    reward_info_metrics,
+    uniform_group_metrics,
 )
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
 from flywheel.pipelines.roles.roles import Roles, streams
