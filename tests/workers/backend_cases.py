@@ -1,5 +1,5 @@
 """What the backend tests share: the batch every backend is compared on, hf_train as the
-reference, the loss, and training clusters started as `pipelines/roles.py` starts them.
+reference, the loss, and training clusters started as `pipelines/roles/roles.py` starts them.
 
 The reference numbers are hf_train's: each backend test checks its log-probs, loss curve
 and weights against hf_train on the same batch, so every backend agrees with every other.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from flywheel.algorithms import PolicyLossParams
-from flywheel.pipelines.roles import join_process_group
+from flywheel.pipelines.roles.roles import join_process_group
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import StrategyArgs, TrainingArgs, WorkerConfig
 from flywheel.platform.resources import RoleDevices

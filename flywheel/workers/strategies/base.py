@@ -114,7 +114,7 @@ class TrainStrategy(ABC):
                             ) -> tuple[dict[str, float], int]:
         return sums, micro_steps
 
-    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    # ---- the phase switch of a colocated run (pipelines/loop/phase_switch.py) --------------
     @abstractmethod
     def offload(self, part: str) -> str:
         """Move `part` (offload.OPTIMIZER or offload.MODEL) off the device so the engine
@@ -175,7 +175,7 @@ class InferStrategy(ABC):
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Log-probs [B, L] of given sequences under the current generation weights."""
 
-    # ---- the phase switch of a colocated run (pipelines/phase_switch.py) --------------
+    # ---- the phase switch of a colocated run (pipelines/loop/phase_switch.py) --------------
     def sleep(self) -> str:
         """Free the device memory the engine holds (weights, KV cache) while actor_train
         trains on the same devices; what happened, in words. This default is for a

@@ -1,7 +1,7 @@
 """Freeing a backend's device memory between the phases of a colocated run.
 
 When actor_train and actor_infer share devices (synchronous runs,
-pipelines/phase_switch.py), each phase needs the memory the other phase's role holds:
+pipelines/loop/phase_switch.py), each phase needs the memory the other phase's role holds:
 the engine sleeps while training runs, and training moves its state off the device while
 the engine generates. A training role goes in two parts, so the weight sync can still
 read the parameters after the optimizer state has gone:
