@@ -18,49 +18,20 @@ does where it acts and what to write instead. This module applies the table:
   that would do nothing in the converted file, reporting why.
 
 What it does not do: check values (checks.py, key_checks.py) or fill anything in. To make
-a new key conditional: one `ActsWhen` row in acts_when_table.py.
+a new key conditional: one `ActsWhen` row (acts_when_rule.py) in acts_when_table.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+import flywheel.platform.config.acts_when_table as acts_when_table  # ROWS read when called
+from flywheel.platform.config.acts_when_rule import ActsWhen
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
 from flywheel.platform.config.schema import PipelineConfig
 
 ANY = "*"  # a key pattern segment standing for any one key (a reward's or an env tag's name)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """What a key needs to act, as the error says it ("with pg_variant ppo") and as a test
-    on the loaded config; `path` is the written key path (for per-role conditions)."""
-
-    says: str
-    holds: Callable[[PipelineConfig, KeyPath], bool]
-
-
-@dataclass(frozen=True)
-class ActsWhen:
-    """One row: `key` acts only when `needs` holds, and there it does `does`."""
-
-    key: str  # dotted key path; "*" stands for any one key
-    needs: Condition
-    does: str  # what the key does where it acts
-    # what to write instead: text, or text built from the config (e.g. the variant in use)
-    instead: str | Callable[[PipelineConfig], str] = "remove it"
-    # a whole block (reference:, critic:, validation:): written as null it declares nothing
-    block: bool = False
-
-    @property
-    def pattern(self) -> tuple[str, ...]:
-        return tuple(self.key.split("."))
-
-    def message(self, cfg: PipelineConfig) -> str:
-        instead = self.instead(cfg) if callable(self.instead) else self.instead
-        return f"acts only {self.needs.says} ({self.does}); {instead}"
 
 
 def written_paths(as_written: dict[str, Any], resolved: dict[str, Any]) -> set[KeyPath]:
@@ -98,10 +69,9 @@ def inert(cfg: PipelineConfig, paths: Iterable[KeyPath],
           rows: Iterable[ActsWhen] | None = None) -> Iterator[tuple[KeyPath, ActsWhen]]:
     """(path, the first row it breaks) for each of `paths` that would do nothing in `cfg`,
     in row order."""
-    from flywheel.platform.config.acts_when_table import ROWS  # the table imports us
 
     paths = sorted(set(paths), key=format_key_path)
-    for row in ROWS if rows is None else rows:
+    for row in acts_when_table.ROWS if rows is None else rows:
         for path in paths:
             if not matches(row.pattern, path):
                 continue
@@ -154,10 +124,9 @@ def _prune(node: Any, gone: set[KeyPath], prefix: KeyPath) -> Any:
 def table_markdown() -> list[str]:
     """The table as a Markdown section of the configuration reference (rows that share
     their condition and meaning on one line)."""
-    from flywheel.platform.config.acts_when_table import ROWS
 
     merged: dict[tuple[str, str], list[str]] = {}
-    for row in ROWS:
+    for row in acts_when_table.ROWS:
         merged.setdefault((row.needs.says, row.does), []).append(f"`{row.key}`")
     out = ["## Keys that act only under a condition {#acts-when}", "",
            "Written where their condition is off (in the file, a `defaults:` file or an "
@@ -168,9 +137,3 @@ def table_markdown() -> list[str]:
     for (says, does), keys in merged.items():
         out.append(f"| {', '.join(keys)} | {says} | {does} |")
     return out + [""]
-
-
-def field_names(cls: type) -> list[str]:
-    """A dataclass's field names (for rows derived from a schema block)."""
-    assert is_dataclass(cls)
-    return [f.name for f in fields(cls)]

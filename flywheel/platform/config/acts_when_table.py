@@ -18,7 +18,7 @@ refused under it.
 
 from __future__ import annotations
 
-from flywheel.platform.config.acts_when import ActsWhen, Condition, field_names
+from flywheel.platform.config.acts_when_rule import ActsWhen, Condition, field_names
 from flywheel.platform.config.derived import infer_is_correction
 from flywheel.platform.config.errors import KeyPath
 from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig

@@ -19,7 +19,6 @@ one the file describes. The output is checked by the strict loader before it is 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 from flywheel.platform.config import roll_keys as keys
@@ -30,26 +29,12 @@ from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
+from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
 from flywheel.platform.config.yaml_source import load_layers
 
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
 AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
-
-
-@dataclass
-class Conversion:
-    """The converted data (valid when `missing` is empty) and what the report says."""
-
-    source: str
-    catalogs: Catalogs = field(repr=False, compare=False)  # the names flywheel has
-    pipeline_type: str = "rlvr"
-    data: dict[str, Any] = field(default_factory=dict)
-    ignored: list[str] = field(default_factory=list)  # keys ROLL ignores too
-    helpers: list[str] = field(default_factory=list)  # referenced by ${...}, then dropped
-    mapped: list[str] = field(default_factory=list)  # "roll.key -> flywheel.key (note)"
-    dropped: list[str] = field(default_factory=list)  # "key: why it makes no difference"
-    missing: list[str] = field(default_factory=list)  # "feature (key = value)"
 
 
 def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:

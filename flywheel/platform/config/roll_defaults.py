@@ -32,7 +32,7 @@ from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_pat
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_convert import Conversion
+    from flywheel.platform.config.roll_conversion import Conversion
 
 # ROLL defaults never written: where ROLL puts files (flywheel: under output_dir), and the
 # generation budget, which flywheel derives from response_length (RLVR) or the env tags.
