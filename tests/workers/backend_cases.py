@@ -12,7 +12,7 @@ import torch
 from flywheel.algorithms import PolicyLossParams
 from flywheel.pipelines.roles.roles import join_process_group
 from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.schema import StrategyArgs, TrainingArgs, WorkerConfig
+from flywheel.platform.config.schema import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch, pack_sequences
@@ -72,10 +72,11 @@ def max_diff_on(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
 def start_train_cluster(strategy: str, model_path: str, world_size: int,
                         strategy_config: dict, per_device: int, accum: int,
                         worker_cls: type = TrainWorker,
-                        env_vars: dict[str, str] | None = None, head: ModelHead = POLICY
-                        ) -> Cluster:
+                        env_vars: dict[str, str] | None = None, head: ModelHead = POLICY,
+                        dtype: str = "fp32") -> Cluster:
     cfg = WorkerConfig(strategy_args=StrategyArgs(strategy, dict(strategy_config)),
-                       training_args=training_args(per_device, accum))
+                       training_args=training_args(per_device, accum),
+                       model_args=ModelArgs(dtype=dtype))
     cluster = Cluster.create(
         "actor_train", worker_cls, RoleDevices("actor_train", tuple(range(world_size))),
         None, init_kwargs=dict(model_path=model_path, cfg=cfg, seed=0, total_steps=10,

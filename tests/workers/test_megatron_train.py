@@ -2,7 +2,8 @@
 
 megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-code CUDA
 (RoPE and p2p buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda" zeros in
-the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage). The
+the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage, CUDA's
+autocast replayed in its linear layers' backward). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
 the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
 """
@@ -59,12 +60,39 @@ def patch_megatron_for_cpu() -> None:
             return torch.zeros(*args, **kwargs)
 
     schedules.torch = CPUTorch("torch")
+    cpu_autocast_in_linear_backward()
+
+
+def cpu_autocast_in_linear_backward() -> None:
+    """megatron's linear layers replay the forward's autocast in their backward for CUDA
+    only (torch.amp.custom_fwd / custom_bwd with device_type "cuda"), so on CPU a bf16 or
+    fp16 backward meets the fp32 weight; re-decorate them for the CPU's autocast."""
+    import megatron.core.tensor_parallel.layers as layers
+
+    for fn in (layers.LinearWithFrozenWeight,
+               layers.LinearWithGradAccumulationAndAsyncCommunication):
+        if "_cpu_autocast" not in vars(fn):
+            fn.forward = staticmethod(torch.amp.custom_fwd(fn.forward.__wrapped__,
+                                                           device_type="cpu"))
+            fn.backward = staticmethod(torch.amp.custom_bwd(fn.backward.__wrapped__,
+                                                            device_type="cpu"))
+            fn._cpu_autocast = True
 
 
 class CPUMegatronWorker(TrainWorker):
     def __init__(self, *args, **kwargs):
         patch_megatron_for_cpu()
         super().__init__(*args, **kwargs)
+
+
+class FP16MegatronWorker(CPUMegatronWorker):
+    """Reaches into the strategy's loss scaler and fp32 parameters, for the fp16 test."""
+
+    def set_loss_scale(self, scale: float) -> None:
+        self.strategy.precision.scaler.scale = scale
+
+    def master_weights(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.strategy.model.named_parameters()}
 
 
 # Ray workers cannot import test modules; ship this module's classes by value instead.
@@ -157,3 +185,26 @@ def test_tensor_and_data_parallel(train_cluster, kv2_model_path):
                             {"tensor_model_parallel_size": 2}, per_device=8, accum=2,
                             worker_cls=CPUMegatronWorker)
     check(follows_hf_train(cluster, kv2_model_path, batch))
+
+
+def test_fp16_skips_overflowing_steps_under_its_loss_scaler(train_cluster, tiny_model_path,
+                                                            rl_batch):
+    """fp16 autocast with a dynamic loss scaler (mixed_precision.py): a scale far too large
+    overflows, the step is skipped and the scale halved, the fp32 masters untouched; at
+    a scale that fits the step applies. actor_infer receives fp16 weights."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 1, {}, per_device=8, accum=4,
+                            worker_cls=FP16MegatronWorker, dtype="fp16")
+    loss = actor_loss()
+    before = cluster.call_all("master_weights")[0]
+    assert all(t.dtype == torch.float32 for t in before.values())
+    cluster.call_all("set_loss_scale", 2.0 ** 40)
+    metrics = cluster.scatter("train_step", [rl_batch], loss_fn=loss, ppo_epochs=1)[0]
+    assert metrics["actor/skipped_steps"] == 1 and metrics["actor/loss_scale"] == 2.0 ** 39
+    after = cluster.call_all("master_weights")[0]
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    cluster.call_all("set_loss_scale", 2.0 ** 10)
+    metrics = cluster.scatter("train_step", [rl_batch], loss_fn=loss, ppo_epochs=1)[0]
+    assert metrics["actor/skipped_steps"] == 0 and metrics["actor/loss_scale"] == 2.0 ** 10
+    after = cluster.call_all("master_weights")[0]
+    assert any(not torch.equal(after[k], v) for k, v in before.items())
+    assert all(t.dtype == torch.float16 for t in cluster_weights(cluster).values())

@@ -18,7 +18,7 @@ import torch
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.model_head import ModelHead
-from flywheel.workers.strategies.train_loop import Counts, Objective, run_update
+from flywheel.workers.strategies.train_loop import Counts, Objective, OptimizerStep, run_update
 
 
 @dataclass
@@ -108,7 +108,7 @@ class TrainStrategy(ABC):
                          counts: Counts) -> list[dict[str, float]]: ...
 
     @abstractmethod
-    def optimizer_step(self, max_grad_norm: float) -> float: ...
+    def optimizer_step(self, max_grad_norm: float) -> OptimizerStep: ...
 
     def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
                             ) -> tuple[dict[str, float], int]:

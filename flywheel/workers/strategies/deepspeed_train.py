@@ -66,6 +66,7 @@ from flywheel.workers.strategies.strategy_config import checked_config, require
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
+    OptimizerStep,
     accumulate,
     build_schedule,
     summed_counts,
@@ -171,9 +172,15 @@ class DeepSpeedTrainStrategy(TrainStrategy):
                                                                   chunked),
                           backward, self.device)
 
-    def optimizer_step(self, max_grad_norm: float) -> float:
+    def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         self.engine.step()  # clips by the config's gradient_clipping, then zeroes the grads
-        return float(self.engine.get_global_grad_norm() or 0.0)
+        norm = float(self.engine.get_global_grad_norm() or 0.0)
+        if not self.engine.fp16_enabled():  # a non-finite norm stops the run (train_loop)
+            return OptimizerStep(norm)
+        # DeepSpeed's fp16 loss scaler skips an overflowing step itself, as
+        # mixed_precision.LossScaler does for hf_train and megatron_train
+        return OptimizerStep(norm, applied=self.engine.was_step_applied(),
+                             loss_scale=float(self.engine.optimizer.loss_scale))
 
     # ---- phase switch (measured on a GPU by bench/gpu_checks.py) -------------------------
     def offload(self, part: str) -> str:

@@ -3,6 +3,12 @@
 AdamW with a warmup + constant/linear/cosine schedule and global grad-norm clipping, run by
 the shared update loop (`train_loop.py`); this file only says how one rank computes,
 back-propagates and steps. Data parallelism belongs to deepspeed_train / megatron_train.
+
+Precision (mixed_precision.py): every role holds fp32 parameters (and, when it trains,
+fp32 gradients and AdamW state) whatever `model_args.dtype` says, and every forward runs
+under autocast in that dtype; fp16 adds a dynamic loss scaler. Weights leave for
+actor_infer in `model_args.dtype`; checkpoints hold the fp32 masters (and the loss
+scale), so a resume continues exactly.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from flywheel.workers.strategies.hf_model import (
     distinct_state_tensors,
     pick_device,
 )
+from flywheel.workers.strategies.mixed_precision import MixedPrecision, fp32_weights
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
+    OptimizerStep,
     accumulate,
     local_counts,
     optimizer_and_schedule,
@@ -38,14 +46,17 @@ class HFTrainStrategy(TrainStrategy):
         torch.manual_seed(seed)
         self.cfg, self.head = cfg, head
         self.device = pick_device()
-        self.model = head.load_hf(model_path, cfg.model_args, self.device, seed)
+        self.precision = MixedPrecision.for_role(cfg.model_args.dtype, self.device, trainable)
+        self.model = head.load_hf(model_path, fp32_weights(cfg.model_args), self.device, seed)
         self.optimizer, self.scheduler = optimizer_and_schedule(
             self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
-        return batched_outputs(lambda micro: self.head.hf_outputs(self.model, micro, False)[0],
-                               batch, self.cfg.infer_batch_size)
+        with self.precision.autocast():
+            return batched_outputs(
+                lambda micro: self.head.hf_outputs(self.model, micro, False)[0],
+                batch, self.cfg.infer_batch_size)
 
     def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
         return can_fuse_old_logprobs(self.model, self.cfg.training_args, rows, ppo_epochs)
@@ -60,18 +71,23 @@ class HFTrainStrategy(TrainStrategy):
     def forward_backward(self, micros: list[TokenBatch], objective: Objective,
                          counts: Counts) -> list[dict[str, float]]:
         self.optimizer.zero_grad(set_to_none=True)
-        return accumulate(micros, objective, counts,
-                          lambda micro, ent: self.head.hf_outputs(self.model, micro, ent),
-                          lambda loss, last: loss.backward(), self.device)
 
-    def optimizer_step(self, max_grad_norm: float) -> float:
+        def forward(micro: TokenBatch, entropy: bool):
+            with self.precision.autocast():  # backward follows the forward's dtypes
+                return self.head.hf_outputs(self.model, micro, entropy)
+
+        return accumulate(micros, objective, counts, forward,
+                          lambda loss, last: self.precision.scaled(loss).backward(),
+                          self.device)
+
+    def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         params = [p for p in self.model.parameters() if p.grad is not None]
+        self.precision.unscale_(params)
         if max_grad_norm > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
         else:
             norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
-        self.optimizer.step()
-        return norm
+        return self.precision.step(self.optimizer, norm)
 
     # ---- phase switch (offload.py; measured on a GPU by bench/gpu_checks.py) ------------
     def offload(self, part: str) -> str:
@@ -82,13 +98,18 @@ class HFTrainStrategy(TrainStrategy):
 
     # ---- weights and checkpoints ---------------------------------------------------------
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        """In `model_args.dtype`, the dtype actor_infer loads (the masters are fp32)."""
+        dtype = self.precision.compute_dtype
+        return {k: v.detach().to("cpu", dtype, copy=True)
+                for k, v in self.model.state_dict().items()}
 
     def weights_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The live tensors, no copy (the sync copies each into the object store before
-        the next train step); a tied parameter (lm_head = embed_tokens) once."""
+        """In `model_args.dtype`: under fp32 the live tensors, no copy (the sync copies
+        each into the object store before the next train step); under bf16/fp16 each fp32
+        master cast on its own, one tensor at a time. A tied parameter (lm_head =
+        embed_tokens) once."""
         for name, tensor in distinct_state_tensors(self.model):
-            yield name, tensor.detach()
+            yield name, tensor.detach().to(self.precision.compute_dtype)
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
@@ -97,6 +118,7 @@ class HFTrainStrategy(TrainStrategy):
             {
                 "optimizer": self.optimizer.state_dict() if self.optimizer else None,
                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                "loss_scaler": self.precision.state_dict(),
                 "rng": torch.get_rng_state(),
             },
             os.path.join(path, "trainer_state.pt"),
@@ -116,4 +138,5 @@ class HFTrainStrategy(TrainStrategy):
         if self.optimizer and state["optimizer"]:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state.get("loss_scaler"))  # absent before fp16 scaling
         torch.set_rng_state(state["rng"])

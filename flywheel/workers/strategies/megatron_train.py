@@ -26,16 +26,20 @@ the objective runs on the last PP stage only, over the union of the replica's sh
 so the training forward's log-probs are neither on every rank nor of the rank's own rows,
 and the whole-batch off-policy metrics would need their own gather and broadcast.
 
-Deliberately plain: AdamW from torch over local parameters (fp32; bf16/fp16 in
-`model_args.dtype` run the forward under autocast), and grad all-reduce with
-torch.distributed, instead of megatron's DDP / DistributedOptimizer, whose buffers
-hard-code CUDA. So `use_distributed_optimizer`, `sequence_parallel`, context and expert
-parallelism are refused with an error rather than silently ignored.
+Deliberately plain: AdamW from torch over local parameters (fp32 masters; bf16/fp16 in
+`model_args.dtype` run the forward under autocast, and fp16 back-propagates a dynamically
+scaled loss: mixed_precision.py, whose skip decision comes from the global grad norm, the
+same on every rank), and grad all-reduce with torch.distributed, instead of megatron's
+DDP / DistributedOptimizer, whose buffers hard-code CUDA. So `use_distributed_optimizer`,
+`sequence_parallel`, context and expert parallelism are refused with an error rather than
+silently ignored.
 
-On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p);
-the tests patch those in a fixture. Its home is the GPU.
-Checkpoints: each (TP, PP) coordinate's model/optimizer/scheduler from DP rank 0, every
-rank's RNG, and the full model in HF format from rank 0.
+On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p),
+and its linear layers replay only CUDA's autocast in backward (so bf16/fp16 backward fails
+on CPU); the tests patch those in a fixture. Its home is the GPU.
+Checkpoints: each (TP, PP) coordinate's model/optimizer/scheduler/loss scale from DP rank
+0, every rank's RNG, and the full model in HF format (in `model_args.dtype`, as the
+weights actor_infer receives) from rank 0.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from transformers import AutoConfig
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
-from flywheel.workers.strategies.hf_model import TORCH_DTYPES, pick_device
+from flywheel.workers.strategies.hf_model import pick_device
 from flywheel.workers.strategies.megatron_parallel import (
     concat_batches,
     freeze_padding_row,
@@ -79,12 +83,14 @@ from flywheel.workers.strategies.megatron_weights import (
     tp_shard,
     tp_unshard,
 )
+from flywheel.workers.strategies.mixed_precision import MixedPrecision
 from flywheel.workers.strategies.model_head import POLICY, ModelHead, init_value_head
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.strategy_config import checked_config, require
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
+    OptimizerStep,
     optimizer_and_schedule,
     summed_counts,
 )
@@ -187,7 +193,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self._load_megatron_state(full)
         if self.first and self.spec.pad_token_id is not None:
             freeze_padding_row(self.model.embedding.word_embeddings, self.spec.pad_token_id)
-        self.autocast_dtype = TORCH_DTYPES[cfg.model_args.dtype]
+        self.precision = MixedPrecision.for_role(cfg.model_args.dtype, self.device, trainable)
         self.optimizer, self.scheduler = optimizer_and_schedule(
             self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
@@ -204,8 +210,9 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         self._require_head("policy", "weights for actor_infer")
-        local = {k: v.detach() for k, v in self.model.state_dict().items()
-                 if not k.endswith("_extra_state")}
+        # actor_infer loads model_args.dtype; cast before the gathers, which then move half
+        local = {k: v.detach().to(self.precision.compute_dtype)
+                 for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
         tp_group = ps.get_tensor_model_parallel_group()
         full = {}
         for name, tensor in local.items():
@@ -252,10 +259,11 @@ class MegatronTrainStrategy(TrainStrategy):
         self.optimizer.zero_grad(set_to_none=True)
         return self._run(mini.chunks(len(micros[0])), objective, counts, forward_only=False)
 
-    def optimizer_step(self, max_grad_norm: float) -> float:
+    def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
+        # unscaling first is exact: the all-reduces in summed_grads_and_norm are sums
+        self.precision.unscale_(self.model.parameters())
         norm = summed_grads_and_norm(self.model, max_grad_norm, self.tied)
-        self.optimizer.step()
-        return norm
+        return self.precision.step(self.optimizer, norm)
 
     def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
                             ) -> tuple[dict[str, float], int]:
@@ -275,7 +283,7 @@ class MegatronTrainStrategy(TrainStrategy):
 
         def step(data, model):
             micro = next(data).to(self.device)
-            with self._autocast():
+            with self.precision.autocast():
                 logits = model(input_ids=micro.input_ids, attention_mask=causal,
                                position_ids=positions.expand(len(micro), -1))
             return logits, partial(self._loss, micro, objective, counts)
@@ -299,12 +307,8 @@ class MegatronTrainStrategy(TrainStrategy):
             return torch.zeros((), device=logits.device), torch.ones((), dtype=torch.int), {
                 "outputs": outputs.detach().cpu()}
         loss, metrics = objective(outputs, entropy, micro, counts)
-        return loss, torch.ones((), dtype=torch.int), metrics
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.autocast_dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+        # the schedule back-propagates what this returns: the scaled loss under fp16
+        return self.precision.scaled(loss), torch.ones((), dtype=torch.int), metrics
 
     # ---- phase switch (offload.py; unverified on GPU) -----------------------------------
     def offload(self, part: str) -> str:
@@ -326,7 +330,8 @@ class MegatronTrainStrategy(TrainStrategy):
             torch.save({"model": {k: v for k, v in self.model.state_dict().items()
                                   if not k.endswith("_extra_state")},
                         "optimizer": self.optimizer.state_dict() if self.optimizer else None,
-                        "scheduler": self.scheduler.state_dict() if self.scheduler else None},
+                        "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                        "loss_scaler": self.precision.state_dict()},
                        self._shard_file(path))
         rank = dist.get_rank()
         torch.save({"rng": torch.get_rng_state()}, os.path.join(path, f"rng_{rank}.pt"))
@@ -352,5 +357,6 @@ class MegatronTrainStrategy(TrainStrategy):
         if self.optimizer is not None and state["optimizer"] is not None:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state.get("loss_scaler"))  # absent before fp16 scaling
         rng = torch.load(os.path.join(path, f"rng_{dist.get_rank()}.pt"), weights_only=True)
         torch.set_rng_state(rng["rng"])

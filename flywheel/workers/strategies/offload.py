@@ -16,7 +16,9 @@ there is nothing to free: the call still happens, in order, and says it did noth
 
 On an H100 (bench/gpu_checks.py, 0.72B bf16 model): hf_train held 5.5 GiB after a train
 step, 1.4 after the optimizer part, 0.06 after the model part; the train step after
-`onload_torch` was bit-identical to one that never offloaded.
+`onload_torch` was bit-identical to one that never offloaded. Those figures predate
+hf_train's fp32 master weights (mixed_precision.py): its parameters, gradients and AdamW
+state are now fp32 under bf16 too, about twice as many bytes, not yet measured there.
 """
 
 from __future__ import annotations

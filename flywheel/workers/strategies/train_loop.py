@@ -22,7 +22,10 @@ only, once per optimizer step, so its horizon is counted in optimizer steps: see
 Metrics: each loss metric is the mean over micro-batches, `<prefix>/grad_norm` the mean
 over optimizer steps (before clipping), `<prefix>/lr` the rate after the last step, and
 `<prefix>/optimizer_steps` the count. The prefix is the head's (`actor` for the policy,
-SFT included; `critic` for the value head).
+SFT included; `critic` for the value head). A backend training in fp16 under a loss
+scaler (mixed_precision.py) may skip a step whose gradients overflowed: the schedule is
+not stepped for it, its norm is left out of the mean, and `<prefix>/skipped_steps` and
+`<prefix>/loss_scale` (the scale after the last step) are reported.
 
 Liveness: every micro-batch and optimizer step ticks the worker's progress counter
 (platform/liveness.py), so a long but progressing update is never reported as stalled.
@@ -53,6 +56,17 @@ class Counts:
     num_seqs: float
 
 
+@dataclass(frozen=True)
+class OptimizerStep:
+    """What one `optimizer_step` did. `applied` is False only when a loss scaler skipped
+    the step for overflowing gradients (fp16, mixed_precision.py); `loss_scale` is that
+    scaler's scale after the step (None without one)."""
+
+    grad_norm: float  # global, before clipping
+    applied: bool = True
+    loss_scale: float | None = None
+
+
 class Objective(Protocol):
     """What the loop minimises, per micro-batch: the actor's policy loss, the critic's value
     loss or SFT's cross-entropy. `outputs` are the model head's per-token outputs ([b, L]
@@ -76,8 +90,9 @@ class UpdateHooks(Protocol):
         """From zero gradients, accumulate the gradient of every micro-batch's loss; each
         one's metrics (a pipeline-parallel stage that computes no loss returns none)."""
 
-    def optimizer_step(self, max_grad_norm: float) -> float:
-        """Clip (when max_grad_norm > 0) and step; the gradient norm before clipping."""
+    def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
+        """Clip (when max_grad_norm > 0) and step; the gradient norm before clipping, and
+        whether a loss scaler skipped the step."""
 
     def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
                             ) -> tuple[dict[str, float], int]:
@@ -107,8 +122,9 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
     """`ppo_epochs` passes of optimizer steps over `batch`; the step's metrics."""
     mini_rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
     sums: dict[str, float] = {}
-    micro_steps = steps = 0
+    micro_steps = steps = skipped = 0
     grad_norms = 0.0
+    loss_scale = None
     hooks.set_training(True)
     try:
         for _ in range(ppo_epochs):
@@ -121,19 +137,26 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + v
                     micro_steps += 1
-                grad_norm = hooks.optimizer_step(args.max_grad_norm)
+                step = hooks.optimizer_step(args.max_grad_norm)
                 tick()
-                check_finite({f"{prefix}/grad_norm": grad_norm}, steps + 1)
-                scheduler.step()
-                grad_norms += grad_norm
                 steps += 1
+                loss_scale = step.loss_scale
+                if not step.applied:  # overflow under fp16 loss scaling: nothing changed
+                    skipped += 1
+                    continue
+                check_finite({f"{prefix}/grad_norm": step.grad_norm}, steps)
+                scheduler.step()
+                grad_norms += step.grad_norm
     finally:
         hooks.set_training(False)
     sums, micro_steps = hooks.shared_loss_metrics(sums, micro_steps)
     metrics = {k: v / micro_steps for k, v in sums.items()}
-    metrics[f"{prefix}/grad_norm"] = grad_norms / max(1, steps)
+    metrics[f"{prefix}/grad_norm"] = grad_norms / max(1, steps - skipped)
     metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
     metrics[f"{prefix}/optimizer_steps"] = float(steps)
+    if loss_scale is not None:
+        metrics[f"{prefix}/skipped_steps"] = float(skipped)
+        metrics[f"{prefix}/loss_scale"] = loss_scale
     return metrics
 
 
