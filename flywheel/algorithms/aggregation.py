@@ -17,8 +17,10 @@ ranks). Without them, the counts are the local ones (a single-micro-batch step).
 
 Conventions: a mask entry is valid when nonzero. A sequence counts towards N_seq only if it
 has at least one valid token, so fully masked rows (padding rows) contribute 0 to both the
-numerator and the denominator and never produce NaN. T_norm is `norm_length` (default: the
-padded length T); pad all micro-batches to one length, or pass the maximum response length.
+numerator and the denominator and never produce NaN. T_norm is `norm_length`, one constant
+for the whole run (Dr. GRPO uses the generation budget; `loss_norm_length` in
+platform/config/derived.py): never the width of the tensor, which the train backends trim to
+each micro-batch's longest row, so it would change with the split and break accumulation.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ def aggregate_loss(
     elif mode == "seq-mean-token-sum":
         per_seq = token_sum  # [B]
     else:  # seq-mean-token-sum-norm: divide by a constant, not by the sequence's own length
-        per_seq = token_sum / float(norm_length or loss_mat.shape[-1])  # [B]
+        if norm_length is None or norm_length < 1:
+            raise ValueError(f"loss_agg_mode {mode!r} divides by norm_length, a constant "
+                             f"response budget (>= 1); got {norm_length!r}")
+        per_seq = token_sum / float(norm_length)  # [B]
     return per_seq.sum() / _denominator(global_num_seqs, count_seqs(valid), loss_mat)
 
 

@@ -30,11 +30,13 @@ def entropy_loss(
     loss_agg_mode: str = "seq-mean-token-mean",
     global_num_tokens: Count | None = None,
     global_num_seqs: Count | None = None,
+    norm_length: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Entropy bonus as a loss term: -entropy_loss_coef · aggregate(H) from H [B, T]."""
     valid = mask.bool()  # [B, T]
     h = aggregate_loss(entropy, valid, loss_agg_mode, global_num_tokens=global_num_tokens,
-                       global_num_seqs=global_num_seqs)
+                       global_num_seqs=global_num_seqs,
+                       norm_length=norm_length)
     loss = -entropy_loss_coef * h
     metrics = {"entropy/loss": loss.item(), "entropy/mean": masked_mean(entropy.detach(),
                                                                         valid).item()}

@@ -51,6 +51,7 @@ def value_loss(
     *,
     global_num_tokens: Count | None = None,
     global_num_seqs: Count | None = None,
+    norm_length: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO value loss (Schulman et al. 2017, arXiv 1707.06347; clipping as in OpenAI
     baselines ppo2):
@@ -72,7 +73,8 @@ def value_loss(
         loss_mat = 0.5 * torch.maximum(unclipped, clipped)  # [B, T]
         clipped_active = clipped > unclipped  # [B, T]
     loss = aggregate_loss(loss_mat, valid, loss_agg_mode, global_num_tokens=global_num_tokens,
-                          global_num_seqs=global_num_seqs)
+                          global_num_seqs=global_num_seqs,
+                          norm_length=norm_length)
     with torch.no_grad():
         metrics = {
             "vf/loss": loss.item(),

@@ -53,13 +53,15 @@ def kl_loss(
     loss_agg_mode: str = "seq-mean-token-mean",
     global_num_tokens: Count | None = None,
     global_num_seqs: Count | None = None,
+    norm_length: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """KL penalty as a loss term: kl_loss_coef · aggregate(KL_t). ℓ_ref is a constant."""
     valid = mask.bool()  # [B, T]
     ref = torch.where(valid, ref_log_probs, log_probs).detach()  # [B, T], KL = 0 on padding
     kl = kl_estimate(log_probs, ref, estimator)  # [B, T]
     kl_agg = aggregate_loss(kl, valid, loss_agg_mode, global_num_tokens=global_num_tokens,
-                            global_num_seqs=global_num_seqs)
+                            global_num_seqs=global_num_seqs,
+                            norm_length=norm_length)
     loss = kl_loss_coef * kl_agg
     metrics = {"kl/loss": loss.item(), "kl/mean": masked_mean(kl.detach(), valid).item()}
     return loss, metrics

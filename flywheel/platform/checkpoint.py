@@ -22,6 +22,7 @@ from pathlib import Path
 from flywheel.platform.plots import refresh_run_plots
 
 MARKER = "COMPLETE"
+PIPELINE_STATE = "pipeline_state.json"  # the step loop's own state (pipelines/loop/step_loop.py)
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 

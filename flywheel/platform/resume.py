@@ -23,8 +23,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from flywheel.platform.checkpoint import checkpoint_step, complete_checkpoints, resolve_checkpoint
+from flywheel.platform.checkpoint import (
+    PIPELINE_STATE,
+    checkpoint_step,
+    complete_checkpoints,
+    resolve_checkpoint,
+)
 from flywheel.platform.config.errors import ConfigError
+from flywheel.platform.config.schema import PipelineConfig
 
 LATEST = "latest"
 # Top-level keys (and their subtrees) a resumed run may change.
@@ -76,6 +82,31 @@ def check_changes(old: dict, new: dict, source: str) -> list[str]:
     return [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume_from_checkpoint"]
 
 
+# transformers' schedules whose learning rate does not depend on the horizon
+FLAT_SCHEDULES = frozenset({"constant", "constant_with_warmup"})
+
+
+def schedule_steps(cfg: PipelineConfig, checkpoint: Path | None) -> int:
+    """The train steps the learning-rate schedules span: max_steps, and for a resumed run
+    its first start's (saved in every checkpoint), so changing max_steps on resume stops
+    the run earlier without bending the curve. Extending a decaying schedule past its end
+    is refused: its learning rate is spent there (cosine would even climb back)."""
+    if checkpoint is None:
+        return cfg.max_steps
+    saved = json.loads((checkpoint / PIPELINE_STATE).read_text()).get("schedule_steps")
+    if saved is None:  # a checkpoint from before the horizon was kept: max_steps, as then
+        return cfg.max_steps
+    decaying = sorted({w.training_args.lr_scheduler_type
+                       for w in (cfg.actor_train, cfg.critic) if w is not None}
+                      - FLAT_SCHEDULES)
+    if cfg.max_steps > saved and decaying:
+        raise ConfigError("", "max_steps",
+                          f"is {cfg.max_steps}, past the {saved} steps the resumed run's "
+                          f"{decaying[0]} learning-rate schedule decays over; resume with "
+                          f"max_steps <= {saved}, or start a new run")
+    return max(saved, cfg.max_steps)
+
+
 def cut_back(run_dir: Path, step: int) -> None:
     """Drop the rows of steps after `step` from the run's step records."""
     for name in STEP_RECORDS:
@@ -110,4 +141,4 @@ def rewrite_jsonl(path: Path, keep: Callable[[dict], bool]) -> int:
 
 
 __all__ = ["LATEST", "check_changes", "checkpoint_step", "cut_back", "find_checkpoint",
-           "rewrite_jsonl"]
+           "rewrite_jsonl", "schedule_steps"]

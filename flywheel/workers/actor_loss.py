@@ -28,6 +28,8 @@ class ActorLoss:
     pg_variant: str
     params: PolicyLossParams  # or the settings object of a variant that declares its own
     loss_agg_mode: str
+    # seq-mean-token-sum-norm's constant (derived.loss_norm_length); unused by other modes
+    norm_length: int | None = None
     kl_loss_coef: float = 0.0  # > 0 adds the KL-to-reference loss term
     kl_loss_type: str = "k3"
     entropy_loss_coef: float = 0.0
@@ -43,7 +45,7 @@ class ActorLoss:
                  micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
         mask = micro.response_mask  # [b, L]
         agg = dict(loss_agg_mode=self.loss_agg_mode, global_num_tokens=counts.num_tokens,
-                   global_num_seqs=counts.num_seqs)
+                   global_num_seqs=counts.num_seqs, norm_length=self.norm_length)
         loss, metrics = compute_policy_loss(
             self.pg_variant, log_probs, micro.old_log_probs, micro.advantages, mask,
             scores=micro.scores, token_weights=micro.is_weights, params=self.params,

@@ -20,12 +20,17 @@ MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # row 2 fully masked
     ],
 )
 def test_modes_by_hand(mode, expected):
-    assert aggregate_loss(LOSS, MASK, mode).item() == pytest.approx(expected)
+    assert aggregate_loss(LOSS, MASK, mode, norm_length=3).item() == pytest.approx(expected)
 
 
 def test_sum_norm_uses_norm_length():
     loss = aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10)
     assert loss.item() == pytest.approx((3 / 10 + 4 / 10) / 2)
+    # the same rows trimmed to their longest valid token: the constant, not the width
+    trimmed = aggregate_loss(LOSS[:, :2], MASK[:, :2], "seq-mean-token-sum-norm", norm_length=10)
+    assert trimmed.item() == pytest.approx(loss.item())
+    with pytest.raises(ValueError, match="norm_length"):
+        aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm")
 
 
 @pytest.mark.parametrize(
@@ -38,7 +43,8 @@ def test_sum_norm_uses_norm_length():
     ],
 )
 def test_global_counts_replace_local_denominator(mode, kwargs, expected):
-    assert aggregate_loss(LOSS, MASK, mode, **kwargs).item() == pytest.approx(expected)
+    assert aggregate_loss(LOSS, MASK, mode, norm_length=3, **kwargs).item() == pytest.approx(
+        expected)
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -47,7 +53,7 @@ def test_garbage_under_mask_does_not_leak(mode):
     loss_mat = LOSS.clone().requires_grad_(True)
     poisoned = loss_mat + torch.tensor([[0, 0, float("nan")], [0, float("inf"), 0],
                                         [float("nan"), float("-inf"), 1e30]])
-    loss = aggregate_loss(poisoned, MASK, mode)
+    loss = aggregate_loss(poisoned, MASK, mode, norm_length=3)
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.isfinite(loss_mat.grad).all()
@@ -57,7 +63,7 @@ def test_garbage_under_mask_does_not_leak(mode):
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                   "seq-mean-token-sum-norm"])
 def test_all_masked_is_zero(mode):
-    loss = aggregate_loss(LOSS, torch.zeros(3, 3), mode)
+    loss = aggregate_loss(LOSS, torch.zeros(3, 3), mode, norm_length=3)
     assert loss.item() == 0.0
 
 

@@ -15,7 +15,7 @@ N = 5  # valid tokens in the hand batch
 def loss_of(variant, hand, mode="token-mean", **hparams):
     loss, metrics = compute_policy_loss(
         variant, hand.log_probs, hand.old_log_probs, hand.advantages, hand.mask,
-        scores=hand.scores, loss_agg_mode=mode, **hparams,
+        scores=hand.scores, loss_agg_mode=mode, norm_length=3, **hparams,
     )
     return loss.item(), metrics
 

@@ -103,9 +103,12 @@ def accumulated_grad(variant, mode, n_micro, use_global=True):
     counts = {"global_num_tokens": count_tokens(mask), "global_num_seqs": count_seqs(mask)}
     total = 0.0
     for idx in torch.arange(B).chunk(n_micro):
+        # trimmed to the micro-batch's longest row, as the train backends do (batch.py)
+        w = max(int(mask[idx].sum(-1).max()), 1)
         loss, _ = compute_policy_loss(
-            variant, log_probs[idx], old[idx], adv[idx], mask[idx], scores=scores[idx],
-            loss_agg_mode=mode, **(counts if use_global else {}), **HPARAMS,
+            variant, log_probs[idx, :w], old[idx, :w], adv[idx, :w], mask[idx, :w],
+            scores=scores[idx], loss_agg_mode=mode, norm_length=T,
+            **(counts if use_global else {}), **HPARAMS,
         )
         loss.backward()
         total += loss.item()

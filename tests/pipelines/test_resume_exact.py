@@ -27,6 +27,8 @@ def sim_run(out: Path, ratio: float, max_steps: int, **top) -> Path:
     cfg = sim_config(out, ratio, gen_s=0.01, train_s=0.05, max_steps=max_steps,
                      eval_steps=0, **{"save_steps": 0, **top})
     cfg["actor_infer"]["infer_batch_size"] = 1  # 8 chunks per batch for one infer worker
+    # a decaying schedule: sim_train reports its actor/lr, whose horizon resume must keep
+    cfg["actor_train"]["training_args"]["lr_scheduler_type"] = "cosine"
     return run(load_config_dict(cfg))
 
 
@@ -58,9 +60,10 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     version 2, not 3) part-way through batch 4, then resumed in place from that checkpoint
     (as after a kill): the same numbers as the uninterrupted run, every group trained once.
     The checkpoint is a mid-run one: at the end of a run no batch past the last is started,
-    so a final checkpoint is never part-way through one."""
+    so a final checkpoint is never part-way through one. The resumed run stops earlier
+    (max_steps 4 of 5) on the same cosine learning-rate curve: the horizon is the run's."""
     out, whole = tmp_path / "run", tmp_path / "whole"
-    sim_run(out, 0.0, max_steps=4, model_update_frequency=2, save_steps=3)
+    sim_run(out, 0.0, max_steps=5, model_update_frequency=2, save_steps=3)
     state = json.loads((out / "checkpoint-3" / "pipeline_state.json").read_text())
     assert (state["step"], state["version"]) == (3, 2)
     # actor_infer's weights (step 2's) are kept: sim_infer's responses depend on them
@@ -68,9 +71,10 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     assert state["next_seq"] >= 3 * BATCH  # usually part-way into batch 4 (its first chunks)
     sim_run(out, 0.0, max_steps=4, model_update_frequency=2,
             resume_from_checkpoint=str(out / "checkpoint-3"))
-    sim_run(whole, 0.0, max_steps=4, model_update_frequency=2)
+    sim_run(whole, 0.0, max_steps=5, model_update_frequency=2)
     assert sorted(metrics(out)) == [1, 2, 3, 4]  # one row per step, none repeated
-    assert metrics(out) == metrics(whole)
+    assert metrics(out) == {s: m for s, m in metrics(whole).items() if s <= 4}
+    assert metrics(out)[4]["actor/lr"] < metrics(out)[3]["actor/lr"]  # it decays
     assert_each_group_trained_once(out, 4)
 
 

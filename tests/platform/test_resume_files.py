@@ -8,9 +8,14 @@ import pytest
 
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
-from flywheel.platform.checkpoint import complete_checkpoints, prune_checkpoints, writing_checkpoint
+from flywheel.platform.checkpoint import (
+    PIPELINE_STATE,
+    complete_checkpoints,
+    prune_checkpoints,
+    writing_checkpoint,
+)
 from flywheel.platform.config import ConfigError
-from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
 
 
 def save(run_dir, step):
@@ -65,3 +70,20 @@ def test_records_cut_back_to_the_checkpoint(tmp_path):
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
     assert steps == [0, 1, 2]
     assert [json.loads(line)["seq"] for line in (tmp_path / "samples.jsonl").open()] == [0, 3]
+
+
+def test_schedule_keeps_the_first_starts_horizon(tmp_path):
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    (ckpt / PIPELINE_STATE).write_text(json.dumps({"step": 3, "schedule_steps": 6}))
+
+    def steps(max_steps, schedule="cosine"):
+        return schedule_steps(load_config_dict({"max_steps": max_steps, "actor_train": {
+            "training_args": {"lr_scheduler_type": schedule}}}), ckpt)
+
+    assert steps(4) == 6  # stopping earlier: the same curve
+    assert steps(6) == 6
+    with pytest.raises(ConfigError, match=r"^max_steps: is 9, past the 6 steps .* cosine"):
+        steps(9)
+    assert steps(9, "constant") == 9  # a flat rate has no end to run past
+    assert schedule_steps(load_config_dict({"max_steps": 4}), None) == 4  # a fresh run

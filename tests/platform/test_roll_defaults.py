@@ -77,3 +77,21 @@ def test_agentic_turn_budget_is_the_smaller_of_roll_s_two(tmp_path):
     assert "max_new_tokens" not in conversion.data["actor_infer"]["generating_args"]
     assert cfg.actor_infer.generating_args.temperature == 0.95  # ROLL's sampling default
     assert "prompt_length" not in conversion.data  # ROLL's 1024 would do nothing here
+
+
+def test_init_kl_coef_without_roll_s_switch_penalises_nothing(tmp_path):
+    """ROLL applies init_kl_coef to the rewards only under add_token_level_kl: true; a file
+    that writes the coefficient (and an adaptive target) without it trains with no penalty
+    there, so the converted file has none either, and says why."""
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo", "init_kl_coef": 0.2, "target_kl": 0.1,
+        "add_token_level_kl": False,
+        "reference": {"strategy_args": {"strategy_name": "hf_train"}}})
+    assert cfg.init_kl_coef == 0.0 and cfg.target_kl is None
+    assert any(d.startswith("init_kl_coef: 0.2 not applied: ROLL penalises rewards with it "
+                            "only under add_token_level_kl: true") for d in conversion.dropped)
+    assert any(d.startswith("target_kl: not read here") for d in conversion.dropped)
+    on, cfg = convert(tmp_path, {"adv_estimator": "grpo", "init_kl_coef": 0.2,
+                                 "add_token_level_kl": True,
+                                 "reference": {"strategy_args": {"strategy_name": "hf_train"}}})
+    assert cfg.init_kl_coef == 0.2

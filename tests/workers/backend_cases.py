@@ -7,6 +7,9 @@ and weights against hf_train on the same batch, so every backend agrees with eve
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 
 from flywheel.algorithms import PolicyLossParams
@@ -57,6 +60,53 @@ def make_rl_batch(model_path: str) -> TokenBatch:
     advantages = torch.randn(len(batch), 1, generator=generator)  # [B, 1]
     batch.advantages = advantages * batch.response_mask  # [B, L]
     return batch
+
+
+DR_GRPO_BUDGET = 6  # make_rl_batch's max_new_tokens: Dr. GRPO's constant (norm_length)
+
+
+def dr_grpo_loss() -> ActorLoss:
+    return ActorLoss("ppo", PolicyLossParams(), "seq-mean-token-sum-norm",
+                     norm_length=DR_GRPO_BUDGET)
+
+
+def uneven(batch: TokenBatch) -> TokenBatch:
+    """The first half of the rows cut to 2 response tokens, so the micro-batches the train
+    backends trim (TokenBatch.trimmed) differ in width: a loss normalised by the width
+    instead of one constant changes with how the rows are split."""
+    cut = batch.response_mask.cumsum(-1) > 2  # [B, L]
+    cut[len(batch) // 2:] = False
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        return torch.where(cut, torch.zeros_like(t), t)
+
+    return dataclasses.replace(batch, input_ids=keep(batch.input_ids),
+                               attention_mask=keep(batch.attention_mask),
+                               response_mask=keep(batch.response_mask),
+                               advantages=keep(batch.advantages))
+
+
+def dr_grpo_grad_norm(model_path: str, batch: TokenBatch) -> float:
+    """The gradient norm of a Dr. GRPO step on `uneven(batch)` taken as ONE micro-batch
+    by hf_train: what every backend's split of the same rows must reproduce."""
+    whole = hf_trainer(model_path, per_device=len(batch), accum=1)
+    return whole.train_step(uneven(batch), dr_grpo_loss())["actor/grad_norm"]
+
+
+def check_dr_grpo_step(model_path: str, batch: TokenBatch, hf: HFTrainStrategy,
+                       cluster: Cluster) -> None:
+    """One Dr. GRPO step on `uneven(batch)` by hf_train (4 micro-batches) and by `cluster`
+    (its own split and trimming): both give the one-micro-batch gradient norm. Both take
+    the step, so they stay in step for the parity checks that follow."""
+    want = dr_grpo_grad_norm(model_path, batch)
+    short = uneven(batch)
+    ref = hf.train_step(short, dr_grpo_loss())
+    got = rank_mean(cluster.scatter("train_step", short.shard(cluster.world_size),
+                                    loss_fn=dr_grpo_loss(), ppo_epochs=1))
+    print(f"Dr. GRPO grad norm: one micro-batch {want:.6f}, hf_train split "
+          f"{ref['actor/grad_norm']:.6f}, cluster {got['actor/grad_norm']:.6f}")
+    assert ref["actor/grad_norm"] == pytest.approx(want, rel=1e-5)
+    assert got["actor/grad_norm"] == pytest.approx(want, rel=1e-5)
 
 
 def rank_mean(per_rank: list[dict[str, float]]) -> dict[str, float]:

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 from backend_cases import (  # noqa: E402
     PARITY_ATOL,
     actor_loss,
+    check_dr_grpo_step,
     cluster_weights,
     hf_trainer,
     max_diff_on,
@@ -47,6 +48,7 @@ def test_two_zero_ranks_train_like_one_hf_rank(stage, train_cluster, tiny_model_
     log_probs = torch.cat(cluster.scatter("forward_logprobs", rl_batch.shard(2)))
     assert max_diff_on(rl_batch.attention_mask, log_probs,
                        rl_batch.old_log_probs) < PARITY_ATOL
+    check_dr_grpo_step(tiny_model_path, rl_batch, hf, cluster)
     loss, curve = actor_loss(), []
     for _ in range(STEPS):
         ref = hf.train_step(rl_batch, loss)

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 from backend_cases import (  # noqa: E402
     PARITY_ATOL,
     actor_loss,
+    check_dr_grpo_step,
     cluster_weights,
     hf_trainer,
     make_rl_batch,
@@ -125,6 +126,7 @@ def follows_hf_train(cluster, model_path: str, batch, steps: int = STEPS) -> dic
     log_probs = torch.cat(cluster.scatter("forward_logprobs", batch.shard(world)))
     diffs = {"logprobs": max_diff_on(batch.attention_mask, log_probs,
                                      hf.forward_logprobs(batch))}
+    check_dr_grpo_step(model_path, batch, hf, cluster)
     loss = actor_loss(entropy_coef=0.01)
     diffs["loss"] = diffs["grad_norm"] = 0.0
     for _ in range(steps):

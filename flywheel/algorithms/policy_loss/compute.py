@@ -37,6 +37,7 @@ def compute_policy_loss(
     loss_agg_mode: str = "seq-mean-token-mean",
     global_num_tokens: Count | None = None,
     global_num_seqs: Count | None = None,
+    norm_length: int | None = None,
     token_weights: Tensor | None = None,
     params: PolicyLossParams | None = None,
     loss_fn: PolicyLossFn | None = None,
@@ -53,7 +54,8 @@ def compute_policy_loss(
         advantages: A [B, T] token-level, or [B] broadcast over tokens (detached here).
         response_mask: [B, T], nonzero where the token is trained on.
         scores: per-sample scores [B]; required by `topr` (positive if > 0).
-        loss_agg_mode / global_num_tokens / global_num_seqs: see `aggregate_loss`.
+        loss_agg_mode / global_num_tokens / global_num_seqs / norm_length: see
+            `aggregate_loss`.
         token_weights: optional constant per-token weights [B, T] multiplied into the
             per-token loss before aggregation (e.g. `train_infer_mismatch_weights`: the
             decoupled-PPO weight π_prox / π_behav, staleness and kernel mismatch together).
@@ -94,7 +96,8 @@ def compute_policy_loss(
     if token_weights is not None:
         loss_mat = loss_mat * token_weights.detach()  # [B, T]
     loss = aggregate_loss(loss_mat, valid, loss_agg_mode, global_num_tokens=global_num_tokens,
-                          global_num_seqs=global_num_seqs)
+                          global_num_seqs=global_num_seqs,
+                          norm_length=norm_length)
     return loss, _metrics(loss, log_probs, old_log_probs, valid, flags)
 
 

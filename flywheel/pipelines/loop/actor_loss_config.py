@@ -7,6 +7,7 @@ from dataclasses import fields
 from flywheel.algorithms import PolicyLossParams, get_policy_loss
 from flywheel.algorithms.policy_loss.registry import policy_loss_spec
 from flywheel.platform.config.catalogs import entry_settings
+from flywheel.platform.config.derived import loss_norm_length
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.actor_loss import ActorLoss
 
@@ -27,7 +28,7 @@ def build_actor_loss(cfg: PipelineConfig) -> ActorLoss:
                          "actor_train.pg_variant_args", f"pg_variant {at.pg_variant}")
     return ActorLoss(
         pg_variant=at.pg_variant, params=policy_loss_params(cfg) if own is None else own,
-        loss_agg_mode=at.loss_agg_mode,
+        loss_agg_mode=at.loss_agg_mode, norm_length=loss_norm_length(cfg),
         kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0,
         kl_loss_type=cfg.kl_loss_type, entropy_loss_coef=cfg.entropy_loss_coef,
         policy_loss=get_policy_loss(at.pg_variant),  # here, where it was registered

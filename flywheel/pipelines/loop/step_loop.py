@@ -49,7 +49,7 @@ from flywheel.pipelines.loop.sample_ledger import SampleLedger
 from flywheel.pipelines.loop.seams import G, Rollout, W
 from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.roles.roles import Roles
-from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
+from flywheel.platform.checkpoint import PIPELINE_STATE, prune_checkpoints, writing_checkpoint
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.config.derived import (
     infer_is_correction,
@@ -316,13 +316,14 @@ class StepLoop(Generic[W, G]):
             state = {"step": self.step, "version": self.version,
                      "next_batch": generator.next_batch, "next_seq": self.next_seq,
                      "kl_coef": self.kl_ctl.value,
+                     "schedule_steps": self.roles.schedule_steps,
                      "buffer": [self.rollout.group_state(g) for g in self.buffer.snapshot()],
                      "saved_at": time.time()}
-            (tmp / "pipeline_state.json").write_text(json.dumps(state))
+            (tmp / PIPELINE_STATE).write_text(json.dumps(state))
         prune_checkpoints(self.output_dir, self.cfg.save_total_limit)
 
     def load_checkpoint(self, path: Path) -> None:
-        state = json.loads((path / "pipeline_state.json").read_text())
+        state = json.loads((path / PIPELINE_STATE).read_text())
         self.roles.actor_train.load(str(path / "actor_train"))
         if self.roles.critic is not None:
             self.roles.critic.load(str(path / "critic"))

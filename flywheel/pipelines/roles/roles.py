@@ -103,6 +103,9 @@ class Roles:
     rewards: dict[str, RewardRole]
     placement: DevicePlacement
     all: list[Cluster] = field(default_factory=list)
+    # the train steps the learning-rate schedules were sized for; kept in every checkpoint
+    # so a resumed run keeps the curve (platform/resume.py: schedule_steps)
+    schedule_steps: int = 0
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):  # a dead rank 0 left its files to the sweep
@@ -133,8 +136,9 @@ def actor_train_model(cfg: PipelineConfig, model_path: str) -> str:
 
 def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 log_dir: Path | None = None) -> Roles:
-    """Every role's cluster; `total_steps` is the run's number of train steps; `log_dir`:
-    where each worker's output goes (platform/backend_logs.py)."""
+    """Every role's cluster; `total_steps`: the train steps the learning-rate schedules
+    span (a resumed run's are its first start's); `log_dir`: where each worker's output
+    goes (platform/backend_logs.py)."""
     placement = place_devices(device_roles(cfg))
     cores = os.cpu_count() or 1
     default_threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
@@ -211,4 +215,5 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
             cluster.shutdown()
         placement.release()
         raise
-    return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started)
+    return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started,
+                 schedule_steps=total_steps)

@@ -36,7 +36,7 @@ from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
-from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
 from flywheel.platform.run_status import write_status
 from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
@@ -97,6 +97,7 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
 def run(cfg: PipelineConfig, config_path: str | None = None,
         address: str | None = None) -> Path:
     checkpoint, _ = prepare_resume(cfg, config_path)
+    horizon = schedule_steps(cfg, checkpoint)  # refused here, before anything starts
     output_dir, is_default = output_dir_for(cfg, checkpoint)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config_to_dict(cfg)
@@ -128,7 +129,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         if log_dir is not None:
             log_dir.mkdir(exist_ok=True)
             digest = WarningDigest(log_dir)
-        roles = start_roles(cfg, model_path, total_steps=cfg.max_steps, log_dir=log_dir)
+        roles = start_roles(cfg, model_path, total_steps=horizon,
+                            log_dir=log_dir)
         if log_dir is not None:
             _print_report(digest.report("at start-up"))
         write_status(output_dir, "running", nodes=role_nodes(roles))

@@ -48,6 +48,11 @@ def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
                           "per-turn advantages are computed from discounted env returns; "
                           "they do not combine with a KL reward penalty (init_kl_coef > 0; "
                           "use use_kl_loss instead) or with adv_estimator: gae")
+    if cfg.actor_train.loss_agg_mode == "seq-mean-token-sum-norm" and cfg.sequence_length is None:
+        raise ConfigError("", "actor_train.loss_agg_mode",
+                          "seq-mean-token-sum-norm (Dr. GRPO) divides every trajectory by one "
+                          "constant budget, which agentic runs take from sequence_length: "
+                          "set sequence_length")
     val_group = cfg.val_env_manager.group_size
     if cfg.val_batch_size % val_group:
         raise ConfigError("", "val_batch_size",

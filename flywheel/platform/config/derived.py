@@ -84,6 +84,16 @@ def context_length(cfg: PipelineConfig) -> int | None:
     return cfg.sequence_length
 
 
+def loss_norm_length(cfg: PipelineConfig) -> int | None:
+    """Dr. GRPO's constant (`loss_agg_mode: seq-mean-token-sum-norm`, arXiv 2503.20783 §3.1:
+    divide each sequence's token sum by the generation budget, not by its length): RLVR's
+    response_length; agentic: sequence_length, the trajectory budget (the checks refuse the
+    mode without it). None under the other modes, which do not read it."""
+    if cfg.actor_train.loss_agg_mode != "seq-mean-token-sum-norm":
+        return None
+    return cfg.response_length if cfg.pipeline_type == "rlvr" else cfg.sequence_length
+
+
 def template_parts(template: str) -> list[tuple[str, str | None]]:
     """(literal text, placeholder or None) pairs of a judge's `prompt_template`, or
     ValueError (one line) for anything but a bare {prompt} / {response} / {reference}: no

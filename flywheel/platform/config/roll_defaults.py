@@ -139,7 +139,19 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     """The three passes (and the reference's backend), in order."""
     turn_budget(data, out)
     reference_backend(out)
+    kl_reward_penalty(data, out)
     drop_inert(out, write_roll_defaults(data, out))
+
+
+def kl_reward_penalty(data: dict[str, Any], out: Conversion) -> None:
+    """ROLL subtracts init_kl_coef x KL from the rewards only with add_token_level_kl: true;
+    flywheel does whenever init_kl_coef > 0. Without the switch the coefficient is inert in
+    ROLL, so it goes (and the keys of the penalty with it, as inert, in drop_inert)."""
+    if data.get("add_token_level_kl") is not True and "init_kl_coef" in out.data:
+        value = out.data.pop("init_kl_coef")
+        out.dropped.append(f"init_kl_coef: {value!r} not applied: ROLL penalises rewards with "
+                           f"it only under add_token_level_kl: true, which this file does not "
+                           f"set")
 
 
 def reference_backend(out: Conversion) -> None:

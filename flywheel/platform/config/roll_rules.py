@@ -112,7 +112,9 @@ TOP: dict[str, Rule] = {
     "enable_reference": Drop("flywheel starts a reference role when the file declares one"),
     "enable_old_logprobs_recompute": Drop("flywheel always computes the old log-probs"),
     "force_disable_old_logprobs_recompute": Drop("flywheel always computes the old log-probs"),
-    "add_token_level_kl": Drop("flywheel applies the KL reward penalty when init_kl_coef > 0"),
+    "add_token_level_kl": Drop("ROLL's switch of the KL reward penalty: flywheel penalises when "
+                               "init_kl_coef > 0, so init_kl_coef is kept only where this is "
+                               "true"),
     "val_greedy": Drop("flywheel's validation decodes greedily unless "
                        "validation.generating_args.do_sample is set"),
     "val_n_sample": Missing("several samples per validation prompt (val_n_sample)"),

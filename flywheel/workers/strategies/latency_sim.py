@@ -46,7 +46,7 @@ from flywheel.workers.strategies.base import (
     SamplingParams,
 )
 from flywheel.workers.strategies.hf_model import load_tokenizer
-from flywheel.workers.strategies.train_loop import check_finite
+from flywheel.workers.strategies.train_loop import build_schedule, check_finite
 
 KNOBS = {"seconds_per_prompt": 0.0, "seconds_per_step": 0.0, "jitter": 0.0, "fail_at_call": 0,
          "hang_at_call": 0, "nan_at_call": 0}
@@ -122,6 +122,10 @@ class SimTrainStrategy:
         self.vocab = len(load_tokenizer(model_path))
         self.latency = _Latency(cfg, seed)
         self.steps = 0
+        # the learning-rate curve a real backend would follow (one optimizer step per
+        # train step), reported as actor/lr: the schedule's horizon is the loop's to keep
+        self.horizon, self.args = total_steps, cfg.training_args
+        self.optimizer, self.scheduler = self._schedule_after(0)
 
     def forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return _uniform_logprobs(batch, self.vocab)
@@ -134,7 +138,10 @@ class SimTrainStrategy:
     def train_step(self, batch: TokenBatch, loss_fn: object, ppo_epochs: int = 1) -> dict:
         self.latency.spend(self.latency.knobs["seconds_per_step"], "train_step")
         self.steps += 1
-        metrics = {"pg/loss": 0.0, "actor/optimizer_steps": 1.0}
+        self.optimizer.step()
+        self.scheduler.step()
+        metrics = {"pg/loss": 0.0, "actor/optimizer_steps": 1.0,
+                   "actor/lr": self.scheduler.get_last_lr()[0]}
         if self.latency.calls == self.latency.knobs["nan_at_call"]:
             metrics["pg/loss"] = math.nan
         check_finite(metrics, optimizer_step=1)
@@ -160,6 +167,16 @@ class SimTrainStrategy:
     def load(self, path: str) -> None:
         with open(os.path.join(path, "sim_state.json")) as f:
             self.steps = json.load(f)["steps"]
+        self.optimizer, self.scheduler = self._schedule_after(self.steps)
+
+    def _schedule_after(self, steps: int):
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)],
+                                    lr=self.args.learning_rate)
+        scheduler = build_schedule(optimizer, self.args, self.horizon)
+        for _ in range(steps):
+            optimizer.step()
+            scheduler.step()
+        return optimizer, scheduler
 
 
 def _uniform_logprobs(batch: TokenBatch, vocab: int) -> torch.Tensor:
