@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from flywheel.platform.config.schema import RewardConfig
+from flywheel.platform.liveness import doing
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.rewards.time_limit import START_TIMEOUT_S, TimeLimitedScorer
 from flywheel.workers.role_worker import RoleWorker
@@ -28,4 +29,6 @@ class RewardWorker(RoleWorker):
                                         start_timeout_s, build)
 
     def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
-        return self.scorer.score(items)
+        # each scored sample ticks (time_limit.py): a long batch that moves is not a stall
+        with doing(f"scoring {len(items)} samples with {self.scorer.cfg.reward_type}"):
+            return self.scorer.score(items)

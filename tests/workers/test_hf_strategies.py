@@ -7,6 +7,7 @@ from backend_cases import uneven
 
 from flywheel.algorithms import PolicyLossParams
 from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.platform.liveness import snapshot
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.base import SamplingParams
@@ -125,3 +126,13 @@ def test_weight_update_changes_generation(tiny_model_path):
     assert torch.allclose(trained.forward_logprobs(batch)[mask], batch.infer_log_probs[mask],
                           atol=1e-5)
     assert [g.log_probs for g in before] != [g.log_probs for g in after]
+
+
+def test_generate_reports_progress_per_decoded_token(tiny_model_path):
+    """hf_infer's generate ticks each decoding step (platform/liveness.py), so a long call
+    that keeps producing tokens is not taken for a stalled one."""
+    infer = _infer(tiny_model_path)
+    before, _ = snapshot()
+    gens = infer.generate(PROMPTS, SamplingParams(max_new_tokens=6, n=1, seed=1))
+    steps = max(len(g.token_ids) for g in gens)
+    assert snapshot()[0] - before >= steps

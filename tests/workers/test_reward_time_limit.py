@@ -133,3 +133,22 @@ def test_reward_worker_on_ray_scores_under_the_limit(ray_session):
     finally:
         cluster.shutdown()
     assert leftover_sandbox_processes() == {}
+
+
+def test_a_slow_reward_that_keeps_scoring_is_not_a_stall(ray_session):
+    """timeouts.score_s bounds how long a reward worker may go without finishing a sample,
+    not a whole call: 8 samples of 0.25 s (2 s) against a 1 s limit are waited for."""
+    from flywheel.pipelines.roles.handles import RewardRole
+    from flywheel.platform.resources import RoleDevices
+    from flywheel.workers.reward_worker import RewardWorker
+
+    cfg = RewardConfig(reward_type="slow", sample_timeout_s=5.0)
+    role = RewardRole.create("rewards.slow", RewardWorker, RoleDevices("rewards.slow", (0,)),
+                             None, timeout_s=1.0,
+                             init_kwargs=dict(reward_type="slow", cfg=cfg,
+                                              build="tests.workers.slow_reward:build"))
+    try:
+        results = role.get(role.score(0, [("q", "r", "a")] * 8), 0)
+        assert [r.score for r in results] == [1.0] * 8
+    finally:
+        role.shutdown()

@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from flywheel.platform.config.schema import RewardConfig
+from flywheel.platform.liveness import tick
 from flywheel.workers.rewards.registry import reward_spec
 from flywheel.workers.rewards.result import RewardResult
 
@@ -153,9 +154,11 @@ class TimeLimitedScorer:
                 item = child.item
                 if child.out_fd in ready:
                     results[item] = self._answer(slot, child)
+                    tick()  # a scored sample is progress (platform/liveness.py)
                 elif time.monotonic() >= child.deadline:
                     results[item] = RewardResult(0.0, {"timed_out": True})
                     self._replace(slot)
+                    tick()  # so is one given up on
         return results
 
     def close(self) -> None:

@@ -29,10 +29,11 @@ import logging
 from collections.abc import Iterable
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import WorkerConfig
+from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import (
@@ -116,6 +117,7 @@ class HFInferStrategy(InferStrategy):
             input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
             generation_config=self.generation_config(sampling, stop_ids),
             tokenizer=self.tokenizer,  # stop_strings need it
+            stopping_criteria=StoppingCriteriaList([TickPerToken()]),
         )
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
         rows, ends = [], []
@@ -182,3 +184,12 @@ class HFInferStrategy(InferStrategy):
             return "no-op on cpu: nothing on an accelerator to free"
         self.model.to(self.device)
         return f"model to {self.device}"
+
+
+class TickPerToken(StoppingCriteria):
+    """Stops nothing: reports each decoding step as progress, so a long `generate` that
+    keeps producing tokens is told apart from a stalled one (platform/liveness.py)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        tick()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)

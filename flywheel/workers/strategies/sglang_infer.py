@@ -28,6 +28,7 @@ strings (cut at the completing token, `stops.response_end`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ import torch
 from sglang.srt.server_args import ServerArgs
 
 from flywheel.platform.config.schema import WorkerConfig
+from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -90,6 +92,19 @@ class SGLangInferStrategy(InferStrategy):
         self.eos_id = self.tokenizer.eos_token_id
         self.version = 0
 
+    async def _generate_ticking(self, requests: list[list[int]], params: list[dict]
+                                ) -> list[dict]:
+        """All requests at once (SGLang batches them), each a progress tick as it finishes
+        (platform/liveness.py), so a long call that keeps finishing samples is not a stall."""
+        async def one(ids: list[int], p: dict) -> dict:
+            out = await self.engine.async_generate(input_ids=ids, sampling_params=p,
+                                                   return_logprob=True)
+            tick()
+            return out
+
+        return list(await asyncio.gather(*(one(r, p) for r, p in zip(requests, params,
+                                                                     strict=True))))
+
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         if sampling.do_sample and (sampling.top_k > 0 or sampling.top_p < 1.0):
             raise ValueError("sglang: generating_args.top_k / top_p: SGLang's log-probs "
@@ -111,8 +126,8 @@ class SGLangInferStrategy(InferStrategy):
                     "stop": list(sampling.stop_strings) or None,
                     "sampling_seed": request_seed(sampling.seed, i * sampling.n + j),
                 })
-        outputs = self.engine.generate(input_ids=requests, sampling_params=params,
-                                       return_logprob=True)
+        outputs = asyncio.get_event_loop().run_until_complete(
+            self._generate_ticking(requests, params))
         gens = []
         for index, out in enumerate(outputs):
             meta = out["meta_info"]
