@@ -225,3 +225,37 @@ def test_zero3_with_torch_adam_cannot_free_memory_between_phases():
     assert "FusedAdam" in error.message and "offload_between_phases: false" in error.message
     load_config_dict(zero(3, offload_between_phases=False))
     load_config_dict(zero(2))
+
+
+@pytest.mark.parametrize(("role", "strategy", "extra", "refusal"), [
+    ("actor_train", "deepspeed_train", {"zero_stage": 5},
+     "actor_train.strategy_args.strategy_config.zero_stage: expected 0, 1, 2 or 3, got 5"),
+    ("critic", "deepspeed_train", {"zero_stage": 2, "offload_param": True},
+     "critic.strategy_args.strategy_config.offload_param: parameter offload needs zero_stage: 3"),
+    ("actor_train", "megatron_train", {"context_parallel_size": 2},
+     "actor_train.strategy_args.strategy_config.context_parallel_size: only 1 is supported"),
+    ("actor_train", "megatron_train", {"use_distributed_optimizer": True},
+     "actor_train.strategy_args.strategy_config.use_distributed_optimizer: a memory saving"),
+    ("actor_infer", "vllm", {"seed": 3},
+     "actor_infer.strategy_args.strategy_config.seed: vllm takes it from the top-level seed"),
+    ("actor_infer", "sglang", {"random_seed": 3},
+     "actor_infer.strategy_args.strategy_config.random_seed: sglang takes it from the top-level"),
+])
+def test_what_a_backend_refuses_at_start_is_refused_at_load(role, strategy, extra, refusal):
+    """Each backend's light config_check (workers/strategies/registry.py) runs in the
+    loader, so `platform validate` refuses what the backend would refuse when it starts."""
+    data = {role: {"strategy_args": {"strategy_name": strategy, "strategy_config": extra}}}
+    if role == "critic":
+        data["adv_estimator"] = "gae"
+    with pytest.raises(ConfigError) as e:
+        load_config_dict(data)
+    assert str(e.value).startswith(f"<dict>: {refusal}"), str(e.value)
+
+
+def test_sglang_sampling_a_truncated_distribution_is_refused_at_load():
+    with pytest.raises(ConfigError, match="^<dict>: validation.generating_args.top_p: SGLang"):
+        load_config_dict({
+            "actor_infer": {"strategy_args": {"strategy_name": "sglang"}},
+            "validation": {"data_args": {"file_name": ["v.jsonl"]},
+                           "generating_args": {"do_sample": True, "top_p": 0.9}},
+            "eval_steps": 1})

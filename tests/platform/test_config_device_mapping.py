@@ -94,10 +94,10 @@ def test_loader_error_names_file_and_key_path():
 
 
 def test_a_key_named_device_mapping_in_free_form_config_is_left_alone():
-    cfg = load_config_dict({"actor_train": {"strategy_args": {
-        "strategy_name": "deepspeed_train",  # hf_train takes no strategy_config keys
-        "strategy_config": {"device_mapping": "anything"}}}})
-    assert cfg.actor_train.strategy_args.strategy_config == {"device_mapping": "anything"}
+    # vllm's keys are its engine's own, checked where vllm runs (engine_options.py)
+    cfg = load_config_dict({"actor_infer": {"strategy_args": {
+        "strategy_name": "vllm", "strategy_config": {"device_mapping": "anything"}}}})
+    assert cfg.actor_infer.strategy_args.strategy_config == {"device_mapping": "anything"}
 
 
 @given(st.text(alphabet="list(range)[]0123456789,+ -.*_'a", max_size=40))

@@ -19,13 +19,13 @@ def test_whole_value_reference_keeps_the_type():
 def test_reference_to_a_mapping_copies_it():
     cfg = load_config_dict({
         "actor_train": {"strategy_args": {"strategy_name": "deepspeed_train",
-                                          "strategy_config": {"zero": 1}}},
+                                          "strategy_config": {"zero_stage": 1}}},
         "reference": {"strategy_args": "${actor_train.strategy_args}"},
         "use_kl_loss": True,
     })
     assert cfg.reference.strategy_args == cfg.actor_train.strategy_args
-    cfg.reference.strategy_args.strategy_config["zero"] = 2  # a copy, not the same dict
-    assert cfg.actor_train.strategy_args.strategy_config == {"zero": 1}
+    cfg.reference.strategy_args.strategy_config["zero_stage"] = 2  # a copy, not the same dict
+    assert cfg.actor_train.strategy_args.strategy_config == {"zero_stage": 1}
 
 
 def test_embedded_reference_is_stringified_in_yaml_spelling():

@@ -62,13 +62,13 @@ def test_override_creates_an_absent_block():
 
 def test_override_creates_keys_in_free_form_mappings():
     cfg = load_config_dict({}, overrides=[
-        "actor_train.strategy_args.strategy_name=deepspeed_train",  # hf_train takes no keys
-        "actor_train.strategy_args.strategy_config.zero_stage=3",
-        "actor_train.strategy_args.strategy_config.offload.params=true",
+        "actor_infer.strategy_args.strategy_name=vllm",  # its keys: checked where it runs
+        "actor_infer.strategy_args.strategy_config.max_num_seqs=3",
+        "actor_infer.strategy_args.strategy_config.compilation_config.level=0",
         "rewards.code.reward_type=math_rule",
     ])
-    assert cfg.actor_train.strategy_args.strategy_config == {"zero_stage": 3,
-                                                             "offload": {"params": True}}
+    assert cfg.actor_infer.strategy_args.strategy_config == {"max_num_seqs": 3,
+                                                             "compilation_config": {"level": 0}}
     # A rewards block written anywhere (file or command line) replaces the default one.
     assert set(cfg.rewards) == {"code"}
 

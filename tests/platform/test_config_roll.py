@@ -1,15 +1,47 @@
-"""The ROLL seed's RLVR example loads as written; what this machine lacks is only warned about."""
+"""The ROLL seed's RLVR example: what flywheel's backends would refuse at start is refused
+by the loader, one line at a time; with those settings changed it loads, and what this
+machine lacks is only warned about."""
 
 from pathlib import Path
 
+import pytest
+
 from flywheel.pipelines.config import check_environment, load_config
+from flywheel.platform.config import ConfigError
 from flywheel.platform.config.environment_checks import cuda_device_count, is_importable
 
 ROLL = Path(__file__).parents[1] / "data" / "configs" / "roll"
 
 
-def test_roll_rlvr_async_example_loads_as_written():
-    cfg = load_config(ROLL / "rlvr_config_async.yaml")
+MEGATRON = "actor_train.strategy_args.strategy_config."
+NO_SP = [f"{MEGATRON}sequence_parallel=false", f"{MEGATRON}use_distributed_optimizer=false"]
+UNTRUNCATED = ["actor_infer.generating_args.top_k=-1", "actor_infer.generating_args.top_p=1.0"]
+FITS = NO_SP + UNTRUNCATED
+# (overrides, the refusal the loader reports then), one at a time
+REFUSALS = [
+    ([], f"{MEGATRON}sequence_parallel: a memory saving"),
+    (NO_SP[:1], f"{MEGATRON}use_distributed_optimizer: a memory saving"),
+    (NO_SP, f"{MEGATRON}tensor_model_parallel_size: top_k / top_p log-probs need the whole "
+            f"vocabulary on one rank"),
+    (NO_SP + [f"{MEGATRON}tensor_model_parallel_size=1"],
+     "actor_infer.generating_args.top_k: SGLang's log-probs leave out its top-k / top-p "
+     "truncation"),
+]
+
+
+def test_roll_rlvr_async_example_is_refused_for_what_its_backends_cannot_do():
+    """megatron_train's sequence_parallel / use_distributed_optimizer (memory savings it
+    does not implement), tensor parallelism under top-k / top-p sampling, and sglang's
+    log-probs of a truncated distribution: refused by the loader, not at start."""
+    for overrides, refusal in REFUSALS:
+        with pytest.raises(ConfigError) as e:
+            load_config(ROLL / "rlvr_config_async.yaml", overrides)
+        assert str(e.value).startswith(f"{ROLL / 'rlvr_config_async.yaml'}: {refusal}") or \
+            str(e.value).startswith(f"command line: {refusal}"), str(e.value)
+
+
+def test_roll_rlvr_async_example_loads_with_those_settings_changed():
+    cfg = load_config(ROLL / "rlvr_config_async.yaml", FITS)
     assert cfg.pipeline_type == "rlvr"
     assert cfg.async_generation_ratio == 1.0
     assert cfg.adv_estimator == "reinforce"
@@ -29,7 +61,7 @@ def test_roll_rlvr_async_example_loads_as_written():
 
 def test_roll_rlvr_async_example_only_warns_about_this_machine(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # so the relative data file is surely absent
-    cfg = load_config(ROLL / "rlvr_config_async.yaml")
+    cfg = load_config(ROLL / "rlvr_config_async.yaml", FITS)
     warnings = check_environment(cfg)
     joined = "\n".join(warnings)
     assert "model '/data/cpfs_0/common/models/Qwen2.5-7B' not found" in joined

@@ -95,3 +95,23 @@ def test_init_kl_coef_without_roll_s_switch_penalises_nothing(tmp_path):
                                  "add_token_level_kl": True,
                                  "reference": {"strategy_args": {"strategy_name": "hf_train"}}})
     assert cfg.init_kl_coef == 0.2
+
+
+def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
+    """megatron's sequence_parallel / use_distributed_optimizer (memory savings, the same
+    updates) are dropped with the backend's reason; sglang sampling a top-k / top-p
+    truncated distribution becomes vllm, which gives that distribution's log-probs."""
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo",
+        "actor_train": {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {
+            "sequence_parallel": True, "use_distributed_optimizer": True}}},
+        "actor_infer": {"generating_args": {"top_k": 100, "top_p": 0.99},
+                        "strategy_args": {"strategy_name": "sglang",
+                                          "strategy_config": {"mem_fraction_static": 0.8}}}})
+    assert cfg.actor_train.strategy_args.strategy_config == {}
+    assert cfg.actor_infer.strategy_args.strategy_name == "vllm"
+    assert cfg.actor_infer.strategy_args.strategy_config == {}
+    assert any(d.startswith("actor_train.strategy_args.strategy_config.sequence_parallel: a "
+                            "memory saving") for d in conversion.dropped)
+    assert any(m.startswith("actor_infer.strategy_args.strategy_name: sglang -> vllm")
+               for m in conversion.mapped)

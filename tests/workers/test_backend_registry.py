@@ -75,7 +75,7 @@ def test_megatron_refuses_what_it_does_not_implement():
     def cfg(options):
         return WorkerConfig(strategy_args=StrategyArgs("megatron_train", options))
 
-    with pytest.raises(StrategyConfigError, match="use_distributed_optimizer: not supported"):
+    with pytest.raises(StrategyConfigError, match="use_distributed_optimizer: a memory saving"):
         strategy_options(cfg({"use_distributed_optimizer": True}))
     with pytest.raises(StrategyConfigError, match="unknown key for megatron_train"):
         strategy_options(cfg({"tensor_parallel_size": 2}))

@@ -147,6 +147,7 @@ class BackendEntry(Protocol):
     latency_only: bool  # no model: scheduling benchmarks and tests (latency_sim.py)
     requires: str | None  # module that must be importable to run it
     install_hint: str
+    config_check: str | None  # "module:function" of its light refusals (registry.py)
 
 
 class RewardEntry(Protocol):

@@ -14,12 +14,22 @@ one of those is a line in its own catalog, never a name here.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from flywheel.platform.config.agentic_checks import check_agentic
-from flywheel.platform.config.catalogs import BackendEntry, Catalog, Catalogs, entry_settings
+from flywheel.platform.config.catalogs import (
+    BackendEntry,
+    Catalog,
+    Catalogs,
+    entry_settings,
+    import_object,
+)
 from flywheel.platform.config.derived import (
     MEGATRON_PARALLEL_KEYS,
+    Role,
     data_parallel_size,
     devices,
+    is_rule_reward,
     model_parallel_size,
     offloads_between_phases,
     roles,
@@ -104,6 +114,8 @@ def check_strategies(cfg: PipelineConfig, catalogs: Catalogs) -> None:
                 name == StrategyArgs().strategy_name) else ""
             raise ConfigError("", key_path, f"'{name}'{unset} is a {kind} backend and cannot "
                                             f"run {role.kind}; it accepts {', '.join(allowed)}")
+        if not is_rule_reward(role, catalogs.rewards):  # a rule reward starts no backend
+            check_backend_config(role, backends.get(name, key_path), cfg)
         if isinstance(role.worker, RewardConfig):
             reward_type = role.worker.reward_type
             reward = catalogs.rewards.get(reward_type, f"{role.key_path}.reward_type")
@@ -113,6 +125,20 @@ def check_strategies(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     loss = catalogs.losses.get(variant, "actor_train.pg_variant")
     entry_settings(loss.settings, cfg.actor_train.pg_variant_args,
                    "actor_train.pg_variant_args", f"pg_variant {variant}")
+
+
+def check_backend_config(role: Role, backend: BackendEntry, cfg: PipelineConfig) -> None:
+    """What the role's backend would refuse at start, refused now (its `config_check`).
+    A key path that begins with a role field (strategy_args, generating_args) is the
+    role's; any other (validation.) is the config's."""
+    if backend.config_check is None:
+        return
+    try:
+        import_object(backend.config_check)(role.kind, role.worker, cfg)
+    except ConfigError as e:
+        own = e.key_path.split(".")[0] in {f.name for f in fields(role.worker)}
+        raise ConfigError("", f"{role.key_path}.{e.key_path}" if own else e.key_path,
+                          e.message) from None
 
 
 def check_device_groups(cfg: PipelineConfig) -> None:

@@ -84,6 +84,14 @@ def context_length(cfg: PipelineConfig) -> int | None:
     return cfg.sequence_length
 
 
+def truncated_sampling(cfg: PipelineConfig, validation: bool = False) -> bool:
+    """Whether actor_infer samples (training, or validation's sampling) from a top-k / top-p
+    truncated distribution, whose log-probs need the whole vocabulary at once."""
+    gen = cfg.validation.generating_args if validation and cfg.validation else (
+        cfg.actor_infer.generating_args)
+    return gen.do_sample and (gen.top_k > 0 or gen.top_p < 1.0)
+
+
 def loss_norm_length(cfg: PipelineConfig) -> int | None:
     """Dr. GRPO's constant (`loss_agg_mode: seq-mean-token-sum-norm`, arXiv 2503.20783 §3.1:
     divide each sequence's token sum by the generation budget, not by its length): RLVR's

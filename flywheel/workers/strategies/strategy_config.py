@@ -1,9 +1,12 @@
-"""Checking a backend's `strategy_args.strategy_config` when the backend starts.
+"""Checking a backend's `strategy_args.strategy_config`.
 
-The config loader passes `strategy_config` through untouched (the same YAML must validate
-on a laptop without vLLM or DeepSpeed), so each backend checks its own keys here, at
-start: an unknown key is an error that names the key path, the backend, the keys it
-knows and the closest match, instead of a typo that silently does nothing.
+Each backend declares its keys as defaults and its refusals in a light module (no torch,
+no backend package: `<backend>_options.py`), which `platform validate` runs through the
+backend catalog (registry.py `config_check`) and the backend runs again when it starts.
+An unknown key is an error that names the key path, the backend, the keys it knows and
+the closest match, instead of a typo that silently does nothing. vllm's and sglang's keys
+are their engines' own fields, known only where the package is installed: those two
+check unknown keys at start.
 
 A backend declares its keys as a dict of defaults (`None` = "unset: the backend decides")
 and gets back one merged dict; keys that flywheel sets itself (the model, its dtype, the
@@ -14,13 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.platform.config.errors import did_you_mean
+from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 KEY_PATH = "strategy_args.strategy_config"
 
 
-class StrategyConfigError(ValueError):
-    """A strategy_config key the backend does not know, or a value it cannot use."""
+class StrategyConfigError(ConfigError, ValueError):
+    """A strategy_config key the backend does not know, or a value it cannot use; its key
+    path is relative to the role (the config check prefixes the role's)."""
 
 
 def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any],
@@ -30,11 +34,12 @@ def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any]
     describes the accepted keys when listing them all would not help."""
     for key in given:
         if owned and key in owned:
-            raise StrategyConfigError(
-                f"{KEY_PATH}.{key}: {backend} takes it from {owned[key]}; set it there")
+            raise StrategyConfigError("", f"{KEY_PATH}.{key}",
+                                      f"{backend} takes it from {owned[key]}; set it there")
         if key not in defaults:
             raise StrategyConfigError(
-                f"{KEY_PATH}.{key}: unknown key for {backend}{did_you_mean(key, defaults)}; "
+                "", f"{KEY_PATH}.{key}",
+                f"unknown key for {backend}{did_you_mean(key, defaults)}; "
                 f"known keys: {known or ', '.join(sorted(defaults))}")
     return {**defaults, **given}
 
@@ -42,4 +47,4 @@ def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any]
 def require(condition: bool, key: str, message: str) -> None:
     """Raise a StrategyConfigError about `key` unless `condition` holds."""
     if not condition:
-        raise StrategyConfigError(f"{KEY_PATH}.{key}: {message}")
+        raise StrategyConfigError("", f"{KEY_PATH}.{key}", message)

@@ -77,16 +77,14 @@ from vllm.inputs import TokensPrompt
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
+from flywheel.workers.strategies.engine_options import VLLM_OWNED
 from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
 from flywheel.workers.strategies.vllm_engine_loop import EngineLoop, Sample
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-OWNED_KEYS = {"model": "the role's model_args.model_name_or_path (or pretrain)",
-              "dtype": "model_args.dtype", "seed": "the top-level seed",
-              "logprobs_mode": "flywheel (processed_logprobs, the trainer's quantity)",
-              "generation_config": "flywheel (generating_args only, never the model's file)"}
+OWNED_KEYS = VLLM_OWNED
 CPU_KV_CACHE_BYTES = 256 << 20
 CPU_BATCHED_TOKENS = 4096  # vLLM's own CPU default for max_num_batched_tokens
 SHM_DIR = "/dev/shm"

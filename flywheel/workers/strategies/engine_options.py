@@ -1,0 +1,49 @@
+"""What vllm and sglang refuse that can be told without their packages.
+
+Their strategy_config keys are their engines' own fields (vllm.EngineArgs, sglang
+ServerArgs), known only where the package is installed, so an unknown key is refused when
+the engine starts (vllm_infer.py, sglang_infer.py). The keys flywheel sets itself, and
+sglang's sampling limit, are refused here too, by `platform validate` (registry.py
+`config_check`). Key paths are the role's (`generating_args.top_k`) unless they start
+outside a role (`validation.`).
+"""
+
+from __future__ import annotations
+
+from flywheel.platform.config.derived import truncated_sampling
+from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.workers.strategies.strategy_config import KEY_PATH, StrategyConfigError
+
+VLLM_OWNED = {"model": "the role's model_args.model_name_or_path (or pretrain)",
+              "dtype": "model_args.dtype", "seed": "the top-level seed",
+              "logprobs_mode": "flywheel (processed_logprobs, the trainer's quantity)",
+              "generation_config": "flywheel (generating_args only, never the model's file)"}
+SGLANG_OWNED = {"model_path": "the role's model_args.model_name_or_path (or pretrain)",
+                "dtype": "model_args.dtype", "random_seed": "the top-level seed",
+                "skip_tokenizer_init": "flywheel (token ids in, token ids out)"}
+SGLANG_TRUNCATION = ("SGLang's log-probs leave out its top-k / top-p truncation, so "
+                     "training would use another distribution than the one sampled; use "
+                     "vllm or hf_infer, or unset top_k / top_p")
+
+
+def _owned(backend: str, worker: WorkerConfig, owned: dict[str, str]) -> None:
+    for key in worker.strategy_args.strategy_config:
+        if key in owned:
+            raise StrategyConfigError("", f"{KEY_PATH}.{key}",
+                                      f"{backend} takes it from {owned[key]}; set it there")
+
+
+def check_vllm(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
+    _owned("vllm", worker, VLLM_OWNED)
+
+
+def check_sglang(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
+    _owned("sglang", worker, SGLANG_OWNED)
+    if kind != "actor_infer":
+        return
+    if truncated_sampling(cfg):
+        key = "top_k" if cfg.actor_infer.generating_args.top_k > 0 else "top_p"
+        raise StrategyConfigError("", f"generating_args.{key}", SGLANG_TRUNCATION)
+    if cfg.validation is not None and truncated_sampling(cfg, validation=True):
+        key = "top_k" if cfg.validation.generating_args.top_k > 0 else "top_p"
+        raise StrategyConfigError("", f"validation.generating_args.{key}", SGLANG_TRUNCATION)

@@ -1,0 +1,56 @@
+"""megatron_train's strategy_config: its keys, their defaults, and what it refuses.
+
+Light (no torch, no megatron): `platform validate` runs `check` through the backend catalog
+(registry.py `config_check`), and the backend runs `strategy_options` again when it
+starts, so a config it would refuse at start is refused by validate first. What only the
+model can tell (layers per pipeline stage, heads and vocabulary per tensor rank) is checked
+at start (megatron_train.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flywheel.platform.config.derived import truncated_sampling
+from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.workers.strategies.strategy_config import checked_config, require
+
+DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+            "context_parallel_size": 1, "expert_model_parallel_size": 1,
+            "sequence_parallel": False, "use_distributed_optimizer": False,
+            "recompute_granularity": None}
+# Memory savings of Megatron's that this backend does not implement; without them the
+# updates are the same, only more memory is used.
+NOT_IMPLEMENTED = {
+    "sequence_parallel": "a memory saving (activations split across the tensor-parallel "
+                         "ranks) flywheel's megatron_train does not implement; the updates "
+                         "are the same without it: set false",
+    "use_distributed_optimizer": "a memory saving (AdamW state sharded across the "
+                                 "data-parallel ranks) flywheel's megatron_train does not "
+                                 "implement; the updates are the same without it: set false",
+}
+
+
+def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
+    options = checked_config("megatron_train", strategy_config, DEFAULTS)
+    for key in ("context_parallel_size", "expert_model_parallel_size"):
+        require(options[key] == 1, key, "only 1 is supported by flywheel's megatron_train")
+    for key, why in NOT_IMPLEMENTED.items():
+        require(not options[key], key, why)
+    require(options["recompute_granularity"] in (None, "full", "selective"),
+            "recompute_granularity", "expected full, selective or null")
+    return options
+
+
+def check(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
+    """`kind`: the role kind (derived.Role.kind). A policy role scores tokens under the
+    sampled distribution, which top-k / top-p truncate: that needs the whole vocabulary on
+    one rank."""
+    options = strategy_options(worker.strategy_args.strategy_config)
+    require(not (kind in ("actor_train", "reference") and truncated_sampling(cfg)
+                 and options["tensor_model_parallel_size"] > 1),
+            "tensor_model_parallel_size", TRUNCATED_TP)
+
+
+TRUNCATED_TP = ("top_k / top_p log-probs need the whole vocabulary on one rank: use "
+                "tensor_model_parallel_size 1, or sample without top_k / top_p")
