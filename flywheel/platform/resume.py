@@ -39,6 +39,7 @@ SAFE_KEYS = frozenset({
     "val_batch_size", "validation", "tracking", "track_with", "tracker_kwargs",
     "logging_dir", "resume_from_checkpoint", "output_dir", "timeouts", "ray",
     "weight_sync_bucket_mb",  # the synced weights are the same whatever the bucket size
+    "weight_sync_carrier",  # and whatever carries them
 })
 # Records cut back to the checkpoint's step (each row has a "step").
 STEP_RECORDS = ("metrics.jsonl", "sample_texts.jsonl")

@@ -1,6 +1,7 @@
-"""A short RLVR run with its weight syncs forced onto a collective group (gloo on CPU;
-GPUs take NCCL: workers/weight_broadcast.py) trains exactly as the default carrier does:
-the same metrics and the same samples, step for step."""
+"""A short RLVR run with its weight syncs on a collective group (`weight_sync_carrier:
+collective`: gloo on CPU, NCCL on GPUs, workers/weight_broadcast.py) or on the object store
+trains exactly as the default carrier (shared memory here) does: the same metrics and the
+same samples, step for step."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.pipelines.roles import roles
 from flywheel.pipelines.run.launch import run
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"
 TIMING = ("time/", "throughput/", "idle/")  # wall clock: differs from run to run
 
 
-def small_run(out: Path) -> tuple[list[dict], str]:
-    overrides = [f"output_dir={out}", "max_steps=3", "eval_steps=0", "validation=null",
+def small_run(out: Path, carrier: str = "auto") -> tuple[list[dict], str]:
+    overrides = [f"output_dir={out}", f"weight_sync_carrier={carrier}", "max_steps=3",
+                 "eval_steps=0", "validation=null",
                  "save_steps=0", "rollout_batch_size=4", "num_return_sequences_in_group=2",
                  "actor_train.training_args.per_device_train_batch_size=8",
                  "offload_between_phases=false",  # the generator applies each sync
@@ -29,12 +30,15 @@ def small_run(out: Path) -> tuple[list[dict], str]:
     return metrics, (out / "sample_texts.jsonl").read_text()
 
 
-@pytest.mark.long  # two runs: ~48 s on the 2-core machine
-def test_collective_sync_trains_as_the_default_carrier(tmp_path, ray_session,
-                                                       arith_model_path, monkeypatch, capsys):
+@pytest.mark.long  # three runs: ~70 s on the 2-core machine
+def test_every_carrier_trains_as_the_default_one(tmp_path, ray_session, arith_model_path,
+                                                 capsys):
     default = small_run(tmp_path / "default")
-    assert "weight sync: collective" not in capsys.readouterr().out
-    monkeypatch.setattr(roles, "collective_weight_sync", lambda *args: "gloo")
-    collective = small_run(tmp_path / "collective")
+    assert "weight sync: shared memory" in capsys.readouterr().out
+    collective = small_run(tmp_path / "collective", "collective")
     assert "weight sync: collective (gloo" in capsys.readouterr().out
     assert collective == default
+    store = small_run(tmp_path / "store", "object_store")
+    assert "weight sync: object store (weight_sync_carrier: object_store)" in \
+        capsys.readouterr().out
+    assert store == default

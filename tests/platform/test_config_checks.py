@@ -1,5 +1,7 @@
 """Cross-field rules in checks.py: each one fails, and its boundary passes."""
 
+import re
+
 import pytest
 
 from flywheel.pipelines.config import CATALOGS, check_config, load_config, load_config_dict
@@ -259,3 +261,34 @@ def test_sglang_sampling_a_truncated_distribution_is_refused_at_load():
             "validation": {"data_args": {"file_name": ["v.jsonl"]},
                            "generating_args": {"do_sample": True, "top_p": 0.9}},
             "eval_steps": 1})
+
+
+@pytest.mark.parametrize(("extra", "refusal"), [
+    ({"model_update_frequency": 2}, "a broadcast keeps no copy"),
+    ({"actor_infer": {"device_mapping": [0]}, "async_generation_ratio": 0},
+     "share device(s) [0]"),
+])
+def test_a_collective_carrier_is_refused_where_a_broadcast_cannot_serve(extra, refusal):
+    base = {"weight_sync_carrier": "collective", "actor_train": {"device_mapping": [0]},
+            "actor_infer": {"device_mapping": [1]}, "async_generation_ratio": 1}
+    with pytest.raises(ConfigError, match=f"^<dict>: weight_sync_carrier: collective.*"
+                                          f"{re.escape(refusal)}"):
+        load_config_dict({**base, **extra})
+    load_config_dict(base)  # devices of their own, every sync loaded: fine
+
+
+def test_engine_memory_fraction_leaves_a_colocated_trainer_its_memory():
+    from flywheel.platform.config.derived import engine_memory_fraction
+
+    gib = 1 << 30
+    assert engine_memory_fraction(79 * gib, 80 * gib) == 0.9  # a GPU of its own: vLLM's
+    assert engine_memory_fraction(60 * gib, 80 * gib) == 0.7  # 20 GiB held by actor_train
+    assert engine_memory_fraction(2 * gib, 80 * gib) == 0.05  # never below 5 %
+
+
+def test_a_role_on_the_sibling_device_of_a_multi_gpu_engine_is_refused():
+    with pytest.raises(ConfigError, match=r"^<dict>: actor_train.device_mapping: device 3 runs "
+                                          r"part of the engine of a actor_infer worker"):
+        load_config_dict({"async_generation_ratio": 1,
+                          "actor_infer": {"device_mapping": [2, 3], "num_gpus_per_worker": 2},
+                          "actor_train": {"device_mapping": [0, 1, 3, 4]}})

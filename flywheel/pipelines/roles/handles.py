@@ -68,21 +68,29 @@ class TrainRole(Cluster):
             ppo_epochs=ppo_epochs, **kwargs), list)
 
     def share_weights_with(self, infer: InferRole, nbytes: int | None,
-                           collective: Backend | None = None, timeout_s: float = 600.0) -> str:
+                           collective: Backend | None = None, timeout_s: float = 600.0,
+                           carrier: str = "auto") -> str:
         """Syncs go over a collective group of rank 0 and every actor_infer worker when
         `collective` names its backend (workers/weight_broadcast.py; roles/roles.py decides),
         else through shared memory (workers/weight_shm.py) when rank 0 and every
         actor_infer worker share a node and /dev/shm has room for `nbytes` (the weights;
-        None: unknown), else through the object store; which one, and why."""
+        None: unknown), else through the object store; which one, and why. `carrier`
+        (weight_sync_carrier) object_store skips shared memory; shared_memory refuses to
+        fall back."""
         if collective is not None:
             return self.broadcast_weights_to(infer, collective, timeout_s)
+        if carrier == "object_store":
+            return "object store (weight_sync_carrier: object_store)"
         node = self.get(self.submit_one(0, "node_id"), 0)
         readers = infer.call_all("node_id")
-        if any(other != node for other in readers):
-            return "object store (actor_infer runs on another node than actor_train rank 0)"
-        short = shared_memory_room(nbytes or 0)
-        if short:
-            return f"object store ({short})"
+        why_not = ("actor_infer runs on another node than actor_train rank 0"
+                   if any(other != node for other in readers)
+                   else shared_memory_room(nbytes or 0))
+        if why_not and carrier == "shared_memory":
+            raise RuntimeError(f"weight_sync_carrier: shared_memory cannot be used here: "
+                               f"{why_not}; use auto or object_store")
+        if why_not:
+            return f"object store ({why_not})"
         self.call_all("share_weights_in_memory", len(readers))
         return "shared memory (/dev/shm, reused every sync)"
 

@@ -79,15 +79,21 @@ def join_process_group(cluster: Cluster, wcfg: WorkerConfig) -> None:
 
 def collective_weight_sync(cfg: PipelineConfig, actor_train: TrainRole,
                            actor_infer: InferRole) -> Backend | None:
-    """"nccl" when actor_train and actor_infer run on CUDA on devices of their own (NCCL
-    refuses two ranks on one GPU) and every sync is loaded as soon as it is made (a
-    broadcast keeps no copy for a checkpoint: model_update_frequency 1); else None, and
-    shared memory or the object store carry the syncs. On CPU gloo could carry them too,
-    but slower than shared memory: tests force it by replacing this function."""
-    if cfg.model_update_frequency > 1 or shared_actor_devices(cfg):
+    """The collective backend weight syncs take, or None (shared memory or the object store
+    carry them). `weight_sync_carrier: collective`: NCCL on CUDA, else gloo (the checks
+    refused the layouts a broadcast cannot serve). auto: "nccl" when actor_train and
+    actor_infer run on CUDA on devices of their own (NCCL refuses two ranks on one GPU)
+    and every sync is loaded as soon as it is made (a broadcast keeps no copy for a
+    checkpoint: model_update_frequency 1); on CPU gloo would be slower than shared memory."""
+    carrier = cfg.weight_sync_carrier
+    if carrier in ("shared_memory", "object_store") or (carrier == "auto" and (
+            cfg.model_update_frequency > 1 or shared_actor_devices(cfg))):
         return None
     seen = actor_train.call_all("accelerator")[:1] + actor_infer.call_all("accelerator")
-    return "nccl" if all(a == "cuda" for a in seen) else None
+    on_cuda = all(a == "cuda" for a in seen)
+    if carrier == "collective":
+        return "nccl" if on_cuda else "gloo"
+    return "nccl" if on_cuda else None
 
 
 def num_slots(cfg: PipelineConfig) -> int:
@@ -175,7 +181,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         train_path = actor_train_model(cfg, model_path)
         carrier = actor_train.share_weights_with(
             actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype),
-            collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s)
+            collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s,
+            carrier=cfg.weight_sync_carrier)
         print(f"weight sync: {carrier}", flush=True)
         reference = None
         if cfg.reference is not None:

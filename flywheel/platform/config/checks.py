@@ -52,6 +52,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_batch_sizes(cfg)
     check_async(cfg, catalogs.backends)
     check_phase_switch(cfg)
+    check_weight_sync_carrier(cfg)
     check_cpu_affinity(cfg)
     check_sampling(cfg)
     check_algorithm_roles(cfg)
@@ -155,6 +156,35 @@ def check_device_groups(cfg: PipelineConfig) -> None:
                                for k in MEGATRON_PARALLEL_KEYS)
             raise ConfigError("", key_path, f"{count // per_worker} workers do not split into "
                                             f"model-parallel groups of {group} ({sizes})")
+    check_sibling_devices(cfg)
+
+
+def check_sibling_devices(cfg: PipelineConfig) -> None:
+    """A worker of num_gpus_per_worker > 1 (a vLLM engine over several GPUs) is placed on
+    its first device; its engine starts its own processes on the others, which Ray does
+    not see as taken (platform/resources.py). Another role there would share a GPU that
+    Ray counts as free: refused."""
+    held: dict[int, str] = {}
+    for role in roles(cfg):
+        per_worker = role.worker.num_gpus_per_worker
+        mapping = devices(role.worker)
+        for first in range(0, len(mapping), per_worker):
+            for device in mapping[first + 1:first + per_worker]:
+                held[device] = role.key_path
+    for role in roles(cfg):
+        for device in devices(role.worker):
+            owner = held.get(device)
+            if owner is not None and owner != role.key_path:
+                raise ConfigError("", f"{role.key_path}.device_mapping",
+                                  f"device {device} runs part of the engine of a {owner} worker "
+                                  f"(num_gpus_per_worker "
+                                  f"{_worker(cfg, owner).num_gpus_per_worker}), which Ray "
+                                  f"does not count as taken; give {role.key_path} other "
+                                  f"devices")
+
+
+def _worker(cfg: PipelineConfig, key_path: str):
+    return next(r.worker for r in roles(cfg) if r.key_path == key_path)
 
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:
@@ -233,6 +263,24 @@ def check_phase_switch(cfg: PipelineConfig) -> None:
             "between phases (offload_between_phases), and DeepSpeed offloads ZeRO-3 "
             "optimizer state only for its own FusedAdam; drop torch_adam, or set "
             "offload_between_phases: false")
+
+
+def check_weight_sync_carrier(cfg: PipelineConfig) -> None:
+    """A broadcast group delivers each sync as it is made and keeps no copy (a checkpoint
+    needs the copy actor_infer holds when model_update_frequency > 1), and NCCL takes one
+    rank per GPU: the layouts `collective` cannot serve are refused here."""
+    if cfg.weight_sync_carrier != "collective":
+        return
+    if cfg.model_update_frequency > 1:
+        raise ConfigError("", "weight_sync_carrier",
+                          f"collective with model_update_frequency "
+                          f"{cfg.model_update_frequency}: a broadcast keeps no copy of the "
+                          f"weights actor_infer holds for a checkpoint; use auto")
+    shared = shared_actor_devices(cfg)
+    if shared:
+        raise ConfigError("", "weight_sync_carrier",
+                          f"collective, but actor_train and actor_infer share device(s) "
+                          f"{shared} (one rank per GPU in a broadcast group); use auto")
 
 
 def check_cpu_affinity(cfg: PipelineConfig) -> None:

@@ -84,6 +84,19 @@ def context_length(cfg: PipelineConfig) -> int | None:
     return cfg.sequence_length
 
 
+ENGINE_MEMORY_FRACTION = 0.9  # vLLM's own default gpu_memory_utilization
+ENGINE_MEMORY_MARGIN = 0.05  # of the GPU, left free for the other process's allocations
+
+
+def engine_memory_fraction(free_bytes: int, total_bytes: int) -> float:
+    """vLLM's gpu_memory_utilization when the config leaves it unset: its default 0.9 on a
+    GPU of its own; beside a colocated actor_train (whose weights are resident when the
+    engine starts) what is free then, less a margin, since vLLM refuses to start when
+    less than its fraction of the whole GPU is free. At least 0.05."""
+    fraction = min(ENGINE_MEMORY_FRACTION, free_bytes / total_bytes - ENGINE_MEMORY_MARGIN)
+    return round(max(0.05, fraction), 3)
+
+
 def truncated_sampling(cfg: PipelineConfig, validation: bool = False) -> bool:
     """Whether actor_infer samples (training, or validation's sampling) from a top-k / top-p
     truncated distribution, whose log-probs need the whole vocabulary at once."""

@@ -600,6 +600,15 @@ class PipelineConfig:
     # beyond the object store's copy; smaller buckets cost a little more overhead per sync.
     # Bit-identical weights whatever the size. Refused by SFT (no weight sync there).
     weight_sync_bucket_mb: int = 128
+    # How weight syncs travel from actor_train's rank 0 to actor_infer (pipelines/roles/
+    # handles.py). auto: a collective broadcast (NCCL) when both run on CUDA on devices of
+    # their own and each sync is loaded at once (model_update_frequency 1), else shared
+    # memory (/dev/shm) when all sit on one node with room, else Ray's object store.
+    # collective: a broadcast group always (NCCL on CUDA, gloo on CPU), refused with a
+    # model_update_frequency > 1 (a broadcast keeps no copy for a checkpoint) or devices the
+    # two roles share; shared_memory: refused at start where it cannot be used;
+    # object_store: always. Each carries the same weights bit for bit.
+    weight_sync_carrier: Literal["auto", "collective", "shared_memory", "object_store"] = "auto"
     # Pin the driver's prefetch thread (it feeds actor_infer and hands finished groups to
     # the reward workers) to these CPU cores (Linux); unset: no pinning. On a CPU-only
     # machine, keep it on actor_infer's cores so that it does not take time from training.

@@ -74,6 +74,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig
 from vllm.inputs import TokensPrompt
 
+from flywheel.platform.config.derived import engine_memory_fraction
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
@@ -105,6 +106,9 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
                                 "enable_sleep_mode": True if sleep_mode and on_gpu else None}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    if on_gpu and "gpu_memory_utilization" not in given:
+        # what is free once the roles started before it (a colocated actor_train's weights)
+        defaults["gpu_memory_utilization"] = engine_memory_fraction(*torch.cuda.mem_get_info())
     if not on_gpu and "enable_chunked_prefill" not in given:
         # vLLM's CPU sampler cannot rewind a seeded request's random generator, which it
         # does for a prompt prefilled over several steps ("CPU Generator does not use
