@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
 
@@ -45,14 +46,22 @@ from flywheel.workers.strategies.hf_model import load_tokenizer
 log = logging.getLogger(__name__)
 
 
+class StartRollout(Protocol):
+    """Once the roles run: the rollout over `data` (what `prepare` returned), with any
+    workers of its own started (on `model_path`, logging to `log_dir`) and added to
+    `roles.all`, so they are shut down with the roles."""
+
+    def __call__(self, cfg: PipelineConfig, roles: Roles, tokenizer: object, data: Any,
+                 model_path: str, log_dir: Path | None) -> Rollout: ...
+
+
 @dataclass(frozen=True)
 class RolloutKind:
     """How `platform run` builds one kind of rollout for the step loop."""
 
     # before Ray starts: what the rollout reads (prompts), loaded and checked
     prepare: Callable[[PipelineConfig, object], object]
-    # once the roles run: the rollout, with any workers of its own started
-    start: Callable[..., Rollout]
+    start: StartRollout
 
 
 # pipeline_type -> its rollout; a new kind of RL pipeline is one module and one line here.
