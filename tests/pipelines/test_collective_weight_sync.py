@@ -19,6 +19,8 @@ TIMING = ("time/", "throughput/", "idle/")  # wall clock: differs from run to ru
 
 def small_run(out: Path, carrier: str = "auto") -> tuple[list[dict], str]:
     overrides = [f"output_dir={out}", f"weight_sync_carrier={carrier}", "max_steps=3",
+                 # devices of their own: a broadcast group takes one rank per device
+                 "actor_train.device_mapping=[0]", "actor_infer.device_mapping=[1]",
                  "eval_steps=0", "validation=null",
                  "save_steps=0", "rollout_batch_size=4", "num_return_sequences_in_group=2",
                  "actor_train.training_args.per_device_train_batch_size=8",
