@@ -1,4 +1,7 @@
-"""End to end: the shipped RLVR example, shrunk by overrides, through real Ray actors."""
+"""End to end: the shipped RLVR example, shrunk by overrides, through real Ray actors.
+
+first_run, which most tests here read, keeps the example's batch size for 12 steps: long
+enough for `make test`'s one check that RL learns, which costs no run of its own."""
 
 from __future__ import annotations
 
