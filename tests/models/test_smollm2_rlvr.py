@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"
 
 
-def smollm2_run(out: Path, *extra: str) -> list[dict]:
+def smollm2_run(out: Path, *extra: str) -> tuple[Path, list[dict]]:
     overrides = [
         f"output_dir={out}",
         "pretrain=builtin://smollm2-135m-instruct",
@@ -32,21 +32,25 @@ def smollm2_run(out: Path, *extra: str) -> list[dict]:
         *extra,
     ]
     run_dir = run(load_config(EXAMPLE, overrides))
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return run_dir, [json.loads(line)
+                     for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.long  # suite budget: the vllm step below covers the chat-templated run in
 # make test; hf_infer on SmolLM2 is covered there by tests/models/test_smollm2_infer_parity.py
 @pytest.mark.timeout(600)
 def test_one_step_with_hf_infer(tmp_path, ray_session, smollm2_path):
-    (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=hf_infer")
+    _, (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=hf_infer")
     assert step["step"] == 1 and "loss/policy" in step
 
 
 @pytest.mark.timeout(600)
 def test_one_step_with_vllm(tmp_path, ray_session, smollm2_path):
+    """No max_model_len in strategy_config: the engine holds the run's context length,
+    prompt_length + response_length = 104 (derived.context_length), not SmolLM2's own 8192,
+    which the CPU's 256 MiB KV cache would not fit."""
     pytest.importorskip("vllm")
-    (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=vllm",
-                          # until roles/roles.py passes context_length (prompt + response)
-                          "actor_infer.strategy_args.strategy_config.max_model_len=104")
+    run_dir, (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=vllm")
     assert step["step"] == 1 and "loss/policy" in step
+    engine_log = (run_dir / "logs" / "actor_infer-0.log").read_text()
+    assert "max_seq_len=104," in engine_log  # vLLM's engine-config line

@@ -51,8 +51,11 @@ def test_ratio_zero_equals_the_plain_synchronous_loop(tmp_path, ray_session, ari
     (tmp_path / "plain").mkdir()
     plain = plain_sync_loop(load_config(EXAMPLE, SMALL + [f"output_dir={tmp_path / 'plain'}"]),
                             arith_model_path, steps)
-    for got, want in zip(piped, plain):
+    # every step of each loop, none missing on either side: zip alone would stop early
+    assert [r["step"] for r in piped] == list(range(1, steps + 1)) and len(plain) == steps
+    for got, want in zip(piped, plain, strict=True):
         assert got["staleness/max"] == 0
+        assert {"reward/mean", "pg/loss", "pg/approx_kl"} <= want.keys()  # not a vacuous match
         for key, value in want.items():
             if not key.startswith(TIMING):
                 assert got[key] == value, (got["step"], key)
