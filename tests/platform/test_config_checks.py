@@ -288,7 +288,8 @@ def test_engine_memory_fraction_leaves_a_colocated_trainer_its_memory():
 
 def test_a_role_on_the_sibling_device_of_a_multi_gpu_engine_is_refused():
     with pytest.raises(ConfigError, match=r"^<dict>: actor_train.device_mapping: device 3 runs "
-                                          r"part of the engine of a actor_infer worker"):
+                                          r"part of the engine of a worker of actor_infer "
+                                          r"\(num_gpus_per_worker 2\)"):
         load_config_dict({"async_generation_ratio": 1,
                           "actor_infer": {"device_mapping": [2, 3], "num_gpus_per_worker": 2},
                           "actor_train": {"device_mapping": [0, 1, 3, 4]}})

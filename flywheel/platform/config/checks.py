@@ -138,8 +138,9 @@ def check_backend_config(role: Role, backend: BackendEntry, cfg: PipelineConfig)
         import_object(backend.config_check)(role.kind, role.worker, cfg)
     except ConfigError as e:
         own = e.key_path.split(".")[0] in {f.name for f in fields(role.worker)}
-        raise ConfigError("", f"{role.key_path}.{e.key_path}" if own else e.key_path,
-                          e.message) from None
+        # the same class: a conversion tells a droppable refusal by it (roll_backends.py)
+        raise type(e)("", f"{role.key_path}.{e.key_path}" if own else e.key_path,
+                      e.message) from None
 
 
 def check_device_groups(cfg: PipelineConfig) -> None:
@@ -164,27 +165,22 @@ def check_sibling_devices(cfg: PipelineConfig) -> None:
     its first device; its engine starts its own processes on the others, which Ray does
     not see as taken (platform/resources.py). Another role there would share a GPU that
     Ray counts as free: refused."""
-    held: dict[int, str] = {}
+    held: dict[int, Role] = {}  # device -> the role whose engine runs there unseen
     for role in roles(cfg):
         per_worker = role.worker.num_gpus_per_worker
         mapping = devices(role.worker)
         for first in range(0, len(mapping), per_worker):
             for device in mapping[first + 1:first + per_worker]:
-                held[device] = role.key_path
+                held[device] = role
     for role in roles(cfg):
         for device in devices(role.worker):
             owner = held.get(device)
-            if owner is not None and owner != role.key_path:
+            if owner is not None and owner.key_path != role.key_path:
                 raise ConfigError("", f"{role.key_path}.device_mapping",
-                                  f"device {device} runs part of the engine of a {owner} worker "
-                                  f"(num_gpus_per_worker "
-                                  f"{_worker(cfg, owner).num_gpus_per_worker}), which Ray "
-                                  f"does not count as taken; give {role.key_path} other "
-                                  f"devices")
-
-
-def _worker(cfg: PipelineConfig, key_path: str):
-    return next(r.worker for r in roles(cfg) if r.key_path == key_path)
+                                  f"device {device} runs part of the engine of a worker "
+                                  f"of {owner.key_path} (num_gpus_per_worker "
+                                  f"{owner.worker.num_gpus_per_worker}), which Ray does not "
+                                  f"count as taken; give {role.key_path} other devices")
 
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:

@@ -43,6 +43,18 @@ class ConfigError(Exception):
         return self if self.file else ConfigError(file, self.key_path, self.message)
 
 
+class StrategyConfigError(ConfigError, ValueError):
+    """A strategy_config key the backend does not know, or a value it cannot use
+    (workers/strategies/strategy_config.py); its key path is relative to the role (the
+    config check prefixes the role's)."""
+
+
+class MissingMemorySaving(StrategyConfigError):
+    """A memory saving the backend does not implement (megatron's sequence_parallel):
+    the updates are the same without it, so a converted config may drop the key
+    (config/roll_backends.py) where a user's own config is told to unset it."""
+
+
 def format_key_path(path: Iterable[str | int]) -> str:
     """("actor_train", "data_args", "file_name", 0) -> "actor_train.data_args.file_name[0]"."""
     text = ""

@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING
 from flywheel.platform.config.checks import check_backend_config
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.derived import is_rule_reward, roles, truncated_sampling
-from flywheel.platform.config.errors import ConfigError, format_key_path, parse_key_path
+from flywheel.platform.config.errors import (
+    ConfigError,
+    MissingMemorySaving,
+    format_key_path,
+    parse_key_path,
+)
 
 if TYPE_CHECKING:
     from flywheel.platform.config.roll_conversion import Conversion
 
-STRATEGY_CONFIG = ".strategy_args.strategy_config."
-# how a backend's refusal of a memory saving it lacks begins (megatron_options.py): the
-# updates are the same without it, so the key can go
-MEMORY_SAVING = "a memory saving"
 
 
 def fit_backends(out: Conversion) -> None:
@@ -40,8 +41,7 @@ def fit_backends(out: Conversion) -> None:
         except ConfigError:
             return  # a wrong value: the strict loader names it (roll_convert._validate)
         refused = _first_refusal(cfg, out)
-        if (refused is None or STRATEGY_CONFIG not in refused.key_path
-                or not refused.message.startswith(MEMORY_SAVING)):
+        if not isinstance(refused, MissingMemorySaving):
             return  # none, or one that changes the run: validate reports it as missing
         path = parse_key_path(refused.key_path)
         node = out.data

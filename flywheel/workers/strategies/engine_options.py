@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from flywheel.platform.config.derived import truncated_sampling
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
-from flywheel.workers.strategies.strategy_config import KEY_PATH, StrategyConfigError
+from flywheel.workers.strategies.strategy_config import StrategyConfigError, refuse_owned
 
 VLLM_OWNED = {"model": "the role's model_args.model_name_or_path (or pretrain)",
               "dtype": "model_args.dtype", "seed": "the top-level seed",
@@ -26,19 +26,12 @@ SGLANG_TRUNCATION = ("SGLang's log-probs leave out its top-k / top-p truncation,
                      "vllm or hf_infer, or unset top_k / top_p")
 
 
-def _owned(backend: str, worker: WorkerConfig, owned: dict[str, str]) -> None:
-    for key in worker.strategy_args.strategy_config:
-        if key in owned:
-            raise StrategyConfigError("", f"{KEY_PATH}.{key}",
-                                      f"{backend} takes it from {owned[key]}; set it there")
-
-
 def check_vllm(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
-    _owned("vllm", worker, VLLM_OWNED)
+    refuse_owned("vllm", worker.strategy_args.strategy_config, VLLM_OWNED)
 
 
 def check_sglang(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
-    _owned("sglang", worker, SGLANG_OWNED)
+    refuse_owned("sglang", worker.strategy_args.strategy_config, SGLANG_OWNED)
     if kind != "actor_infer":
         return
     if truncated_sampling(cfg):

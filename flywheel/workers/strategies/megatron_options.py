@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from flywheel.platform.config.derived import truncated_sampling
+from flywheel.platform.config.errors import MissingMemorySaving
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.strategies.strategy_config import checked_config, require
 
@@ -36,7 +37,7 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
     for key in ("context_parallel_size", "expert_model_parallel_size"):
         require(options[key] == 1, key, "only 1 is supported by flywheel's megatron_train")
     for key, why in NOT_IMPLEMENTED.items():
-        require(not options[key], key, why)
+        require(not options[key], key, why, MissingMemorySaving)
     require(options["recompute_granularity"] in (None, "full", "selective"),
             "recompute_granularity", "expected full, selective or null")
     return options

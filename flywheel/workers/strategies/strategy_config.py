@@ -17,14 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.platform.config.errors import ConfigError, did_you_mean
+from flywheel.platform.config.errors import StrategyConfigError, did_you_mean
 
 KEY_PATH = "strategy_args.strategy_config"
 
 
-class StrategyConfigError(ConfigError, ValueError):
-    """A strategy_config key the backend does not know, or a value it cannot use; its key
-    path is relative to the role (the config check prefixes the role's)."""
+def refuse_owned(backend: str, given: dict[str, Any], owned: dict[str, str]) -> None:
+    """Refuse the keys flywheel sets itself (the model, its dtype, the seed), naming the
+    field to change instead."""
+    for key in given:
+        if key in owned:
+            raise StrategyConfigError("", f"{KEY_PATH}.{key}",
+                                      f"{backend} takes it from {owned[key]}; set it there")
 
 
 def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any],
@@ -32,10 +36,8 @@ def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any]
                    ) -> dict[str, Any]:
     """`defaults` updated with `given`; unknown or flywheel-owned keys raise. `known`
     describes the accepted keys when listing them all would not help."""
+    refuse_owned(backend, given, owned or {})
     for key in given:
-        if owned and key in owned:
-            raise StrategyConfigError("", f"{KEY_PATH}.{key}",
-                                      f"{backend} takes it from {owned[key]}; set it there")
         if key not in defaults:
             raise StrategyConfigError(
                 "", f"{KEY_PATH}.{key}",
@@ -44,7 +46,8 @@ def checked_config(backend: str, given: dict[str, Any], defaults: dict[str, Any]
     return {**defaults, **given}
 
 
-def require(condition: bool, key: str, message: str) -> None:
-    """Raise a StrategyConfigError about `key` unless `condition` holds."""
+def require(condition: bool, key: str, message: str,
+            error: type[StrategyConfigError] = StrategyConfigError) -> None:
+    """Raise `error` about `key` unless `condition` holds."""
     if not condition:
-        raise StrategyConfigError("", f"{KEY_PATH}.{key}", message)
+        raise error("", f"{KEY_PATH}.{key}", message)
