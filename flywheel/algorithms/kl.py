@@ -63,7 +63,9 @@ def kl_loss(
                             global_num_seqs=global_num_seqs,
                             norm_length=norm_length)
     loss = kl_loss_coef * kl_agg
-    metrics = {"kl/loss": loss.item(), "kl/mean": masked_mean(kl.detach(), valid).item()}
+    # named apart from the penalty's kl/penalty_mean: this is the policy being trained,
+    # that the sampling policy; both can be on in one step
+    metrics = {"kl/loss": loss.item(), "kl/loss_mean": masked_mean(kl.detach(), valid).item()}
     return loss, metrics
 
 
@@ -78,8 +80,9 @@ def apply_kl_penalty(
 ) -> tuple[Tensor, dict[str, float]]:
     """Token rewards r_t = score_t - kl_coef · KL_t on valid tokens, all [B, T].
 
-    metrics["kl/mean"] is the batch mean of each sequence's mean token KL: the
-    `current_kl` to feed to `AdaptiveKLController.update`.
+    metrics["kl/penalty_mean"] is the batch mean of each sequence's mean token KL: the
+    `current_kl` to feed to `AdaptiveKLController.update` (the KL the penalty acts on,
+    not the KL loss's, which exists only with use_kl_loss).
     """
     valid = mask.bool()  # [B, T]
     kl = torch.where(valid, kl_estimate(log_probs, ref_log_probs, estimator), 0.0)  # [B, T]
@@ -87,7 +90,7 @@ def apply_kl_penalty(
     seq_kl = kl.sum(-1) / valid.sum(-1).clamp_min(1)  # [B]
     has_tokens = valid.any(-1)  # [B]
     current_kl = masked_mean(seq_kl, has_tokens).item()
-    return token_rewards, {"kl/mean": current_kl, "kl/coef": float(kl_coef)}
+    return token_rewards, {"kl/penalty_mean": current_kl, "kl/coef": float(kl_coef)}
 
 
 class FixedKLController:

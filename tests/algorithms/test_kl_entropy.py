@@ -45,7 +45,7 @@ def test_kl_loss_value_and_gradient():
     loss, metrics = kl_loss(lp, ref, mask, 0.1, estimator="k3", loss_agg_mode="token-mean")
     k3 = [math.exp(-0.5) - 0.5, math.exp(1.0) - 2.0]
     assert loss.item() == pytest.approx(0.1 * sum(k3) / 2)
-    assert metrics["kl/mean"] == pytest.approx(sum(k3) / 2)
+    assert metrics["kl/loss_mean"] == pytest.approx(sum(k3) / 2)
     loss.backward()
     assert ref.grad is None
     # d k3 / dℓ = 1 - exp(-Δ)
@@ -62,7 +62,7 @@ def test_apply_kl_penalty():
     assert rewards[0].tolist() == pytest.approx([-0.25, 0.25, 1.0])
     assert rewards[1].tolist() == pytest.approx([-0.5, 2.0, 0.0])  # padding not penalised
     # per-sequence mean KL: row 0 → 0, row 1 → 0.5; batch mean 0.25
-    assert metrics["kl/mean"] == pytest.approx(0.25)
+    assert metrics["kl/penalty_mean"] == pytest.approx(0.25)
     assert metrics["kl/coef"] == 0.5
 
 

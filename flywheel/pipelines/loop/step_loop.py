@@ -240,6 +240,8 @@ class StepLoop(Generic[W, G]):
         with timer.phase("logprobs"):
             metrics |= self.compute_logprobs(batch)  # 2. log-probs
         metrics |= self.rollout.add_advantages(batch, self.kl_ctl.value)  # 3. advantages
+        if "kl/penalty_mean" in metrics:  # the KL the penalty acted on (Ziegler et al. 2019)
+            self.kl_ctl.update(metrics["kl/penalty_mean"], n_steps=len(batch))
         with timer.phase("train"):
             metrics |= self.update(batch)  # 4. train
         return metrics
@@ -299,8 +301,6 @@ class StepLoop(Generic[W, G]):
         results = actor.result() + (critic.result() if critic else [])
         metrics = mean_over_ranks(results)
         metrics["loss/policy"] = metrics.get("pg/loss", float("nan"))
-        if "kl/mean" in metrics:
-            self.kl_ctl.update(metrics["kl/mean"], n_steps=len(batch))
         return metrics
 
     # ---- checkpoints -------------------------------------------------------------------

@@ -38,7 +38,7 @@ def pack_groups(groups: list[Group], pad_id: int) -> TokenBatch:
 
 def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                    kl_coef: float) -> dict[str, float]:
-    """Fill batch.advantages [B, L]; returns metrics (incl. kl/mean for the KL ctl)."""
+    """Fill batch.advantages [B, L]; returns metrics (incl. kl/penalty_mean for the KL ctl)."""
     mask = batch.response_mask  # [B, L]
     scores = batch.scores.float()  # [B]
     if cfg.reward_clip is not None:
