@@ -78,6 +78,12 @@ class TrainStrategy(ABC):
         self._require_head("value", "values")
         return self.forward(batch)
 
+    def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """Log-probs with the LoRA adapter disabled (the reference policy of a LoRA run,
+        platform/config/derived.py `reference_from_actor`); a backend that trains an
+        adapter overrides it."""
+        raise RuntimeError(f"{type(self).__name__} trains no LoRA adapter")
+
     def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int = 1) -> dict:
         """Optimizer steps over `batch` (ppo_epochs passes of its mini-batches); metrics."""
         if self.optimizer is None:
