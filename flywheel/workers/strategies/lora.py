@@ -19,10 +19,10 @@ What this module refuses, with the model in hand (ConfigError, key path of the r
 
 Gradient checkpointing: the frozen embedding's output needs no gradient, so a reentrant
 checkpoint of the first layer would see no input requiring one and leave every adapter
-inside without a gradient (ROLL #307 and PEFT's known trap); `enable_input_require_grads`
-makes the embedding output require one. transformers 5 does it in
-`gradient_checkpointing_enable` and checkpoints non-reentrantly, this call keeps LoRA
-right whatever a later version does.
+inside without a gradient (ROLL #307). Nothing here has to act: transformers 5
+checkpoints non-reentrantly by default, and both it (`gradient_checkpointing_enable`)
+and PEFT (`get_peft_model` on a checkpointing model) make the embedding's output require
+a gradient. tests/workers/test_lora.py holds that a checkpointed step equals a plain one.
 
 Weight sync (`merged_weights`): actor_infer receives W0 + (alpha / r) B A for each adapted
 weight, under the base names, in the same format as a full fine-tune's sync, so hf_infer
@@ -65,8 +65,6 @@ def add_adapter(model: torch.nn.Module, args: ModelArgs) -> PeftModel:
     adapter (and `additional_target`) trainable, in fp32; the adapter from
     `adapter_name_or_path` when set, else freshly initialised (B = 0)."""
     tied = tied_module_names(model)
-    if model.is_gradient_checkpointing:
-        model.enable_input_require_grads()
     peft_model = get_peft_model(model, lora_config(args))
     for name in trained_module_names(peft_model):
         if name in tied:
