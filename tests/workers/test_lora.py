@@ -102,8 +102,11 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_path, batch):
 
 def test_the_reference_is_the_base_model_exactly(tiny_model_path, batch):
     """fp32: the reference worker a run without LoRA would start; bf16: the base in bf16
-    under the same autocast. The adapter is not zero."""
-    strategy = perturb(lora_trainer(tiny_model_path, dtype="fp32"))
+    under the same autocast. A fresh adapter (B = 0) changes nothing (KL 0 at step 0);
+    then one that is not zero."""
+    strategy = lora_trainer(tiny_model_path, dtype="fp32")
+    assert torch.equal(strategy.forward_logprobs(batch), strategy.forward_base_logprobs(batch))
+    perturb(strategy)
     reference = HFTrainStrategy(tiny_model_path, WorkerConfig(), seed=0, total_steps=10,
                                 trainable=False)
     base = strategy.forward_base_logprobs(batch)
@@ -153,6 +156,7 @@ def test_a_checkpoint_restores_the_adapter_and_its_optimizer_exactly(tiny_model_
     assert all(torch.equal(pa[n], pb[n]) for n in pa)
 
 
+@pytest.mark.filterwarnings("ignore:Model has `tie_word_embeddings=True`")  # PEFT's, then ours
 @pytest.mark.parametrize("key, value", [("lora_target", "lm_head"),
                                         ("additional_target", "embed_tokens")])
 def test_a_module_tied_to_another_is_refused(tiny_model_path, key, value):
