@@ -51,7 +51,7 @@ class ModelArgs:
     attn_implementation: str | None = None
     # ROLL semantics: true turns gradient checkpointing off (trading memory for speed).
     disable_gradient_checkpointing: bool = True
-    # ---- LoRA (Hu et al. 2021, arXiv 2106.09685), actor_train on hf_train, RL only ----
+    # -- LoRA (Hu et al. 2021, arXiv 2106.09685): actor_train, hf_train or deepspeed_train, RL --
     # Writing lora_target turns LoRA on: W x + (lora_alpha / lora_rank) B A x on the named
     # modules, only A and B (and additional_target) trained, in fp32, the base frozen in
     # `dtype`. Comma-separated module names ("q_proj,v_proj": every module whose name ends

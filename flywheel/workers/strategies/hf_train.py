@@ -14,7 +14,7 @@ LoRA (`model_args.lora_target`, lora.py): the base is loaded in `model_args.dtyp
 frozen; only the adapter is trained, held in fp32 and in the optimizer. The weight sync
 sends the merged model; checkpoints hold the adapter (a PEFT adapter folder) and its
 optimizer state, not the base, which the run loads from its model again. The reference
-policy is the same model with the adapter disabled (`forward_base_logprobs`).
+policy is the same model with the adapter disabled (base.py `forward_base_logprobs`).
 """
 
 from __future__ import annotations
@@ -69,13 +69,6 @@ class HFTrainStrategy(TrainStrategy):
             return batched_outputs(
                 lambda micro: self.head.hf_outputs(self.model, micro, False)[0],
                 batch, self.cfg.infer_batch_size)
-
-    def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Log-probs of the base model: the adapter disabled (the reference policy)."""
-        if self.adapter is None:
-            raise RuntimeError("forward_base_logprobs: this model trains no LoRA adapter")
-        with self.adapter.disable_adapter():
-            return self.forward_logprobs(batch)
 
     def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
         return can_fuse_old_logprobs(self.model, self.cfg.training_args, rows, ppo_epochs)

@@ -140,11 +140,30 @@ def merged_weights(model: torch.nn.Module, dtype: torch.dtype
     each adapted weight W0 + (alpha / r) B A (arXiv 2106.09685 §4.1, computed as PEFT's
     `merge` does), for a fully trained module its trained copy."""
     for name, tensor in distinct_state_tensors(model):
-        if ".lora_" in name or ".original_module." in name:
-            continue  # A, B themselves; the frozen copy of a fully trained module
-        if ".base_layer." in name:
-            owner, leaf = name.split(".base_layer.")
-            if leaf == "weight":
-                tensor = tensor + model.get_submodule(owner).get_delta_weight(ADAPTER)
-            name = f"{owner}.{leaf}"
-        yield name.replace(f".modules_to_save.{ADAPTER}.", "."), tensor.detach().to(dtype)
+        merged = merged_tensor(model, name, tensor, dtype)
+        if merged is not None:
+            yield merged
+
+
+def merged_tensor(model: torch.nn.Module, name: str, tensor: torch.Tensor,
+                  dtype: torch.dtype) -> tuple[str, torch.Tensor] | None:
+    """One state tensor of `model` as the merged model holds it (base name, `dtype`), or
+    None for a tensor the merged model has no place for. Reads `merge_inputs(model, name)`
+    besides `tensor`: a backend whose parameters are partitioned (ZeRO-3) gathers both."""
+    if ".lora_" in name or ".original_module." in name:
+        return None  # A, B themselves; the frozen copy of a fully trained module
+    if ".base_layer." in name:
+        owner, leaf = name.split(".base_layer.")
+        if leaf == "weight":
+            tensor = tensor + model.get_submodule(owner).get_delta_weight(ADAPTER)
+        name = f"{owner}.{leaf}"
+    return name.replace(f".modules_to_save.{ADAPTER}.", "."), tensor.detach().to(dtype)
+
+
+def merge_inputs(model: torch.nn.Module, name: str) -> list[torch.nn.Parameter]:
+    """The parameters besides state tensor `name` that its merged value reads: A and B of
+    an adapted weight (none for any other tensor)."""
+    if not name.endswith(".base_layer.weight"):
+        return []
+    layer = model.get_submodule(name.removesuffix(".base_layer.weight"))
+    return [layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight]
