@@ -97,6 +97,11 @@ class TrainWorker(RoleWorker):
         self.require_onloaded("forward_logprobs", "all")
         return self.strategy.forward_logprobs(batch)
 
+    def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """actor_train's log-probs with its LoRA adapter disabled: the reference's."""
+        self.require_onloaded("forward_base_logprobs", "all")
+        return self.strategy.forward_base_logprobs(batch)
+
     def forward_values(self, batch: TokenBatch) -> torch.Tensor:
         """The critic's V(s_t) [B, L] (critic role only)."""
         return self.strategy.forward_values(batch)

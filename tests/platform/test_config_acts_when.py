@@ -23,6 +23,7 @@ AGENTIC = {"pipeline_type": "agentic", "rollout_batch_size": 8,
            "train_env_manager": {"num_env_groups": 2, "group_size": 4},
            "actor_train": {"training_args": {"per_device_train_batch_size": 4}}}
 SFT = {"pipeline_type": "sft", "actor_train": {"data_args": {"file_name": ["t.jsonl"]}}}
+LORA = {"actor_train": {"model_args": {"lora_target": "q_proj,v_proj"}}}
 JUDGE = {"reward_pretrain": "builtin://tiny-qwen2",
          "rewards": {"r": {"reward_type": "llm_judge",
                            "strategy_args": {"strategy_name": "hf_infer"}}}}
@@ -164,6 +165,27 @@ CASES = [
      {"pipeline_type": "rlvr"}, "one device"),
     ("actor_train.pg_variant", merged(SFT, variant("ppo")), {"pipeline_type": "rlvr"},
      "SFT trains with cross-entropy"),
+    # LoRA (schema.ModelArgs lora_*): on actor_train, on hf_train, in RL, with lora_target
+    ("actor_train.model_args.lora_rank", {"actor_train": {"model_args": {"lora_rank": 16}}},
+     LORA, "with actor_train.model_args.lora_target set"),
+    ("actor_train.model_args.adapter_name_or_path",
+     {"actor_train": {"model_args": {"adapter_name_or_path": "adapter/"}}}, LORA,
+     "write lora_target to turn LoRA on"),
+    ("actor_train.model_args.lora_target",
+     merged(LORA, {"actor_train": {"strategy_args": {"strategy_name": "megatron_train"}}}),
+     {"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}}},
+     "megatron_train trains no LoRA adapter yet: use deepspeed_train"),
+    ("actor_train.model_args.lora_target", merged(SFT, LORA), {"pipeline_type": "rlvr"},
+     "SFT with LoRA is not built yet"),
+    ("actor_infer.model_args.lora_target",
+     merged(LORA, {"actor_infer": {"model_args": {"lora_target": "q_proj,v_proj"}}}), None,
+     "with the adapter merged in"),
+    ("reference.model_args.lora_rank",
+     merged(KL, LORA, {"reference": {"model_args": {"lora_rank": 8}}}), None,
+     "actor_train's model with the adapter disabled"),
+    ("reference.device_mapping", merged(KL, LORA, {"reference": {"device_mapping": [0]}}),
+     {"reference": {"model_args": {"model_name_or_path": "builtin://tiny-qwen2"}}},
+     "no reference worker"),
 ]
 IDS = [f"{key}-{i}" for i, (key, *_) in enumerate(CASES)]
 

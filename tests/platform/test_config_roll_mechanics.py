@@ -98,13 +98,12 @@ def test_convert_maps_roll_names_and_reports_what_roll_ignored():
 
 
 def test_convert_refuses_a_config_that_needs_a_missing_feature(tmp_path, capsys):
-    source = tmp_path / "lora.yaml"
-    text = ROLL_RLVR.read_text().replace("    model_type: ~\n", "    lora_target: all-linear\n")
-    source.write_text(text)
+    source = tmp_path / "max_len_mask.yaml"
+    source.write_text(ROLL_RLVR.read_text() + "max_len_mask: true\n")
     out = tmp_path / "out.yaml"
     assert cli.main(["convert", "--from", "roll", str(source), "-o", str(out)]) == 2
     captured = capsys.readouterr()
-    assert "LoRA (lora_target) (actor_train.model_args.lora_target = 'all-linear')" in captured.out
+    assert "masking of truncated responses (max_len_mask) (max_len_mask = True)" in captured.out
     assert captured.err.count("\n") == 1 and "not converted" in captured.err
     assert not out.exists()
 

@@ -36,9 +36,11 @@ def training_args(per_device: int, accum: int) -> TrainingArgs:
                         gradient_accumulation_steps=accum, max_grad_norm=1.0)
 
 
-def hf_trainer(model_path: str, per_device: int = 8, accum: int = 4) -> HFTrainStrategy:
+def hf_trainer(model_path: str, per_device: int = 8, accum: int = 4,
+               model_args: ModelArgs | None = None) -> HFTrainStrategy:
     """One rank holding the whole 32-row batch as one mini-batch of `accum` micro-batches."""
-    cfg = WorkerConfig(training_args=training_args(per_device, accum))
+    cfg = WorkerConfig(training_args=training_args(per_device, accum),
+                       model_args=model_args or ModelArgs())
     return HFTrainStrategy(model_path, cfg, seed=0, total_steps=10)
 
 
@@ -123,10 +125,10 @@ def start_train_cluster(strategy: str, model_path: str, world_size: int,
                         strategy_config: dict, per_device: int, accum: int,
                         worker_cls: type = TrainWorker,
                         env_vars: dict[str, str] | None = None, head: ModelHead = POLICY,
-                        dtype: str = "fp32") -> Cluster:
+                        dtype: str = "fp32", model_args: ModelArgs | None = None) -> Cluster:
     cfg = WorkerConfig(strategy_args=StrategyArgs(strategy, dict(strategy_config)),
                        training_args=training_args(per_device, accum),
-                       model_args=ModelArgs(dtype=dtype))
+                       model_args=model_args or ModelArgs(dtype=dtype))
     cluster = Cluster.create(
         "actor_train", worker_cls, RoleDevices("actor_train", tuple(range(world_size))),
         None, init_kwargs=dict(model_path=model_path, cfg=cfg, seed=0, total_steps=10,

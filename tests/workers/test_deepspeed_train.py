@@ -2,19 +2,26 @@
 
 Two ranks holding half of a 32-row batch each must train exactly like one hf_train rank
 holding all of it (token-mean loss: the global token count is all-reduced, gradients are
-summed), so the loss curve, the gradient norm and the weights after 10 steps agree.
+summed), so the loss curve, the gradient norm and the weights after 10 steps agree. With
+a LoRA adapter too (ZeRO-1 and ZeRO-3): the same steps as hf_train's LoRA, the frozen base
+untouched, the merged weights synced, a checkpoint of the adapter that resumes exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import glob
+import os
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from flywheel.algorithms import MismatchCorrection
+from flywheel.platform.config.schema import ModelArgs
+from flywheel.workers.strategies import deepspeed_train
+from flywheel.workers.strategies.lora import ADAPTER_WEIGHTS
+from flywheel.workers.train_worker import TrainWorker
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
@@ -121,3 +128,90 @@ def test_zero3_checkpoint_resumes_exactly_and_leaves_no_shm_files(train_cluster,
         assert m1 == m2 and weight_diff(w1, w2) == 0.0
     hf_file = tmp_path / "ckpt" / "model" / "model.safetensors"  # full model, HF format
     assert weight_diff(load_file(hf_file), saved) == 0.0
+
+
+# fp32, so that two backends' numbers agree to PARITY_ATOL; a fully trained norm as well
+LORA = ModelArgs(lora_target="all-linear", lora_rank=4, additional_target="model.norm")
+LORA_STEPS = 3  # B moves from the first step (A's first gradient is 0, B being 0), A after
+
+
+class ParamsWorker(TrainWorker):
+    """Hands out the model's parameters, gathered under ZeRO-3 (a collective: call_all);
+    cuts the weight sync's ZeRO-3 runs small, so that an adapted weight's run (q_proj's)
+    holds none of its A and B unless the sync gathers them on purpose."""
+
+    def __init__(self, *args, **kwargs):
+        deepspeed_train.GATHER_BYTES = 1 << 16  # a q_proj weight (fp32) fills a run
+        super().__init__(*args, **kwargs)
+
+    def named_params(self) -> dict[str, tuple[bool, torch.Tensor]]:
+        strategy = self.strategy
+        with strategy._gathered():
+            return {n: (p.requires_grad, p.detach().clone())
+                    for n, p in strategy.engine.module.named_parameters()}
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_lora_step_on_two_zero_ranks_is_hf_trains_and_moves_only_the_adapter(
+        stage, train_cluster, tiny_model_path, rl_batch):
+    """The same adapter (same seed) trained by two ZeRO ranks and by one hf_train rank:
+    gradient norms, losses, the adapter after the steps, the log-probs and the merged
+    weights synced all agree; the frozen base is bit for bit the loaded one, and with the
+    trained adapter disabled the log-probs are the base model's (the reference)."""
+    hf = hf_trainer(tiny_model_path, model_args=LORA)
+    cluster = start_zero(train_cluster, tiny_model_path, stage, model_args=LORA,
+                         worker_cls=ParamsWorker)
+    shards, mask, loss = rl_batch.shard(2), rl_batch.attention_mask, actor_loss()
+    before = cluster.call_all("named_params")[0]
+    hf_params = {n: p.detach() for n, p in hf.model.named_parameters()}
+    assert before.keys() == hf_params.keys()
+    assert all(torch.equal(before[n][1], hf_params[n]) for n in hf_params)  # the same A
+    for _ in range(LORA_STEPS):
+        ref = hf.train_step(rl_batch, loss)
+        got = rank_mean(cluster.scatter("train_step", shards, loss_fn=loss, ppo_epochs=1))
+        assert got["actor/grad_norm"] == pytest.approx(ref["actor/grad_norm"], rel=1e-5)
+        assert got["pg/loss"] == pytest.approx(ref["pg/loss"], abs=1e-6)
+    after = cluster.call_all("named_params")[0]
+    trained = {n for n, (grad, _) in after.items() if grad}
+    assert trained == {n for n, p in hf.model.named_parameters() if p.requires_grad}
+    assert all(torch.equal(after[n][1], before[n][1]) for n in after.keys() - trained)
+    assert all(not torch.equal(after[n][1], before[n][1]) for n in trained)
+    diff = max(float((after[n][1] - p.detach()).abs().max())
+               for n, p in hf.model.named_parameters())
+    print(f"zero {stage} LoRA: parameters after {LORA_STEPS} steps {diff:.2e}")
+    assert diff < PARITY_ATOL
+    log_probs = torch.cat(cluster.scatter("forward_logprobs", shards))
+    assert max_diff_on(mask, log_probs, hf.forward_logprobs(rl_batch)) < PARITY_ATOL
+    base = torch.cat(cluster.scatter("forward_base_logprobs", shards))
+    assert max_diff_on(mask, base, rl_batch.old_log_probs) < PARITY_ATOL  # hf_train's base
+    print(f"adapter on vs off: {max_diff_on(mask, log_probs, base):.2e}")
+    assert max_diff_on(mask, log_probs, base) > 100 * PARITY_ATOL  # the adapter acts
+    synced, want = cluster_weights(cluster), hf.state_dict_for_sync()
+    assert synced.keys() == want.keys()  # the base model's names: actor_infer loads them
+    assert weight_diff(synced, want) < PARITY_ATOL
+
+
+def test_a_zero3_lora_checkpoint_holds_the_adapter_and_resumes_exactly(
+        train_cluster, tiny_model_path, rl_batch, tmp_path):
+    cluster = start_zero(train_cluster, tiny_model_path, 3, model_args=LORA)
+    loss, shards = actor_loss(), rl_batch.shard(2)
+
+    def step() -> tuple[dict, dict]:
+        metrics = rank_mean(cluster.scatter("train_step", shards, loss_fn=loss, ppo_epochs=1))
+        return metrics, cluster_weights(cluster)
+
+    step()
+    saved = cluster_weights(cluster)
+    cluster.call_all("save", str(tmp_path / "ckpt"))
+    adapter = load_file(tmp_path / "ckpt" / "adapter" / ADAPTER_WEIGHTS)
+    assert len(adapter) == 2 * 4 * 7 + 1  # A and B of 4 layers x 7 linear layers, the norm
+    state = tmp_path / "ckpt" / "deepspeed"
+    state_bytes = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
+    model_bytes = os.path.getsize(os.path.join(tiny_model_path, "model.safetensors"))
+    assert state_bytes < model_bytes / 2  # adapter, masters and moments; no frozen weight
+    first = [step() for _ in range(2)]
+    cluster.call_all("load", str(tmp_path / "ckpt"))
+    assert weight_diff(cluster_weights(cluster), saved) == 0.0
+    again = [step() for _ in range(2)]
+    for (m1, w1), (m2, w2) in zip(first, again):
+        assert m1 == m2 and weight_diff(w1, w2) == 0.0

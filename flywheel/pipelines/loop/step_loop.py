@@ -277,7 +277,7 @@ class StepLoop(Generic[W, G]):
         computes them inside its train call: one trip of the batch, not two)."""
         roles = self.roles
         old = None if self.old_in_train else roles.actor_train.forward_logprobs(batch)
-        ref = roles.reference.forward_logprobs(batch) if roles.reference else None
+        ref = roles.reference_logprobs(batch)  # a LoRA run's: actor_train, adapter off
         values = roles.critic.forward_values(batch) if roles.critic else None
         batch.ref_log_probs = ref.result() if ref else None
         batch.values = values.result() if values else None

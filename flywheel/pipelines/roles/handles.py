@@ -53,6 +53,11 @@ class TrainRole(Cluster):
         return Pending(self, self.submit_scatter("forward_logprobs",
                                                  batch.shard(self.world_size)), _concat)
 
+    def forward_base_logprobs(self, batch: TokenBatch) -> Pending[torch.Tensor]:
+        """Log-probs with the LoRA adapter disabled (actor_train of a LoRA run)."""
+        return Pending(self, self.submit_scatter("forward_base_logprobs",
+                                                 batch.shard(self.world_size)), _concat)
+
     def forward_values(self, batch: TokenBatch) -> Pending[torch.Tensor]:
         return Pending(self, self.submit_scatter("forward_values",
                                                  batch.shard(self.world_size)), _concat)

@@ -8,6 +8,11 @@ run training and generation take turns, so each may use every core; when they ov
 Training backends whose ranks form one torch.distributed group (deepspeed_train,
 megatron_train) finish starting in `join_process_group`: rank 0 names its address and a
 free port, then every rank joins and builds its strategy.
+
+A reference of the same base model as a LoRA actor_train (derived.py
+`reference_from_actor`) starts no worker and takes no device: its log-probs are
+actor_train's with the adapter disabled (`Roles.reference_logprobs`). That is the one
+place the pipeline asks for reference log-probs, so the roles a rollout needs follow it.
 """
 
 from __future__ import annotations
@@ -17,18 +22,20 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from flywheel.pipelines.roles.handles import InferRole, RewardRole, TrainRole
+from flywheel.pipelines.roles.handles import InferRole, Pending, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.derived import (
     context_length,
     data_parallel_size,
     offloads_between_phases,
+    reference_from_actor,
     shared_actor_devices,
 )
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
+from flywheel.workers.batch import TokenBatch
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
 from flywheel.workers.rewards.registry import reward_spec
@@ -59,7 +66,7 @@ def loads_model(reward: RewardConfig) -> bool:
 def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
     roles = [role_devices("actor_train", cfg.actor_train),
              role_devices("actor_infer", cfg.actor_infer)]
-    if cfg.reference is not None:
+    if cfg.reference is not None and not reference_from_actor(cfg):
         roles.append(role_devices("reference", cfg.reference))
     if cfg.critic is not None:
         roles.append(role_devices("critic", cfg.critic))
@@ -112,6 +119,14 @@ class Roles:
     # the train steps the learning-rate schedules were sized for; kept in every checkpoint
     # so a resumed run keeps the curve (platform/resume.py: schedule_steps)
     schedule_steps: int = 0
+    # the reference is actor_train's LoRA base (derived.py reference_from_actor)
+    reference_in_actor: bool = False
+
+    def reference_logprobs(self, batch: TokenBatch) -> Pending | None:
+        """The reference policy's log-probs of `batch`, under way; None without one."""
+        if self.reference_in_actor:
+            return self.actor_train.forward_base_logprobs(batch)
+        return self.reference.forward_logprobs(batch) if self.reference else None
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):  # a dead rank 0 left its files to the sweep
@@ -184,8 +199,11 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
             collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s,
             carrier=cfg.weight_sync_carrier)
         print(f"weight sync: {carrier}", flush=True)
-        reference = None
-        if cfg.reference is not None:
+        reference, in_actor = None, reference_from_actor(cfg)
+        if in_actor:
+            print("reference: actor_train's model with its LoRA adapter disabled (no "
+                  "reference worker, no second copy of the weights)", flush=True)
+        elif cfg.reference is not None:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False, head=policy)
             join_process_group(reference, cfg.reference)
@@ -223,4 +241,4 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         placement.release()
         raise
     return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started,
-                 schedule_steps=total_steps)
+                 schedule_steps=total_steps, reference_in_actor=in_actor)

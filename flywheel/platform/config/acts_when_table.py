@@ -19,7 +19,7 @@ refused under it.
 from __future__ import annotations
 
 from flywheel.platform.config.acts_when_rule import ActsWhen, Condition, field_names
-from flywheel.platform.config.derived import infer_is_correction
+from flywheel.platform.config.derived import infer_is_correction, lora_on, reference_from_actor
 from flywheel.platform.config.errors import KeyPath
 from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.platform.config.sft_checks import SFT_ACTOR_KEYS, SFT_KEYS
@@ -171,6 +171,56 @@ def _loads_model(cfg: PipelineConfig, path: KeyPath) -> bool:
 REWARD_MODEL = Condition("on a local llm_judge reward",
                          _loads_model)
 
+# LoRA (schema.ModelArgs lora_*): trained by hf_train and deepspeed_train on actor_train in
+# RL runs (workers/strategies/lora.py); megatron_train and SFT are issue 27's later slices
+# (`platform convert` maps a ROLL megatron_train LoRA actor onto deepspeed_train:
+# roll_lora.py).
+LORA_KEYS = {"lora_target": "turns LoRA on and names its modules",
+             "lora_rank": "the adapter's rank r", "lora_alpha": "the adapter's scale alpha",
+             "lora_dropout": "dropout on the adapter's input",
+             "additional_target": "modules trained in full beside the adapter",
+             "adapter_name_or_path": "the adapter to start from"}
+LORA_BACKENDS = ("hf_train", "deepspeed_train")
+LORA = Condition("with actor_train.model_args.lora_target set",
+                 lambda cfg, _: lora_on(cfg.actor_train.model_args))
+LORA_BACKEND = Condition("on actor_train with hf_train or deepspeed_train",
+                         lambda cfg, path: _backend(path, cfg) in LORA_BACKENDS)
+NEVER_LORA = Condition("on actor_train", lambda cfg, _: False)
+OWN_REFERENCE = Condition(
+    "when the reference is a role of its own (not actor_train's LoRA base)",
+    lambda cfg, _: not reference_from_actor(cfg))
+# What a LoRA key on another role would have meant, and why it does nothing there.
+LORA_ELSEWHERE = {
+    "actor_infer": "actor_infer receives actor_train's weights with the adapter merged in",
+    "reference": "the reference is the base model: with LoRA on actor_train it is "
+                 "actor_train's model with the adapter disabled",
+    "critic": "the critic trains its whole value model (LoRA critics are not built)",
+    "rewards.*": "a judge model is never trained",
+}
+# Keys of a reference that runs inside actor_train: its model, devices and backend are
+# actor_train's.
+_INSIDE_ACTOR = ("device_mapping", "num_gpus_per_worker", "strategy_args", "infer_batch_size",
+                 "num_threads", "cpu_affinity", "model_args.dtype",
+                 "model_args.attn_implementation")
+LORA_ROWS = [
+    *[ActsWhen(f"actor_train.model_args.{key}", RL, does, "SFT with LoRA is not built "
+               "yet (an SFT checkpoint is a whole model): remove it")
+      for key, does in LORA_KEYS.items()],
+    *[ActsWhen(f"{role}.model_args.{key}", NEVER_LORA, does, f"{why}: remove it")
+      for role, why in LORA_ELSEWHERE.items() for key, does in LORA_KEYS.items()],
+    *[ActsWhen(f"actor_train.model_args.{key}", LORA, does, "write lora_target to turn "
+               "LoRA on, or remove it")
+      for key, does in LORA_KEYS.items() if key != "lora_target"],
+    *[ActsWhen(f"actor_train.model_args.{key}", LORA_BACKEND, does,
+               "megatron_train trains no LoRA adapter yet: use deepspeed_train (ZeRO "
+               "shards it across the same devices) or hf_train, or remove it")
+      for key, does in LORA_KEYS.items()],
+    *[ActsWhen(f"reference.{key}", OWN_REFERENCE, "the reference role's own setting",
+               "the reference is actor_train's model with its LoRA adapter disabled, "
+               "computed on actor_train's workers (no reference worker): remove it")
+      for key in _INSIDE_ACTOR],
+]
+
 # ---- rows ------------------------------------------------------------------------------------
 _SCORES = "agentic per-turn advantages are normalised discounted returns"
 _TURN = ("an agentic turn's budget is custom_envs.<tag>.max_tokens_per_step: write it "
@@ -314,4 +364,4 @@ PIPELINE_ROWS = [
 
 # Pipeline rows first: a key the pipeline never reads is reported as such.
 ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
-                        *ROLE_ROWS]
+                        *ROLE_ROWS, *LORA_ROWS]

@@ -38,6 +38,7 @@ from flywheel.platform.config.derived import (
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
+from flywheel.platform.config.lora_args import check_lora
 from flywheel.platform.config.reward_checks import check_reward_routing
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, StrategyArgs
 from flywheel.platform.config.sft_checks import check_sft
@@ -56,6 +57,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_cpu_affinity(cfg)
     check_sampling(cfg)
     check_algorithm_roles(cfg)
+    check_lora(cfg)
     check_agentic(cfg, catalogs.envs)
     check_reward_routing(cfg)
     check_llm_judge(cfg, catalogs.backends)

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 from flywheel.platform.config.catalogs import Catalog, RewardEntry
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
+from flywheel.platform.config.schema import (
+    ModelArgs,
+    PipelineConfig,
+    RewardConfig,
+    WorkerConfig,
+)
 
 # megatron_train splits each worker group into model-parallel groups of this many devices;
 # data parallelism is what remains.
@@ -163,6 +168,23 @@ def offloads_between_phases(cfg: PipelineConfig) -> bool:
     if cfg.pipeline_type == "sft" or cfg.offload_between_phases is False:
         return False
     return bool(shared_actor_devices(cfg)) and cfg.async_generation_ratio == 0
+
+
+def lora_on(model_args: ModelArgs) -> bool:
+    """Whether a role trains a LoRA adapter: ROLL turns it on by naming its targets."""
+    return model_args.lora_target is not None
+
+
+def reference_from_actor(cfg: PipelineConfig) -> bool:
+    """Whether the reference's log-probs come from actor_train's own model with its LoRA
+    adapter disabled, so no reference worker is started: actor_train trains an adapter
+    and the reference names the same base model (its own model_name_or_path unset or
+    equal to actor_train's). The frozen base is exactly the reference policy, held once;
+    a reference of another model still runs as a role of its own."""
+    if cfg.reference is None or not lora_on(cfg.actor_train.model_args):
+        return False
+    actor = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
+    return (cfg.reference.model_args.model_name_or_path or cfg.pretrain) == actor
 
 
 def derived_values(cfg: PipelineConfig) -> dict[str, str]:

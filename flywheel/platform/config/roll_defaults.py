@@ -30,6 +30,7 @@ from flywheel.platform.config.acts_when import data_paths, inert
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
 from flywheel.platform.config.roll_backends import fit_backends
+from flywheel.platform.config.roll_lora import fit_lora
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
@@ -137,10 +138,11 @@ def drop_inert(out: Conversion, defaults: dict[KeyPath, str]) -> None:
 
 
 def finish(data: dict[str, Any], out: Conversion) -> None:
-    """The three passes (and the reference's backend), in order."""
+    """The three passes (and the reference's backend, the LoRA actor's), in order."""
     turn_budget(data, out)
     reference_backend(out)
     kl_reward_penalty(data, out)
+    fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
     fit_backends(out)
     drop_inert(out, write_roll_defaults(data, out))
 

@@ -228,11 +228,11 @@ MODEL_ARGS: dict[str, Rule] = {
     **{k: SAME for k in ("model_name_or_path", "dtype", "attn_implementation",
                          "disable_gradient_checkpointing")},
     # ROLL turns LoRA on by naming target modules; the other lora_* keys only shape it.
-    "lora_target": Missing("LoRA (lora_target)"),
-    "lora_alpha": Drop("LoRA only"), "lora_dropout": Drop("LoRA only"),
-    "lora_rank": Drop("LoRA only"), "additional_target": Drop("LoRA only"),
-    "autocast_adapter_dtype": Drop("LoRA only"),
-    "adapter_name_or_path": Missing("loading an adapter (adapter_name_or_path)"),
+    # Copied on every role; roll_lora.py fits the backend and drops them off actor_train.
+    **{k: SAME for k in ("lora_target", "lora_alpha", "lora_dropout", "lora_rank",
+                         "additional_target", "adapter_name_or_path")},
+    "autocast_adapter_dtype": Missing("a LoRA adapter in the model's dtype "
+                                      "(autocast_adapter_dtype: false; flywheel's is fp32)"),
     "moe_aux_loss_coef": Missing("an MoE auxiliary loss (moe_aux_loss_coef)"),
     "gradient_checkpointing_use_reentrant": Drop(_PERF),
     "device_map": Drop("flywheel places models by device_mapping"),

@@ -51,6 +51,30 @@ class ModelArgs:
     attn_implementation: str | None = None
     # ROLL semantics: true turns gradient checkpointing off (trading memory for speed).
     disable_gradient_checkpointing: bool = True
+    # -- LoRA (Hu et al. 2021, arXiv 2106.09685): actor_train, hf_train or deepspeed_train, RL --
+    # Writing lora_target turns LoRA on: W x + (lora_alpha / lora_rank) B A x on the named
+    # modules, only A and B (and additional_target) trained, in fp32, the base frozen in
+    # `dtype`. Comma-separated module names ("q_proj,v_proj": every module whose name ends
+    # with one), a regex matched against full module names (any of * $ | ( in it), or
+    # all-linear (ROLL's "all" too): every linear layer but the output head. A module
+    # tied to another (SmolLM2's lm_head = embed_tokens) is refused: its update would
+    # split the pair. The reference then runs on actor_train with the adapter off.
+    lora_target: str | None = None
+    # r, the adapter's inner dimension (>= 1).
+    lora_rank: int = 8
+    # alpha; the update is scaled by alpha / r. Unset: 2 x lora_rank (ROLL's default).
+    lora_alpha: float | None = None
+    # Dropout on the adapter's input in training, in [0, 1). Above 0 the training forward
+    # is random, so the old log-probs get a pass of their own (no fused old log-probs).
+    lora_dropout: float = 0.0
+    # Comma-separated modules trained in full beside the adapter (PEFT modules_to_save:
+    # every module whose name ends with one, so "norm" takes every RMSNorm and
+    # "model.norm" only the final one); kept in fp32, synced in place of the originals.
+    additional_target: str | None = None
+    # A PEFT adapter folder (adapter_config.json + weights) to start from instead of a
+    # fresh one; its rank, alpha and targets must equal lora_rank, lora_alpha and
+    # lora_target (checked at start).
+    adapter_name_or_path: str | None = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,6 +20,9 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.model_head import ModelHead
 from flywheel.workers.strategies.train_loop import Counts, Objective, OptimizerStep, run_update
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 
 @dataclass
@@ -58,13 +62,15 @@ class TrainStrategy(ABC):
     Subclasses set `cfg`, `head`, `optimizer` (None for a forward-only role) and
     `scheduler` in their constructor, whose signature is
     `(model_path, cfg, seed, total_steps, trainable=True, head=POLICY)`; `total_steps` is
-    the schedule's horizon in optimizer steps.
+    the schedule's horizon in optimizer steps. A backend that trains a LoRA adapter
+    (`model_args.lora_target`, lora.py) sets `adapter` too.
     """
 
     cfg: WorkerConfig
     head: ModelHead
     optimizer: object | None
     scheduler: object | None
+    adapter: PeftModel | None = None  # the PEFT wrapper of a LoRA backend's model
 
     @abstractmethod
     def forward(self, batch: TokenBatch) -> torch.Tensor:
@@ -77,6 +83,16 @@ class TrainStrategy(ABC):
     def forward_values(self, batch: TokenBatch) -> torch.Tensor:
         self._require_head("value", "values")
         return self.forward(batch)
+
+    def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """Log-probs with the LoRA adapter disabled: the frozen base model, which is the
+        reference policy of a LoRA run (platform/config/derived.py `reference_from_actor`).
+        """
+        if self.adapter is None:
+            raise RuntimeError(f"forward_base_logprobs: {type(self).__name__} trains no LoRA "
+                               f"adapter")
+        with self.adapter.disable_adapter():
+            return self.forward_logprobs(batch)
 
     def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int = 1) -> dict:
         """Optimizer steps over `batch` (ppo_epochs passes of its mini-batches); metrics."""

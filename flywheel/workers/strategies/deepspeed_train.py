@@ -33,6 +33,18 @@ actor is killed.
 
 Large models would be built under `deepspeed.zero.Init` (each rank loading only its
 partition); here every rank loads the full HF checkpoint and ZeRO partitions it.
+
+LoRA (`model_args.lora_target`, lora.py): PEFT injects the adapter into the loaded model
+before `deepspeed.initialize`, and only the adapter's parameters (and `additional_target`'s)
+go to DeepSpeed's optimizer, so ZeRO keeps fp32 masters, moments and gradients of those
+alone; under bf16/fp16 DeepSpeed casts every parameter to that dtype, the adapter's
+included, and updates it from its fp32 master (hf_train holds the adapter itself in fp32:
+the same update, rounded once more for the forward). ZeRO-3 partitions the frozen base
+too. The weight sync sends the merged model, each adapted weight gathered (ZeRO-3) with its
+A and B; checkpoints hold DeepSpeed's state without the frozen parameters
+(`exclude_frozen_parameters`) and a PEFT adapter folder from rank 0, never the base,
+which the run loads from its model again. The reference policy is the same model with
+the adapter disabled (base.py `forward_base_logprobs`).
 """
 
 from __future__ import annotations
@@ -44,16 +56,19 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
+from flywheel.platform.config.derived import lora_on
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies import deepspeed_options
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import (
+    TORCH_DTYPES,
     batched_outputs,
     distinct_state_tensors,
     pick_device,
 )
+from flywheel.workers.strategies.lora import add_adapter, merge_inputs, merged_tensor
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import (
     CPU_NOTE,
@@ -127,11 +142,14 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         unlink_shm_buffer(self.rank)
         model = head.load_hf(model_path, cfg.model_args, self.device, seed)
+        # the PEFT wrapper around `model`, whose layers it injected in place (lora.py)
+        self.adapter = add_adapter(model, cfg.model_args) if lora_on(cfg.model_args) else None
         if not trainable:
             model.requires_grad_(False)
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, config=deepspeed_config(cfg, options, trainable),
-            model_parameters=model.parameters() if trainable else None)
+            model_parameters=[p for p in model.parameters() if p.requires_grad]
+            if trainable else None)
         self.optimizer = self.engine.basic_optimizer if trainable else None
         self.scheduler = (build_schedule(self.optimizer, cfg.training_args, total_steps)
                           if trainable else None)
@@ -225,13 +243,18 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         config = self.engine.zero_offload_param()
         return config is not None and config.device != OffloadDeviceEnum.none
 
-    def _gathered(self) -> contextlib.AbstractContextManager:
-        """Full parameters on every rank for the duration (ZeRO-3); a no-op otherwise."""
+    def _gathered(self, params: list[torch.nn.Parameter] | None = None
+                  ) -> contextlib.AbstractContextManager:
+        """Full parameters (`params`, default all) on every rank for the duration (ZeRO-3:
+        a collective); a no-op otherwise."""
         if self.zero_stage == 3:
-            return deepspeed.zero.GatheredParameters(list(self.engine.module.parameters()))
+            return deepspeed.zero.GatheredParameters(
+                list(self.engine.module.parameters()) if params is None else params)
         return contextlib.nullcontext()
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        if self.adapter is not None:
+            return {k: v.to("cpu", copy=True) for k, v in self.weights_for_sync()}
         with self._gathered():
             return {k: v.detach().to("cpu", copy=True)
                     for k, v in self.engine.module.state_dict().items()}
@@ -244,32 +267,66 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         is partitioned again before the next one. So at most one run gathered and a
         bucket of copies exist at once, where the full state dict gathers the whole model
         on every rank and copies all of it to the CPU (bench/bench_deepspeed_sync.py). A
-        tied parameter (lm_head = embed_tokens) goes once."""
-        named = distinct_state_tensors(self.engine.module)
-        if self.zero_stage != 3:
+        tied parameter (lm_head = embed_tokens) goes once. With LoRA, the merged model
+        (lora.py `merged_tensor`): a run gathers the A and B its adapted weights read too."""
+        module = self.engine.module
+        named = distinct_state_tensors(module)
+        if self.adapter is None and self.zero_stage != 3:
             yield from ((name, tensor.detach()) for name, tensor in named)
             return
+        if self.zero_stage != 3:
+            yield from self._merged(named)
+            return
         for run in cut(named, GATHER_BYTES, full_bytes):
-            params = [t for _, t in run if hasattr(t, "ds_id")]
+            reads = [t for _, t in run] + [p for n, _ in run for p in self._merge_inputs(n)]
+            params = list({id(t): t for t in reads if hasattr(t, "ds_id")}.values())
             with deepspeed.zero.GatheredParameters(params):
-                copies = [(name, t.detach().clone()) for name, t in run]
+                copies = [(name, t.clone()) for name, t in self._merged(run)]
             yield from copies
+
+    def _merged(self, named: list[tuple[str, torch.Tensor]]
+                ) -> Iterator[tuple[str, torch.Tensor]]:
+        """`named` as actor_infer loads it: as it is, or with the adapter merged in."""
+        if self.adapter is None:
+            yield from ((name, tensor.detach()) for name, tensor in named)
+            return
+        dtype = TORCH_DTYPES[self.cfg.model_args.dtype]  # DeepSpeed's parameter dtype
+        for name, tensor in named:
+            merged = merged_tensor(self.engine.module, name, tensor, dtype)
+            if merged is not None:
+                yield merged
+
+    def _merge_inputs(self, name: str) -> list[torch.nn.Parameter]:
+        return [] if self.adapter is None else merge_inputs(self.engine.module, name)
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
         self.engine.save_checkpoint(os.path.join(path, "deepspeed"), tag="state",
-                                    save_latest=False)
+                                    save_latest=False,
+                                    exclude_frozen_parameters=self.adapter is not None)
         torch.save({"rng": torch.get_rng_state(),
                     "scheduler": self.scheduler.state_dict() if self.scheduler else None},
                    os.path.join(path, f"rng_{self.rank}.pt"))
-        weights = self.state_dict_for_sync()  # collective under ZeRO-3: every rank gathers
-        if self.rank == 0:
-            self.engine.module.save_pretrained(os.path.join(path, "model"), state_dict=weights)
+        if self.adapter is not None:
+            self._save_adapter(os.path.join(path, "adapter"))
+        else:
+            weights = self.state_dict_for_sync()  # collective under ZeRO-3: all ranks gather
+            if self.rank == 0:
+                self.engine.module.save_pretrained(os.path.join(path, "model"),
+                                                   state_dict=weights)
         dist.barrier()
 
+    def _save_adapter(self, path: str) -> None:
+        """The PEFT adapter folder hf_train writes too (adapter_name_or_path loads it)."""
+        trained = [p for p in self.engine.module.parameters() if p.requires_grad]
+        with self._gathered(trained):  # collective under ZeRO-3: every rank gathers
+            if self.rank == 0:
+                self.adapter.save_pretrained(path)
+
     def load(self, path: str) -> None:
-        self.engine.load_checkpoint(
+        self.engine.load_checkpoint(  # with LoRA the checkpoint holds no frozen parameter
             os.path.join(path, "deepspeed"), tag="state",
+            load_module_strict=self.adapter is None,
             load_optimizer_states=self.trainable, load_lr_scheduler_states=False)
         state = torch.load(os.path.join(path, f"rng_{self.rank}.pt"), weights_only=True)
         torch.set_rng_state(state["rng"])

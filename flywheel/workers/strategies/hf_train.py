@@ -9,6 +9,12 @@ fp32 gradients and AdamW state) whatever `model_args.dtype` says, and every forw
 under autocast in that dtype; fp16 adds a dynamic loss scaler. Weights leave for
 actor_infer in `model_args.dtype`; checkpoints hold the fp32 masters (and the loss
 scale), so a resume continues exactly.
+
+LoRA (`model_args.lora_target`, lora.py): the base is loaded in `model_args.dtype` and
+frozen; only the adapter is trained, held in fp32 and in the optimizer. The weight sync
+sends the merged model; checkpoints hold the adapter (a PEFT adapter folder) and its
+optimizer state, not the base, which the run loads from its model again. The reference
+policy is the same model with the adapter disabled (base.py `forward_base_logprobs`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Iterator
 
 import torch
 
+from flywheel.platform.config.derived import lora_on
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
@@ -27,6 +34,7 @@ from flywheel.workers.strategies.hf_model import (
     distinct_state_tensors,
     pick_device,
 )
+from flywheel.workers.strategies.lora import add_adapter, load_adapter, merged_weights
 from flywheel.workers.strategies.mixed_precision import MixedPrecision, fp32_weights
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
@@ -47,7 +55,11 @@ class HFTrainStrategy(TrainStrategy):
         self.cfg, self.head = cfg, head
         self.device = pick_device()
         self.precision = MixedPrecision.for_role(cfg.model_args.dtype, self.device, trainable)
-        self.model = head.load_hf(model_path, fp32_weights(cfg.model_args), self.device, seed)
+        lora = lora_on(cfg.model_args)
+        weights = cfg.model_args if lora else fp32_weights(cfg.model_args)
+        self.model = head.load_hf(model_path, weights, self.device, seed)
+        # the PEFT wrapper around self.model, whose layers it injected in place
+        self.adapter = add_adapter(self.model, cfg.model_args) if lora else None
         self.optimizer, self.scheduler = optimizer_and_schedule(
             self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
@@ -100,6 +112,8 @@ class HFTrainStrategy(TrainStrategy):
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """In `model_args.dtype`, the dtype actor_infer loads (the masters are fp32)."""
         dtype = self.precision.compute_dtype
+        if self.adapter is not None:
+            return {k: v.to("cpu", copy=True) for k, v in merged_weights(self.model, dtype)}
         return {k: v.detach().to("cpu", dtype, copy=True)
                 for k, v in self.model.state_dict().items()}
 
@@ -107,13 +121,19 @@ class HFTrainStrategy(TrainStrategy):
         """In `model_args.dtype`: under fp32 the live tensors, no copy (the sync copies
         each into the object store before the next train step); under bf16/fp16 each fp32
         master cast on its own, one tensor at a time. A tied parameter (lm_head =
-        embed_tokens) once."""
+        embed_tokens) once. With LoRA, the adapter merged in (lora.py)."""
+        if self.adapter is not None:
+            yield from merged_weights(self.model, self.precision.compute_dtype)
+            return
         for name, tensor in distinct_state_tensors(self.model):
             yield name, tensor.detach().to(self.precision.compute_dtype)
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
-        self.model.save_pretrained(os.path.join(path, "model"))
+        if self.adapter is not None:  # the base is the run's model, loaded at start
+            self.adapter.save_pretrained(os.path.join(path, "adapter"))
+        else:
+            self.model.save_pretrained(os.path.join(path, "model"))
         torch.save(
             {
                 "optimizer": self.optimizer.state_dict() if self.optimizer else None,
@@ -125,18 +145,24 @@ class HFTrainStrategy(TrainStrategy):
         )
 
     def load(self, path: str) -> None:
-        from safetensors.torch import load_file
-
-        weights = load_file(os.path.join(path, "model", "model.safetensors"))
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        missing = [k for k in missing if k != "lm_head.weight"]  # saved once, as the embedding
-        if missing or unexpected:
-            raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
-                             f"unexpected {unexpected}")
-        self.model.tie_weights()
+        if self.adapter is not None:
+            load_adapter(self.adapter, os.path.join(path, "adapter"))
+        else:
+            self._load_model(os.path.join(path, "model"))
         state = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=True)
         if self.optimizer and state["optimizer"]:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state.get("loss_scaler"))  # absent before fp16 scaling
         torch.set_rng_state(state["rng"])
+
+    def _load_model(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        weights = load_file(os.path.join(path, "model.safetensors"))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        missing = [k for k in missing if k != "lm_head.weight"]  # saved once, as the embedding
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
+                             f"unexpected {unexpected}")
+        self.model.tie_weights()

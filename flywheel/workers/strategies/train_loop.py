@@ -191,12 +191,13 @@ def build_adamw(params, args: TrainingArgs) -> torch.optim.AdamW:
 
 def optimizer_and_schedule(model: torch.nn.Module, args: TrainingArgs, horizon: int,
                            trainable: bool) -> tuple[torch.optim.Optimizer | None, object]:
-    """AdamW over `model` and its schedule for a role that trains; for one that does not
-    (the reference), neither, and the model's parameters frozen."""
+    """AdamW over `model`'s trainable parameters (all of them, or a LoRA adapter's) and
+    its schedule for a role that trains; for one that does not (the reference), neither,
+    and the model's parameters frozen."""
     if not trainable:
         model.requires_grad_(False)
         return None, None
-    optimizer = build_adamw(model.parameters(), args)
+    optimizer = build_adamw([p for p in model.parameters() if p.requires_grad], args)
     return optimizer, build_schedule(optimizer, args, horizon)
 
 
