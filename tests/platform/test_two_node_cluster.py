@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long  # ~1.5 min: a second raylet and a whole run on it (suite budget)
 @pytest.mark.slow
 def test_pipeline_runs_across_two_nodes(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),

@@ -47,7 +47,8 @@ def start_zero(train_cluster, model_path: str, stage: int, **kwargs):
                          per_device=8, accum=2, **kwargs)
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
+# ZeRO-2 partitions gradients as ZeRO-1 does optimizer state, on the same path: make test-long
+@pytest.mark.parametrize("stage", [1, pytest.param(2, marks=pytest.mark.long), 3])
 def test_two_zero_ranks_train_like_one_hf_rank(stage, train_cluster, tiny_model_path,
                                                rl_batch):
     hf = hf_trainer(tiny_model_path)
@@ -73,7 +74,7 @@ def test_two_zero_ranks_train_like_one_hf_rank(stage, train_cluster, tiny_model_
     assert diff < 1e-4
 
 
-@pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.parametrize("stage", [1, pytest.param(3, marks=pytest.mark.long)])  # suite budget
 def test_one_step_update_takes_old_logprobs_from_the_training_forward(
         stage, train_cluster, tiny_model_path, rl_batch):
     """strategies/fused_old_logprobs.py on two ZeRO ranks: both skip the separate pass
@@ -151,7 +152,8 @@ class ParamsWorker(TrainWorker):
                     for n, p in strategy.engine.module.named_parameters()}
 
 
-@pytest.mark.parametrize("stage", [1, 3])
+# ZeRO-3 is the stage whose gather the merged sync depends on; ZeRO-1 in make test-long
+@pytest.mark.parametrize("stage", [pytest.param(1, marks=pytest.mark.long), 3])
 def test_a_lora_step_on_two_zero_ranks_is_hf_trains_and_moves_only_the_adapter(
         stage, train_cluster, tiny_model_path, rl_batch):
     """The same adapter (same seed) trained by two ZeRO ranks and by one hf_train rank:
@@ -191,6 +193,9 @@ def test_a_lora_step_on_two_zero_ranks_is_hf_trains_and_moves_only_the_adapter(
     assert weight_diff(synced, want) < PARITY_ATOL
 
 
+# suite budget: hf_train's LoRA checkpoint round trip runs in make test (tests/workers/
+# test_lora.py); this ZeRO-3 one in make test-long
+@pytest.mark.long
 def test_a_zero3_lora_checkpoint_holds_the_adapter_and_resumes_exactly(
         train_cluster, tiny_model_path, rl_batch, tmp_path):
     cluster = start_zero(train_cluster, tiny_model_path, 3, model_args=LORA)
