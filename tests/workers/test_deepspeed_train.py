@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import sys
 
 import pytest
 import torch
+from ray import cloudpickle
 from safetensors.torch import load_file
 
 from flywheel.algorithms import MismatchCorrection
@@ -152,8 +154,14 @@ class ParamsWorker(TrainWorker):
                     for n, p in strategy.engine.module.named_parameters()}
 
 
-# ZeRO-3 is the stage whose gather the merged sync depends on; ZeRO-1 in make test-long
-@pytest.mark.parametrize("stage", [pytest.param(1, marks=pytest.mark.long), 3])
+# Ray workers cannot import test modules; ship this module's classes by value instead.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# ~80 s each on 2 cores (two ZeRO ranks and an hf_train rank): make test-long. hf_train's
+# LoRA (tests/workers/test_lora.py) runs in make test.
+@pytest.mark.long
+@pytest.mark.parametrize("stage", [1, 3])
 def test_a_lora_step_on_two_zero_ranks_is_hf_trains_and_moves_only_the_adapter(
         stage, train_cluster, tiny_model_path, rl_batch):
     """The same adapter (same seed) trained by two ZeRO ranks and by one hf_train rank:
