@@ -40,7 +40,6 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
-from transformers import get_scheduler
 
 from flywheel.algorithms import count_seqs, count_tokens
 from flywheel.platform.config.schema import TrainingArgs
@@ -204,6 +203,11 @@ def optimizer_and_schedule(model: torch.nn.Module, args: TrainingArgs, horizon: 
 def build_schedule(optimizer: torch.optim.Optimizer, args: TrainingArgs, horizon: int):
     """The learning-rate schedule over `horizon` optimizer steps, with linear warmup over
     `warmup_steps` for every schedule type (transformers' plain `constant` ignores warmup)."""
+    # imported here: transformers.optimization imports its trainer utilities and, through
+    # them, PEFT (~2 s of CPU), which a worker that builds no schedule (actor_infer,
+    # importing this module through strategies/base.py) need not pay at every start
+    from transformers import get_scheduler
+
     name = args.lr_scheduler_type
     if name == "constant" and args.warmup_steps:
         name = "constant_with_warmup"
