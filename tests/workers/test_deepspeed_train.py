@@ -114,7 +114,15 @@ def test_zero3_checkpoint_resumes_exactly_and_leaves_no_shm_files(train_cluster,
     # all-reduce buffer per rank, which the strategy unlinks once every rank has it mapped.
     cluster = start_zero(train_cluster, tiny_model_path, 3, env_vars={"LOCAL_SIZE": "2"})
     assert set(glob.glob(SHM_FILES)) - before == set()
-    loss, shards = actor_loss(), rl_batch.shard(2)
+    saved = check_resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+    hf_file = tmp_path / "ckpt" / "model" / "model.safetensors"  # full model, HF format
+    assert weight_diff(load_file(hf_file), saved) == 0.0
+
+
+def check_resumes_exactly(cluster, batch, ckpt) -> dict[str, torch.Tensor]:
+    """One step and a checkpoint, two more steps; then the checkpoint loaded and the two
+    steps again: the same metrics and weights, bit for bit. Returns the weights saved."""
+    loss, shards = actor_loss(), batch.shard(2)
 
     def step() -> tuple[dict, dict]:
         metrics = rank_mean(cluster.scatter("train_step", shards, loss_fn=loss, ppo_epochs=1))
@@ -122,15 +130,14 @@ def test_zero3_checkpoint_resumes_exactly_and_leaves_no_shm_files(train_cluster,
 
     step()
     saved = cluster_weights(cluster)
-    cluster.call_all("save", str(tmp_path / "ckpt"))
+    cluster.call_all("save", str(ckpt))
     first = [step() for _ in range(2)]
-    cluster.call_all("load", str(tmp_path / "ckpt"))  # partitions, AdamW moments, schedule
+    cluster.call_all("load", str(ckpt))  # partitions, AdamW moments, schedule
     assert weight_diff(cluster_weights(cluster), saved) == 0.0
     again = [step() for _ in range(2)]
-    for (m1, w1), (m2, w2) in zip(first, again):
+    for (m1, w1), (m2, w2) in zip(first, again, strict=True):
         assert m1 == m2 and weight_diff(w1, w2) == 0.0
-    hf_file = tmp_path / "ckpt" / "model" / "model.safetensors"  # full model, HF format
-    assert weight_diff(load_file(hf_file), saved) == 0.0
+    return saved
 
 
 # fp32, so that two backends' numbers agree to PARITY_ATOL; a fully trained norm as well
@@ -207,24 +214,10 @@ def test_a_lora_step_on_two_zero_ranks_is_hf_trains_and_moves_only_the_adapter(
 def test_a_zero3_lora_checkpoint_holds_the_adapter_and_resumes_exactly(
         train_cluster, tiny_model_path, rl_batch, tmp_path):
     cluster = start_zero(train_cluster, tiny_model_path, 3, model_args=LORA)
-    loss, shards = actor_loss(), rl_batch.shard(2)
-
-    def step() -> tuple[dict, dict]:
-        metrics = rank_mean(cluster.scatter("train_step", shards, loss_fn=loss, ppo_epochs=1))
-        return metrics, cluster_weights(cluster)
-
-    step()
-    saved = cluster_weights(cluster)
-    cluster.call_all("save", str(tmp_path / "ckpt"))
+    check_resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
     adapter = load_file(tmp_path / "ckpt" / "adapter" / ADAPTER_WEIGHTS)
     assert len(adapter) == 2 * 4 * 7 + 1  # A and B of 4 layers x 7 linear layers, the norm
     state = tmp_path / "ckpt" / "deepspeed"
     state_bytes = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
     model_bytes = os.path.getsize(os.path.join(tiny_model_path, "model.safetensors"))
     assert state_bytes < model_bytes / 2  # adapter, masters and moments; no frozen weight
-    first = [step() for _ in range(2)]
-    cluster.call_all("load", str(tmp_path / "ckpt"))
-    assert weight_diff(cluster_weights(cluster), saved) == 0.0
-    again = [step() for _ in range(2)]
-    for (m1, w1), (m2, w2) in zip(first, again):
-        assert m1 == m2 and weight_diff(w1, w2) == 0.0
