@@ -53,9 +53,17 @@ class Cluster:
     devices: RoleDevices
     actors: list[Any] = field(default_factory=list)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    started: bool = False  # every worker's constructor has returned (`wait_ready`)
 
     @classmethod
-    def create(
+    def create(cls, *args, startup_timeout_s: float = DEFAULT_STARTUP_S, **kwargs) -> Cluster:
+        """`launch`, then wait until every worker has started (`wait_ready`)."""
+        cluster = cls.launch(*args, **kwargs)
+        cluster.wait_ready(startup_timeout_s)
+        return cluster
+
+    @classmethod
+    def launch(
         cls,
         role: str,
         worker_cls: type,
@@ -64,10 +72,12 @@ class Cluster:
         init_kwargs: dict,
         env_vars: dict[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        startup_timeout_s: float = DEFAULT_STARTUP_S,
         log_dir: Path | None = None,
     ) -> Cluster:
-        """`log_dir`: each worker's stdout and stderr go to a file there (backend_logs.py)."""
+        """The role's actors, created and starting; `wait_ready` waits for them. Launching
+        several roles before waiting for any lets their starts (each mostly importing
+        torch and transformers and loading a model, on one core) run side by side.
+        `log_dir`: each worker's stdout and stderr go to a file there (backend_logs.py)."""
         # `progress` answers in a group of its own while a call runs (liveness.py); a
         # worker class may declare more groups (infer_worker.py's generate_stream)
         groups = {PROGRESS_GROUP: 1, **getattr(worker_cls, "CONCURRENCY_GROUPS", {})}
@@ -87,14 +97,19 @@ class Cluster:
             actor = remote_cls.options(max_concurrency=1, **options).remote(
                 role=role, rank=rank, world_size=devices.num_workers, **init_kwargs)
             actors.append(actor)
-        cluster = cls(role=role, devices=devices, actors=actors, timeout_s=timeout_s)
+        return cls(role=role, devices=devices, actors=actors, timeout_s=timeout_s)
+
+    def wait_ready(self, startup_timeout_s: float = DEFAULT_STARTUP_S) -> None:
+        """Wait until every worker's constructor has returned; a failure surfaces here,
+        with role and rank, and shuts the role down. Waiting again returns at once."""
+        if self.started:
+            return
         try:
-            # surfaces constructor failures now, with role and rank
-            cluster.gather(cluster.submit_all("ready"), timeout_s=startup_timeout_s)
+            self.gather(self.submit_all("ready"), timeout_s=startup_timeout_s)
         except WorkerError:
-            cluster.shutdown()
+            self.shutdown()
             raise
-        return cluster
+        self.started = True
 
     @property
     def world_size(self) -> int:

@@ -155,6 +155,16 @@ def actor_train_model(cfg: PipelineConfig, model_path: str) -> str:
     return resolve_pretrain(name) if name else model_path
 
 
+def starts_together(placement: DevicePlacement) -> bool:
+    """Whether every role may start at once, or each waits for the one before it.
+
+    At once, the workers' starts (importing torch and transformers, loading a model: most
+    of a short run's wall time) overlap on the machine's cores. On GPUs shared by two
+    workers they take turns: vLLM sizes its cache from the free memory it measures as it
+    starts, which a model loading beside it would skew. CPU slots hold no such memory."""
+    return placement.resource != "GPU" or max(placement.sharing.values(), default=1) <= 1
+
+
 def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 log_dir: Path | None = None) -> Roles:
     """Every role's cluster; `total_steps`: the train steps the learning-rate schedules
@@ -163,7 +173,14 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
     placement = place_devices(device_roles(cfg))
     cores = os.cpu_count() or 1
     default_threads = cores if cfg.async_generation_ratio == 0 else max(1, cores // 2)
+    together = starts_together(placement)
     started: list[Cluster] = []
+
+    def launched(cluster: Cluster) -> Cluster:
+        started.append(cluster)
+        if not together:
+            cluster.wait_ready(cfg.timeouts.startup_s)
+        return cluster
 
     def start(role: str, handle: type[Cluster], worker_cls: type, wcfg: WorkerConfig,
               **kwargs) -> Cluster:
@@ -172,14 +189,12 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 if wcfg.model_args.model_name_or_path else model_path)
         threads = wcfg.num_threads or (len(wcfg.cpu_affinity) if wcfg.cpu_affinity
                                        else default_threads)
-        cluster = handle.create(role, worker_cls, role_devices(role, wcfg), placement,
-                                 init_kwargs=dict(model_path=path, cfg=wcfg, seed=cfg.seed,
-                                                  num_threads=threads,
-                                                  cpu_affinity=wcfg.cpu_affinity, **kwargs),
-                                 timeout_s=cfg.timeouts.call_s,
-                                 startup_timeout_s=cfg.timeouts.startup_s, log_dir=log_dir)
-        started.append(cluster)
-        return cluster
+        return launched(handle.launch(role, worker_cls, role_devices(role, wcfg), placement,
+                                      init_kwargs=dict(model_path=path, cfg=wcfg,
+                                                       seed=cfg.seed, num_threads=threads,
+                                                       cpu_affinity=wcfg.cpu_affinity,
+                                                       **kwargs),
+                                      timeout_s=cfg.timeouts.call_s, log_dir=log_dir))
 
     gen = cfg.actor_infer.generating_args
     policy = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
@@ -188,31 +203,19 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                             total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),
                             trainable=True, head=policy,
                             weight_sync_bucket_mb=cfg.weight_sync_bucket_mb)
-        join_process_group(actor_train, cfg.actor_train)
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
                             context_length=context_length(cfg),
                             sleep_mode=offloads_between_phases(cfg),
                             in_flight_updates=cfg.partial_rollout and streams(cfg))
-        train_path = actor_train_model(cfg, model_path)
-        carrier = actor_train.share_weights_with(
-            actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype),
-            collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s,
-            carrier=cfg.weight_sync_carrier)
-        print(f"weight sync: {carrier}", flush=True)
         reference, in_actor = None, reference_from_actor(cfg)
-        if in_actor:
-            print("reference: actor_train's model with its LoRA adapter disabled (no "
-                  "reference worker, no second copy of the weights)", flush=True)
-        elif cfg.reference is not None:
+        if cfg.reference is not None and not in_actor:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False, head=policy)
-            join_process_group(reference, cfg.reference)
         critic = None
         if cfg.critic is not None:
             critic = start("critic", TrainRole, TrainWorker, cfg.critic,
                            total_steps=schedule_horizon(cfg, cfg.critic, total_steps),
                            trainable=True, head=VALUE)
-            join_process_group(critic, cfg.critic)
         rewards = {}
         # Agentic episodes are scored by their envs: no reward workers.
         for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):
@@ -225,16 +228,28 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 devices, where = role_devices(role, rcfg), placement
                 threads = rcfg.num_threads or (len(rcfg.cpu_affinity) if rcfg.cpu_affinity
                                                else default_threads)
-            rewards[name] = RewardRole.create(
-                role, RewardWorker, devices, where,
-                timeout_s=cfg.timeouts.score_s, startup_timeout_s=cfg.timeouts.startup_s,
+            rewards[name] = launched(RewardRole.launch(
+                role, RewardWorker, devices, where, timeout_s=cfg.timeouts.score_s,
                 log_dir=log_dir,
                 init_kwargs=dict(reward_type=rcfg.reward_type, cpu_affinity=rcfg.cpu_affinity,
                                  cfg=wcfg, num_threads=threads,
                                  start_timeout_s=cfg.timeouts.startup_s,
-                                 build=reward_spec(rcfg.reward_type).build),
-            )
-            started.append(rewards[name])
+                                 build=reward_spec(rcfg.reward_type).build)))
+        for cluster in started:  # every role is starting; now wait for each
+            cluster.wait_ready(cfg.timeouts.startup_s)
+        for cluster, wcfg in ((actor_train, cfg.actor_train), (reference, cfg.reference),
+                              (critic, cfg.critic)):
+            if cluster is not None:
+                join_process_group(cluster, wcfg)
+        train_path = actor_train_model(cfg, model_path)
+        carrier = actor_train.share_weights_with(
+            actor_infer, weight_bytes(train_path, cfg.actor_train.model_args.dtype),
+            collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s,
+            carrier=cfg.weight_sync_carrier)
+        print(f"weight sync: {carrier}", flush=True)
+        if in_actor:
+            print("reference: actor_train's model with its LoRA adapter disabled (no "
+                  "reference worker, no second copy of the weights)", flush=True)
     except BaseException:
         for cluster in started:
             cluster.shutdown()

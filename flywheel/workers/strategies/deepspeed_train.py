@@ -68,7 +68,7 @@ from flywheel.workers.strategies.hf_model import (
     distinct_state_tensors,
     pick_device,
 )
-from flywheel.workers.strategies.lora import add_adapter, merge_inputs, merged_tensor
+from flywheel.workers.strategies.lora import add_adapter, merge_inputs, merged_weights
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import (
     CPU_NOTE,
@@ -268,33 +268,26 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         bucket of copies exist at once, where the full state dict gathers the whole model
         on every rank and copies all of it to the CPU (bench/bench_deepspeed_sync.py). A
         tied parameter (lm_head = embed_tokens) goes once. With LoRA, the merged model
-        (lora.py `merged_tensor`): a run gathers the A and B its adapted weights read too."""
+        (lora.py `merged_weights`): a run gathers the A and B its adapted weights read too."""
         module = self.engine.module
         named = distinct_state_tensors(module)
-        if self.adapter is None and self.zero_stage != 3:
-            yield from ((name, tensor.detach()) for name, tensor in named)
-            return
         if self.zero_stage != 3:
-            yield from self._merged(named)
+            yield from self._as_synced(named)
             return
         for run in cut(named, GATHER_BYTES, full_bytes):
             reads = [t for _, t in run] + [p for n, _ in run for p in self._merge_inputs(n)]
             params = list({id(t): t for t in reads if hasattr(t, "ds_id")}.values())
             with deepspeed.zero.GatheredParameters(params):
-                copies = [(name, t.clone()) for name, t in self._merged(run)]
+                copies = [(name, t.clone()) for name, t in self._as_synced(run)]
             yield from copies
 
-    def _merged(self, named: list[tuple[str, torch.Tensor]]
-                ) -> Iterator[tuple[str, torch.Tensor]]:
+    def _as_synced(self, named: list[tuple[str, torch.Tensor]]
+                   ) -> Iterator[tuple[str, torch.Tensor]]:
         """`named` as actor_infer loads it: as it is, or with the adapter merged in."""
         if self.adapter is None:
-            yield from ((name, tensor.detach()) for name, tensor in named)
-            return
+            return ((name, tensor.detach()) for name, tensor in named)
         dtype = TORCH_DTYPES[self.cfg.model_args.dtype]  # DeepSpeed's parameter dtype
-        for name, tensor in named:
-            merged = merged_tensor(self.engine.module, name, tensor, dtype)
-            if merged is not None:
-                yield merged
+        return merged_weights(self.engine.module, dtype, named)
 
     def _merge_inputs(self, name: str) -> list[torch.nn.Parameter]:
         return [] if self.adapter is None else merge_inputs(self.engine.module, name)

@@ -133,13 +133,16 @@ def load_adapter(peft_model: PeftModel, path: str) -> None:
 
 
 @torch.no_grad()
-def merged_weights(model: torch.nn.Module, dtype: torch.dtype
+def merged_weights(model: torch.nn.Module, dtype: torch.dtype,
+                   named: list[tuple[str, torch.Tensor]] | None = None
                    ) -> Iterator[tuple[str, torch.Tensor]]:
     """The weights of `model` (a PEFT-injected HF model) with the adapter merged, under
     the base model's names, in `dtype`, one tensor at a time, a tied tensor once: for
     each adapted weight W0 + (alpha / r) B A (arXiv 2106.09685 §4.1, computed as PEFT's
-    `merge` does), for a fully trained module its trained copy."""
-    for name, tensor in distinct_state_tensors(model):
+    `merge` does), for a fully trained module its trained copy. `named`: a run of the
+    model's distinct state tensors to merge (default: all of them), for a backend that
+    gathers partitioned parameters run by run."""
+    for name, tensor in named if named is not None else distinct_state_tensors(model):
         merged = merged_tensor(model, name, tensor, dtype)
         if merged is not None:
             yield merged
