@@ -42,6 +42,7 @@ from flywheel.pipelines.roles.handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
 from flywheel.workers.infer_worker import GenerateResult
+from flywheel.workers.rewards.response_length import response_length_reward
 from flywheel.workers.strategies.base import Generation, SamplingParams
 
 SEED_STRIDE = 1_000_003  # keeps the sampling seeds of different runs apart
@@ -252,12 +253,16 @@ def continue_chunk(item: Chunk | PartialChunk, result: GenerateResult) -> Partia
 @dataclass
 class ScoringJob:
     """Reward calls in flight for some groups; `finish` writes the scores back: per sample
-    the sum of weight * score over the parts that scored it (one part, weight 1, unless
-    reward_aggregation is weighted_sum), with their metadata merged."""
+    the sum of weight * (score + its reward's response length penalty) over the parts that
+    scored it (one part, weight 1, unless reward_aggregation is weighted_sum), with their
+    metadata merged. The length penalty is added here, where token counts are known
+    (workers/rewards/response_length.py)."""
 
     groups: list[Group]
     parts: list[tuple[Cluster, int, ray.ObjectRef, list[int]]]  # cluster, rank, ref, groups
     weights: list[float] = field(default_factory=list)  # per part; empty: every part 1
+    # per part, its reward's response_length_penalty_coef; empty: every part 0
+    length_coefs: list[float] = field(default_factory=list)
 
     @property
     def refs(self) -> list[ray.ObjectRef]:
@@ -268,13 +273,16 @@ class ScoringJob:
         infos: dict[int, list[list[dict]]] = {}
         for p, (cluster, rank, ref, indices) in enumerate(self.parts):
             weight = self.weights[p] if self.weights else 1.0
+            coef = self.length_coefs[p] if self.length_coefs else 0.0
             results = iter(cluster.get(ref, rank))
             for gi in indices:
                 scored = [next(results) for _ in self.groups[gi].texts]
                 total = scores.setdefault(gi, [0.0] * len(scored))
                 info = infos.setdefault(gi, [[] for _ in scored])
                 for i, r in enumerate(scored):
-                    total[i] += weight * r.score
+                    length = (coef * response_length_reward(
+                        len(self.groups[gi].responses[i].token_ids)) if coef else 0.0)
+                    total[i] += weight * (r.score + length)
                     info[i].append(r.metadata)
         for gi, total in scores.items():
             self.groups[gi].scores = total
@@ -291,7 +299,7 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
         group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                        for g in group.responses]
     prompts = [reward_prompt(tokenizer, g.prompt_ids) for g in groups]
-    parts, weights = [], []
+    parts, weights, length_coefs = [], [], []
     routes = route_rewards([g.record.tag for g in groups], reward_cfgs, aggregation)
     for name, indices in routes.items():
         cluster = reward_clusters[name]
@@ -302,7 +310,8 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)
-    return ScoringJob(groups, parts, weights)
+                length_coefs.append(reward_cfgs[name].response_length_penalty_coef)
+    return ScoringJob(groups, parts, weights, length_coefs)
 
 
 @dataclass

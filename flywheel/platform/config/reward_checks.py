@@ -11,6 +11,7 @@ to some reward and in one domain) is checked when the data loads
 from __future__ import annotations
 
 import math
+import re
 
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.schema import PipelineConfig
@@ -26,6 +27,7 @@ def check_reward_routing(cfg: PipelineConfig) -> None:
                                                     f"pipeline_type {cfg.pipeline_type} "
                                                     f"scores no records: remove it")
     for name, reward in cfg.rewards.items():
+        check_reward_shaping(name, reward.format_pattern, reward.response_length_penalty_coef)
         key = f"rewards.{name}.weight"
         if not math.isfinite(reward.weight):
             raise ConfigError("", key, f"must be a finite number, got {reward.weight}")
@@ -53,3 +55,17 @@ def check_reward_routing(cfg: PipelineConfig) -> None:
     if abs(total - 1) > SUM_TOLERANCE:
         raise ConfigError("", key, f"probabilities sum to {total:g}; they must sum to 1 "
                                    f"(e.g. {{{', '.join(f'{n}: ...' for n in probs)}}})")
+
+
+def check_reward_shaping(name: str, format_pattern: str | None, length_coef: float) -> None:
+    """format_pattern compiles (workers/rewards/format_pattern.py applies it) and
+    response_length_penalty_coef is a finite number (pipelines/rlvr/generation.py)."""
+    if format_pattern is not None:
+        try:
+            re.compile(format_pattern)
+        except re.error as e:
+            raise ConfigError("", f"rewards.{name}.format_pattern",
+                              f"is not a Python regular expression ({e})") from None
+    if not math.isfinite(length_coef):
+        raise ConfigError("", f"rewards.{name}.response_length_penalty_coef",
+                          f"must be a finite number, got {length_coef}")

@@ -181,9 +181,23 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
         out.missing.append(f"the reward worker {worker_cls.rsplit('.', 1)[-1] or '(none)'} "
                            f"({name}.worker_cls = {worker_cls or 'null'})")
         return
+    value = dict(value)
+    only_some = {key: value.pop(key) for key in ("reward_type", "response_length_penalty_coef")
+                 if key in value}
     _role(value, name, rules.REWARD, out, known)
     _put(out.data, tuple(name.split(".")) + ("reward_type",), reward_type)
     out.mapped.append(f"{name}.worker_cls -> {name}.reward_type: {reward_type}")
+    targets = rules.REWARD_WORKER_KEYS.get(reward_type, {})
+    for key, item in only_some.items():
+        where = f"{name}.{key}"
+        if key in targets and item is not None:
+            _put(out.data, tuple(name.split(".")) + tuple(targets[key].split(".")), item)
+            out.mapped.append(f"{where} -> {name}.{targets[key]}")
+        elif key in targets or _is_off(item, known.get(key)):
+            out.dropped.append(f"{where}: off ({_show(item)})")
+        else:
+            out.dropped.append(f"{where}: ROLL's {worker_cls.rsplit('.', 1)[-1]} does not "
+                               f"read it")
 
 
 def _validation(value: Any, out: Conversion) -> None:

@@ -201,13 +201,17 @@ ACTOR_TRAIN: dict[str, Rule] = {**WORKER, "pg_variant": SAME, "topr_positive_wei
 REWARD: dict[str, Rule] = {
     **WORKER, "world_size": SAME, "tag_included": SAME,
     "worker_cls": Drop("mapped to reward_type"),
-    "reward_type": Drop("ROLL's soft/hard switch of its rule workers; flywheel's math_rule "
-                        "scores 1 for a correct final answer, else 0"),
-    "response_length_penalty_coef": Missing("a response length penalty in the reward"),
+    # reward_type and response_length_penalty_coef: read by ROLL's CrossThinkQA worker only;
+    # roll_convert._reward maps or drops them per worker (REWARD_WORKER_KEYS)
+    "reward_type": Drop("ROLL's loose/soft/strict switch, read by its "
+                        "CrossThinkQARuleRewardWorker only"),
+    "response_length_penalty_coef": SAME,
     "query_filter_config": Missing("query filtering by reward (query_filter_config)"),
     "response_filter_config": Missing("response filtering by reward (response_filter_config)"),
     "reward_manager_config": Missing("reward_manager_config"),
-    "format_pattern": Missing("a format pattern reward (format_pattern)"),
+    "format_pattern": To("format_pattern", note="ROLL's math worker computes this format "
+                         "reward but leaves it out of the score; flywheel subtracts 1 from a "
+                         "response that does not match"),
     **{k: Drop("used by ROLL's code sandbox / LLM judge rewards only") for k in (
         "code_url", "use_local", "judge_prompt", "judge_model_type", "judge_model_name",
         "judge_api_url", "judge_api_key")},
@@ -300,7 +304,15 @@ STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
 # picked up here without an edit).
 REWARD_WORKERS: dict[str, str] = {"MathRuleRewardWorker": "math_rule",
                                   "CodeSandboxRewardWorker": "code_sandbox",
-                                  "LLMJudgeRewardWorker": "llm_judge"}
+                                  "LLMJudgeRewardWorker": "llm_judge",
+                                  "GeneralRuleRewardWorker": "ifeval",
+                                  "CrossThinkQARuleRewardWorker": "multiple_choice"}
+# ROLL reward keys only some of its workers read: flywheel reward_type -> ROLL key -> where
+# it goes (a path under the reward). On another worker ROLL ignores the key: dropped.
+REWARD_WORKER_KEYS: dict[str, dict[str, str]] = {
+    "multiple_choice": {"reward_type": "reward_args.scoring",
+                        "response_length_penalty_coef": "response_length_penalty_coef"},
+}
 # custom_envs.<tag> keys flywheel has no use for (ROLL's env manager plumbing).
 CUSTOM_ENV_DROPS: dict[str, str] = {
     "use_thread_lock": _PERF, "max_env_step_concurrent": _PERF,

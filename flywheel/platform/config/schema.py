@@ -347,13 +347,17 @@ class RewardConfig(WorkerConfig):
     # Reward by name: "math_rule" compares the final answer (math-verify where it parses);
     # "code_sandbox" runs the response's last fenced code block against the record's
     # stdin/stdout tests in a bubblewrap sandbox (code_sandbox below); "llm_judge" asks a
-    # language model for a verdict (llm_judge below); or a reward registered with
+    # language model for a verdict (llm_judge below); "ifeval" checks the instruction
+    # constraint the reference names (ROLL's GeneralRuleRewardWorker); "multiple_choice"
+    # compares the answer's choice letter with the reference's (ROLL's
+    # CrossThinkQARuleRewardWorker), both with reward_args; or a reward registered with
     # register_reward (flywheel/workers/rewards/registry.py holds the catalog).
     reward_type: str = "math_rule"
     # Settings of a reward that declares its own (a RewardSpec naming a settings dataclass,
     # e.g. a reward registered with register_reward): key -> value, checked against that
-    # dataclass when the config loads. flywheel's rewards take theirs from code_sandbox /
-    # llm_judge below and refuse it.
+    # dataclass when the config loads. ifeval and multiple_choice declare theirs
+    # (repetition penalty; multiple_choice's scoring); code_sandbox / llm_judge take theirs
+    # from the blocks below and refuse it.
     reward_args: dict[str, Any] = field(default_factory=dict)
     # Record tags this reward scores; empty means every record.
     tag_included: list[str] = field(default_factory=list)
@@ -370,6 +374,17 @@ class RewardConfig(WorkerConfig):
     sample_timeout_s: float = 30.0
     # Child processes per reward worker scoring samples in parallel (each has the limit).
     scoring_processes: int = 1
+    # A regex every response this reward scores must match (ROLL's key): Python re.match
+    # with DOTALL and MULTILINE on the whole response; a response that does not match gets
+    # -1 added to its score (ROLL's format reward; metadata format_ok,
+    # reward/format_rate). On any reward_type; unset: no format check.
+    # E.g. "^<think>.*?</think>.*?<answer>.*?</answer>$" (ROLL's default pattern).
+    format_pattern: str | None = None
+    # ROLL's response length reward, times this coefficient, added to the score of each
+    # sample this reward scores (ROLL's key; CrossThinkQA's worker): with n the response's
+    # tokens, -0.5 for n < 100, -0.5 * (400 - n) / 300 up to 400, 0 beyond: it pushes
+    # answers towards 400 tokens or more. 0 (the default) turns it off; any reward_type.
+    response_length_penalty_coef: float = 0.0
     # Limits of the code_sandbox reward (ignored by other reward types).
     code_sandbox: CodeSandboxArgs = field(default_factory=CodeSandboxArgs)
     # The judge of the llm_judge reward; written on another reward type, an error.

@@ -23,6 +23,7 @@ from typing import Literal
 
 from flywheel.platform.config.catalogs import check_import_path, import_object, register_entry
 from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.format_pattern import with_format_pattern
 from flywheel.workers.rewards.result import RewardResult
 
 RewardFn = Callable[[str, str, str], RewardResult]  # (prompt, response, reference)
@@ -41,6 +42,11 @@ REWARDS: dict[str, RewardSpec] = {
     "math_rule": RewardSpec("rule", "flywheel.workers.rewards.math_rule:build"),
     "code_sandbox": RewardSpec("rule", "flywheel.workers.rewards.code_sandbox:build"),
     "llm_judge": RewardSpec("model", "flywheel.workers.rewards.llm_judge:build"),
+    # ROLL's GeneralRuleRewardWorker and CrossThinkQARuleRewardWorker
+    "ifeval": RewardSpec("rule", "flywheel.workers.rewards.ifeval:build",
+                         "flywheel.workers.rewards.ifeval:IfevalArgs"),
+    "multiple_choice": RewardSpec("rule", "flywheel.workers.rewards.multiple_choice:build",
+                                  "flywheel.workers.rewards.multiple_choice:MultipleChoiceArgs"),
 }
 
 
@@ -63,7 +69,9 @@ def reward_spec(name: str) -> RewardSpec:
 
 def reward_fn(name: str, cfg: RewardConfig | None = None, build: str | None = None) -> RewardFn:
     """The reward `name`, built with `cfg` (its defaults when unset) by `build` (an import
-    path; unset: `name`'s in this process's catalog). Runs in the calling process: workers
-    wrap it in time_limit.TimeLimitedScorer."""
+    path; unset: `name`'s in this process's catalog), with `cfg.format_pattern` applied to
+    whatever it scores. Runs in the calling process: workers wrap it in
+    time_limit.TimeLimitedScorer."""
+    cfg = cfg or RewardConfig(reward_type=name)
     builder = import_object(build or reward_spec(name).build)
-    return builder(cfg or RewardConfig(reward_type=name))
+    return with_format_pattern(builder(cfg), cfg.format_pattern)
