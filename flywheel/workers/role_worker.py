@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections import deque
 
 import ray
-import torch
 
 from flywheel.platform.backend_logs import redirect_output_to_log
 from flywheel.platform.liveness import PROGRESS_GROUP, snapshot
@@ -57,8 +57,9 @@ class RoleWorker:
         if cpu_affinity:
             pin_process(cpu_affinity)
         threads = num_threads or len(os.sched_getaffinity(0))
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch when it is imported
+        if "torch" in sys.modules:  # a rule reward's worker never imports it (~3 s of CPU)
+            sys.modules["torch"].set_num_threads(threads)
         # (event, time.monotonic(), note): the phase switch and the calls it must order
         # (pipelines/loop/phase_switch.py), newest last; bounded, it is for inspection.
         self.events: deque[tuple[str, float, str]] = deque(maxlen=PHASE_EVENTS_KEPT)
@@ -80,6 +81,8 @@ class RoleWorker:
     def accelerator(self) -> str:
         """"cuda" when this worker sees a GPU, else "cpu" (the weight-sync carrier is
         chosen from it: pipelines/roles/roles.py)."""
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     @ray.method(concurrency_group=PROGRESS_GROUP)
