@@ -113,7 +113,7 @@ def test_unknown_pg_variant_lists_the_loss_catalog():
     error = error_for({"actor_train": {"pg_variant": "ppo2"}})
     assert error.key_path == "actor_train.pg_variant"
     assert error.message == ("unknown pg_variant 'ppo2' (did you mean 'ppo'?); known: vanilla, "
-                             "ppo, tis, topr, cispo, kimi15")
+                             "ppo, gspo, tis, topr, cispo, kimi15")
 
 
 def test_unknown_reward_type_suggests():
