@@ -5,9 +5,10 @@ What this package owns
     advantage estimators (advantages.py, gae.py), reward shaping (rewards.py), the
     policy-gradient losses selected by `pg_variant` (policy_loss/), the value loss (gae.py),
     KL estimators, penalties and controllers (kl.py), entropy (entropy.py), train/infer
-    mismatch correction (mismatch.py) and the one place that turns a per-token loss into a
-    scalar, `aggregate_loss` (aggregation.py), shared by every loss so `loss_agg_mode`
-    means the same thing everywhere and gradient accumulation is exact.
+    mismatch correction (mismatch.py), which samples carry loss (sample_masks.py) and the
+    one place that turns a per-token loss into a scalar, `aggregate_loss`
+    (aggregation.py), shared by every loss so `loss_agg_mode` means the same thing
+    everywhere and gradient accumulation is exact.
 
 What it deliberately does not own
     No Ray, no I/O, no config objects, no models or tokenizers, no distributed calls.
@@ -50,6 +51,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "policy_loss.params": ("PolicyLossFn", "PolicyLossParams"),
     "policy_loss.registry": ("POLICY_LOSSES", "get_policy_loss"),
     "rewards": ("reward_clip", "scores_to_token_rewards"),
+    "sample_masks": ("difficulty_keep", "mask_samples"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_MODULE_OF)

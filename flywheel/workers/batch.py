@@ -41,6 +41,7 @@ class TokenBatch:
     version: torch.Tensor | None = None  # policy version that started the sample (long)
     episode: torch.Tensor | None = None  # agentic per-turn rows: episode index, -1 = padding
     episode_return: torch.Tensor | None = None  # agentic: the episode's discounted return
+    truncated: torch.Tensor | None = None  # RLVR: bool, the length limit cut the response
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -78,7 +79,7 @@ class TokenBatch:
         return self.map(lambda t: t[:, :length], lambda t: t)
 
 
-SAMPLE_FIELDS = frozenset({"scores", "version", "episode", "episode_return"})
+SAMPLE_FIELDS = frozenset({"scores", "version", "episode", "episode_return", "truncated"})
 
 
 def pack_sequences(

@@ -113,7 +113,7 @@ def test_unknown_pg_variant_lists_the_loss_catalog():
     error = error_for({"actor_train": {"pg_variant": "ppo2"}})
     assert error.key_path == "actor_train.pg_variant"
     assert error.message == ("unknown pg_variant 'ppo2' (did you mean 'ppo'?); known: vanilla, "
-                             "ppo, tis, topr, cispo, kimi15")
+                             "ppo, gspo, tis, topr, cispo, kimi15")
 
 
 def test_unknown_reward_type_suggests():
@@ -293,3 +293,26 @@ def test_a_role_on_the_sibling_device_of_a_multi_gpu_engine_is_refused():
         load_config_dict({"async_generation_ratio": 1,
                           "actor_infer": {"device_mapping": [2, 3], "num_gpus_per_worker": 2},
                           "actor_train": {"device_mapping": [0, 1, 3, 4]}})
+
+
+def test_warmup_ratio_is_a_fraction():
+    error = error_for({"actor_train": {"training_args": {"warmup_ratio": 1.5}}})
+    assert error.key_path == "actor_train.training_args.warmup_ratio"
+    assert "in [0, 1]" in error.message
+
+
+def test_difficulty_bounds_must_leave_room():
+    error = error_for({"difficulty_mask": True, "num_return_sequences_in_group": 4,
+                       "difficulty_low_threshold": 0.9, "difficulty_high_threshold": 0.9})
+    assert error.key_path == "difficulty_low_threshold"
+    assert "every group would be masked" in error.message
+
+
+def test_roll_rlvr_loss_knobs_load():
+    cfg = load_config_dict({"max_len_mask": True, "difficulty_mask": True,
+                            "num_return_sequences_in_group": 4,
+                            "difficulty_low_threshold": 0.1, "difficulty_high_threshold": 0.95,
+                            "actor_train": {"pg_variant": "gspo",
+                                            "training_args": {"warmup_ratio": 0.1}}})
+    assert (cfg.max_len_mask, cfg.difficulty_mask, cfg.actor_train.pg_variant) == (
+        True, True, "gspo")

@@ -98,12 +98,12 @@ def test_convert_maps_roll_names_and_reports_what_roll_ignored():
 
 
 def test_convert_refuses_a_config_that_needs_a_missing_feature(tmp_path, capsys):
-    source = tmp_path / "max_len_mask.yaml"
-    source.write_text(ROLL_RLVR.read_text() + "max_len_mask: true\n")
+    source = tmp_path / "error_max_len_clip.yaml"
+    source.write_text(ROLL_RLVR.read_text() + "error_max_len_clip: true\n")
     out = tmp_path / "out.yaml"
     assert cli.main(["convert", "--from", "roll", str(source), "-o", str(out)]) == 2
     captured = capsys.readouterr()
-    assert "masking of truncated responses (max_len_mask) (max_len_mask = True)" in captured.out
+    assert "error_max_len_clip (error_max_len_clip = True)" in captured.out
     assert captured.err.count("\n") == 1 and "not converted" in captured.err
     assert not out.exists()
 

@@ -13,7 +13,7 @@ from flywheel.platform.config.schema import PipelineConfig, TrainingArgs, Worker
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
-from flywheel.workers.strategies.train_loop import DivergenceError
+from flywheel.workers.strategies.train_loop import DivergenceError, build_schedule
 
 TRAIN_STEPS, EPOCHS = 3, 2
 
@@ -79,3 +79,28 @@ def test_horizon_counts_data_parallel_shares():
     cfg = config("linear")
     cfg.actor_train = dataclasses.replace(cfg.actor_train, device_mapping=[0, 1])
     assert schedule_horizon(cfg, cfg.actor_train, TRAIN_STEPS) == TRAIN_STEPS * 2 * EPOCHS
+
+
+def rates_of(args: TrainingArgs, horizon: int, steps: int) -> list[float]:
+    """The learning rate before each of `steps` optimizer steps (peak 1.0)."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    scheduler = build_schedule(optimizer, args, horizon)
+    rates = []
+    for _ in range(steps):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+@pytest.mark.parametrize("scheduler", ["constant", "linear"])
+def test_warmup_ratio_warms_up_over_that_fraction_of_the_horizon(scheduler):
+    # ceil(0.25 x 10) = 3 warmup steps: 0, 1/3, 2/3, then the peak (ROLL's rule)
+    rates = rates_of(TrainingArgs(warmup_ratio=0.25, lr_scheduler_type=scheduler), 10, 4)
+    assert rates == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
+
+
+def test_a_written_warmup_steps_wins_over_warmup_ratio():
+    rates = rates_of(TrainingArgs(warmup_steps=1, warmup_ratio=0.5), 10, 3)
+    assert rates == pytest.approx([0.0, 1.0, 1.0])

@@ -7,6 +7,7 @@ on the inputs, aggregation and metrics live in `compute_policy_loss`, not in the
 
     vanilla  -A·ℓ                                            (REINFORCE)
     ppo      -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A), dual clip optional
+    gspo     ppo's clip on the sequence ratio s = exp(mean_t(ℓ - ℓ_old)) (GSPO)
     tis      -sg(clip(r, lower, upper))·A·ℓ
     topr     -w₊·A·ℓ if score > 0 else -w₋·sg(clip(r, 0, 1))·A·ℓ
     cispo    -sg(clip(r, 1-ε_low, 1+ε_high))·A·ℓ, unified mask optional
@@ -16,7 +17,8 @@ To add a variant `foo`: write `policy_loss/foo.py` with `def foo_loss(log_probs,
 old_log_probs, advantages, scores, params) -> (loss_mat, flags)`, formula and paper in its
 docstring, and add one line `"foo": LossSpec("flywheel.algorithms.policy_loss.foo:foo_loss"),`
 to `POLICY_LOSSES` in registry.py; then hand-computed tests in tests/algorithms/ (the
-micro-batch invariance test picks it up from the catalog). Outside the project:
+micro-batch invariance test picks it up from the catalog). A variant that needs each row's
+length declares a keyword-only `response_mask` (params.py, PolicyLossFn). Outside the project:
 `register_policy_loss("foo", LossSpec("package.module:foo_loss"))` before the config is
 loaded. A variant reads its knobs from `PolicyLossParams` (params.py); a new knob is a field
 there and a config key in schema.py.

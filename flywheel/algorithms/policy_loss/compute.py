@@ -17,6 +17,8 @@ Metrics are local to the micro-batch (token means over its valid tokens).
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from functools import cache
 
 import torch
 from torch import Tensor
@@ -92,13 +94,22 @@ def compute_policy_loss(
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages)).detach()  # [B, T]
     scores = None if scores is None else scores.detach()  # [B]
 
-    loss_mat, flags = loss_fn(log_probs, old_log_probs, advantages, scores, p)  # [B, T]
+    # a sequence-level variant (gspo) declares `response_mask` to learn each row's length
+    mask_arg = {"response_mask": valid} if takes_response_mask(loss_fn) else {}
+    loss_mat, flags = loss_fn(log_probs, old_log_probs, advantages, scores, p,
+                              **mask_arg)  # [B, T]
     if token_weights is not None:
         loss_mat = loss_mat * token_weights.detach()  # [B, T]
     loss = aggregate_loss(loss_mat, valid, loss_agg_mode, global_num_tokens=global_num_tokens,
                           global_num_seqs=global_num_seqs,
                           norm_length=norm_length)
     return loss, _metrics(loss, log_probs, old_log_probs, valid, flags)
+
+
+@cache
+def takes_response_mask(loss_fn: PolicyLossFn) -> bool:
+    """Whether a variant declares the keyword `response_mask` (PolicyLossFn says why)."""
+    return "response_mask" in inspect.signature(loss_fn).parameters
 
 
 def _token_level(advantages: Tensor, log_probs: Tensor) -> Tensor:

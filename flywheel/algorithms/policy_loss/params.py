@@ -79,6 +79,11 @@ class PolicyLossFn(Protocol):
         scores: per-sample scores [B] or None (only some variants need them).
         params: the hyper-parameters.
 
+    A variant that needs each row's valid tokens (a sequence-level ratio: gspo) adds a
+    keyword-only parameter `response_mask: Tensor` ([B, T] bool); `compute_policy_loss`
+    passes it to exactly the variants whose signature names it, so a token-level variant
+    keeps the five arguments above.
+
     Returns:
         loss_mat [B, T]: the per-token loss, before masking and aggregation.
         flags: metric name → [B, T] tensor (bool or float) whose mean over valid tokens is

@@ -10,6 +10,9 @@
 Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL",
 arXiv 1912.09729): for A_t < 0 the loss above is unbounded as r_t → ∞, so it is
 capped: L_t = min(L_t, -c·A_t) with c > 1 (dual_clip_c).
+
+`clipped_surrogate` holds the clip and the dual clip for any ratio: gspo.py feeds it the
+sequence-level ratio instead of the token one.
 """
 
 from __future__ import annotations
@@ -27,11 +30,17 @@ def ppo_loss(
     scores: Tensor | None,
     params: PolicyLossParams,
 ) -> tuple[Tensor, dict[str, Tensor]]:
+    ratio = torch.exp(log_probs - old_log_probs)  # [B, T]
+    return clipped_surrogate(ratio, advantages, params)
+
+
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, params: PolicyLossParams
+                      ) -> tuple[Tensor, dict[str, Tensor]]:
+    """-min(r·A, clip(r)·A), dual-clipped when asked, for a ratio r [B, T] with a gradient."""
     if params.use_pg_clip_range:
         eps_low, eps_high = params.pg_clip_low, params.pg_clip_high
     else:
         eps_low = eps_high = params.pg_clip
-    ratio = torch.exp(log_probs - old_log_probs)  # [B, T]
     unclipped = -advantages * ratio  # [B, T]
     clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # [B, T]
     loss_mat = torch.maximum(unclipped, clipped)  # [B, T]

@@ -33,6 +33,7 @@ class LossSpec:
 POLICY_LOSSES: dict[str, LossSpec] = {
     "vanilla": LossSpec("flywheel.algorithms.policy_loss.vanilla:vanilla_loss"),
     "ppo": LossSpec("flywheel.algorithms.policy_loss.ppo:ppo_loss"),
+    "gspo": LossSpec("flywheel.algorithms.policy_loss.gspo:gspo_loss"),
     "tis": LossSpec("flywheel.algorithms.policy_loss.tis:tis_loss"),
     "topr": LossSpec("flywheel.algorithms.policy_loss.topr:topr_loss"),
     "cispo": LossSpec("flywheel.algorithms.policy_loss.cispo:cispo_loss"),

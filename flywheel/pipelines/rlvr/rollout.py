@@ -4,8 +4,9 @@ What a step of the loop (loop/step_loop.py) is made of in RLVR:
   1. batch        `rollout_batch_size` prompt groups: the prompts of each batch in the
                   order of the prompt stream (rlvr/domain_mix.py), cut into chunks that
                   actor_infer generates and the reward workers score (rlvr/generation.py)
-  3. advantages   GRPO / reinforce over the `num_return_sequences_in_group` responses of
-                  each prompt (rlvr/train_batch.py)
+  3. advantages   the loss masks first (max_len_mask, difficulty_mask: rlvr/sample_masks.py),
+                  then GRPO / reinforce over the `num_return_sequences_in_group` responses
+                  of each prompt (rlvr/train_batch.py)
   6. validate     the validation prompts, generated with validation.generating_args and
                   scored by the same rewards: `val/accuracy` is their mean score
 
@@ -48,6 +49,7 @@ from flywheel.pipelines.rlvr.metrics import (
     reward_info_metrics,
     uniform_group_metrics,
 )
+from flywheel.pipelines.rlvr.sample_masks import apply_sample_masks
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
 from flywheel.pipelines.roles.roles import Roles, streams
 from flywheel.platform.config.schema import PipelineConfig
@@ -146,7 +148,9 @@ class RLVRRollout:
         return pack_groups(groups, self.tokenizer.pad_token_id)
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
-        return add_advantages(batch, self.cfg, self.cfg.num_return_sequences_in_group, kl_coef)
+        group_size = self.cfg.num_return_sequences_in_group
+        masked = apply_sample_masks(batch, self.cfg, group_size)  # before: whitening skips them
+        return masked | add_advantages(batch, self.cfg, group_size, kl_coef)
 
     def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:
         metrics = (reward_info_metrics(taken) | domain_reward_metrics(taken.groups)

@@ -17,6 +17,7 @@ from flywheel.algorithms import (
     apply_kl_penalty,
     compute_advantages,
     compute_gae,
+    masked_mean,
     reward_clip,
     scores_to_token_rewards,
     whiten_advantages,
@@ -33,6 +34,8 @@ def pack_groups(groups: list[Group], pad_id: int) -> TokenBatch:
     batch = pack_sequences(prompts, responses, pad_id, infer_lp)
     batch.scores = torch.tensor([s for g in groups for s in g.scores])
     batch.version = torch.tensor([g.version for g in groups for _ in g.responses])
+    batch.truncated = torch.tensor([r.finish_reason == "length" for g in groups
+                                    for r in g.responses])
     return batch
 
 
@@ -69,7 +72,7 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     if cfg.advantage_clip is not None:
         advantages = advantage_clip(advantages, cfg.advantage_clip)
     batch.advantages = advantages * mask
-    valid = mask.bool()
-    metrics["advantages/mean"] = float(batch.advantages[valid].mean())
-    metrics["advantages/abs_mean"] = float(batch.advantages[valid].abs().mean())
+    valid = mask.bool()  # none when every sample is masked (rlvr/sample_masks.py)
+    metrics["advantages/mean"] = float(masked_mean(batch.advantages, valid))
+    metrics["advantages/abs_mean"] = float(masked_mean(batch.advantages.abs(), valid))
     return metrics

@@ -25,17 +25,20 @@ from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.platform.config.sft_checks import SFT_ACTOR_KEYS, SFT_KEYS
 
 # ---- policy-loss variants ------------------------------------------------------------------
+# ppo's clip keys (policy_loss/ppo.py clipped_surrogate), read by ppo and gspo alike.
+PPO_CLIP_KEYS = {
+    "pg_clip": "ppo's symmetric ratio clip",
+    "use_pg_clip_range": "ppo's switch to the asymmetric clip range",
+    "pg_clip_low": "the lower bound of ppo's clip range",
+    "pg_clip_high": "the upper bound of ppo's clip range, DAPO's clip-higher",
+    "dual_clip_loss": "ppo's dual clip for negative advantages",
+    "dual_clip_c": "ppo's dual-clip cap",
+}
 # pg_variant -> {key path: what it does}: the keys that variant's loss reads, and no other.
 LOSS_VARIANT_KEYS: dict[str, dict[str, str]] = {
     "vanilla": {},
-    "ppo": {
-        "pg_clip": "ppo's symmetric ratio clip",
-        "use_pg_clip_range": "ppo's switch to the asymmetric clip range",
-        "pg_clip_low": "the lower bound of ppo's clip range",
-        "pg_clip_high": "the upper bound of ppo's clip range, DAPO's clip-higher",
-        "dual_clip_loss": "ppo's dual clip for negative advantages",
-        "dual_clip_c": "ppo's dual-clip cap",
-    },
+    "ppo": PPO_CLIP_KEYS,
+    "gspo": PPO_CLIP_KEYS,  # ppo's clip on the sequence ratio (policy_loss/gspo.py)
     "tis": {
         "actor_train.tis_lower_bound": "the lower truncation of tis's importance weight",
         "actor_train.tis_upper_bound": "the upper truncation of tis's importance weight",
@@ -62,18 +65,25 @@ COUNTERPARTS: dict[str, dict[str, str]] = {
 }
 
 
-def _variant_row(variant: str, key: str, does: str) -> ActsWhen:
+def _variant_row(variants: tuple[str, ...], key: str, does: str) -> ActsWhen:
+    """The row of a key read by the losses of `variants` (one or more) and no other."""
+    names = " or ".join(variants)
+
     def instead(cfg: PipelineConfig) -> str:
         used = cfg.actor_train.pg_variant
         other = COUNTERPARTS.get(key, {}).get(used)
         if other:
             return f"with {used} write {other}"
-        return f"pg_variant is {used}: remove it, or set actor_train.pg_variant: {variant}"
+        return f"pg_variant is {used}: remove it, or set actor_train.pg_variant: {names}"
 
     # a variant registered outside this table (register_policy_loss) may read any key
-    needs = Condition(f"with pg_variant {variant}",
-                      lambda cfg, _: cfg.actor_train.pg_variant in (variant, *_unlisted(cfg)))
+    needs = Condition(f"with pg_variant {names}",
+                      lambda cfg, _: cfg.actor_train.pg_variant in (*variants, *_unlisted(cfg)))
     return ActsWhen(key, needs, does, instead)
+
+
+def _readers(key: str) -> tuple[str, ...]:
+    return tuple(v for v, keys in LOSS_VARIANT_KEYS.items() if key in keys)
 
 
 def _unlisted(cfg: PipelineConfig) -> tuple[str, ...]:
@@ -81,8 +91,9 @@ def _unlisted(cfg: PipelineConfig) -> tuple[str, ...]:
     return () if used in LOSS_VARIANT_KEYS else (used,)
 
 
-VARIANT_ROWS = [_variant_row(variant, key, does)
-                for variant, keys in LOSS_VARIANT_KEYS.items() for key, does in keys.items()]
+VARIANT_ROWS = [_variant_row(_readers(key), key, does)
+                for key, does in {k: d for keys in LOSS_VARIANT_KEYS.values()
+                                  for k, d in keys.items()}.items()]
 
 # ---- conditions ----------------------------------------------------------------------------
 # ppo's own switches (under a registered variant of unknown use, every key may act)
@@ -121,6 +132,12 @@ IS_WEIGHT = Condition("with an infer_is_correction other than none",
                       lambda cfg, _: infer_is_correction(cfg) != "none")
 IS_MASK = Condition("with infer_is_correction token-mask or seq-mask",
                     lambda cfg, _: infer_is_correction(cfg) in ("token-mask", "seq-mask"))
+DIFFICULTY_MASK = Condition("with difficulty_mask: true", lambda cfg, _: cfg.difficulty_mask)
+GROUPS = Condition("with num_return_sequences_in_group > 1",
+                   lambda cfg, _: cfg.num_return_sequences_in_group > 1)
+# warmup_steps wins when written (workers/strategies/train_loop.py warmup_steps, as ROLL)
+NO_WARMUP_STEPS = Condition("with warmup_steps: 0", lambda cfg, path: getattr(
+    cfg, str(path[0])).training_args.warmup_steps == 0)
 NO_BACKENDS = Condition("without tracking.backends",
                         lambda cfg, _: cfg.tracking.backends is None)
 
@@ -273,6 +290,15 @@ ALGORITHM_ROWS = [
 ]
 
 FEATURE_ROWS = [
+    ActsWhen("difficulty_mask", GROUPS, "masks groups by their mean score",
+             "one sample per prompt has no group: remove it, or raise "
+             "num_return_sequences_in_group"),
+    *[ActsWhen(key, DIFFICULTY_MASK, "a bound of difficulty_mask",
+               "set difficulty_mask: true, or remove it")
+      for key in ("difficulty_low_threshold", "difficulty_high_threshold")],
+    *[ActsWhen(f"{role}.training_args.warmup_ratio", NO_WARMUP_STEPS,
+               "warmup as a fraction of the schedule", "warmup_steps is written and wins: "
+               "remove one of the two") for role in ("actor_train", "critic")],
     ActsWhen("validation", EVAL, "the validation set and sampling",
              "it would never run: set eval_steps, or remove validation (on the command "
              "line: validation=null)", block=True),
@@ -340,7 +366,14 @@ PIPELINE_ROWS = [
         ("is_num_return_sequences_expand", "the request layout of a prompt's samples",
          "remove it"),
         ("partial_rollout", "partial rollout", "agentic turns are short requests that each "
-                                               "run on the newest weights: remove it"))],
+                                               "run on the newest weights: remove it"),
+        ("max_len_mask", "masks responses cut by the length limit", "an agentic episode is "
+         "many turns, each budgeted by custom_envs.<tag>.max_tokens_per_step (ROLL's "
+         "agentic max_len_mask masks nothing either): remove it"),
+        *[(key, "masks groups by their mean score", "agentic groups are not masked by "
+           "difficulty (group filtering by score is the RLVR group filter): remove it")
+          for key in ("difficulty_mask", "difficulty_low_threshold",
+                      "difficulty_high_threshold")])],
     *[ActsWhen(key, AGENTIC, does, "this is not an agentic config: set pipeline_type: "
                "agentic, or remove it")
       for key, does in (("train_env_manager", "the training env pool"),

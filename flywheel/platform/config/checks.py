@@ -56,6 +56,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_weight_sync_carrier(cfg)
     check_cpu_affinity(cfg)
     check_sampling(cfg)
+    check_fractions(cfg)
     check_algorithm_roles(cfg)
     check_lora(cfg)
     check_agentic(cfg, catalogs.envs)
@@ -308,6 +309,21 @@ def check_sampling(cfg: PipelineConfig) -> None:
             f"is {per_prompt} but num_return_sequences_in_group is {group}; samples per "
             f"prompt come from num_return_sequences_in_group: set both to {group}, or write "
             f"num_return_sequences: ${{num_return_sequences_in_group}}")
+
+
+def check_fractions(cfg: PipelineConfig) -> None:
+    """Bounds whose values outside their range would mean nothing."""
+    for role in roles(cfg):
+        ratio = role.worker.training_args.warmup_ratio
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError("", f"{role.key_path}.training_args.warmup_ratio",
+                              f"is a fraction of the run's optimizer steps, in [0, 1]; got "
+                              f"{ratio}")
+    low, high = cfg.difficulty_low_threshold, cfg.difficulty_high_threshold
+    if not low < high:
+        raise ConfigError("", "difficulty_low_threshold",
+                          f"must be below difficulty_high_threshold ({high}): with {low} "
+                          f"every group would be masked")
 
 
 def check_algorithm_roles(cfg: PipelineConfig) -> None:

@@ -22,6 +22,7 @@ import os
 from typing import Any
 
 from flywheel.platform.config import roll_keys as keys
+from flywheel.platform.config import roll_loss
 from flywheel.platform.config import roll_rules as rules
 from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.conversion import field_type_at
@@ -31,6 +32,7 @@ from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
 from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
+from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.yaml_source import load_layers
 
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
@@ -49,6 +51,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
+    fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
     finish(data, out)  # ROLL's defaults written, inert keys dropped
     if not out.missing:
         _validate(out)
@@ -76,6 +79,8 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             _custom_envs(value, data, out)
         elif key == "reward_normalization":
             _reward_normalization(value, out)
+        elif key in roll_loss.KEYS:
+            continue  # roll_loss.fit_loss: they choose the loss together
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)

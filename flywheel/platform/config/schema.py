@@ -90,6 +90,10 @@ class TrainingArgs:
     gradient_accumulation_steps: int = 1
     # Optimizer steps of linear warmup from 0 to learning_rate.
     warmup_steps: int = 0
+    # Warmup as a fraction of the schedule's optimizer steps, in [0, 1]: warmup_steps =
+    # ceil(warmup_ratio x the run's optimizer steps) (ROLL's and transformers' rule); acts
+    # only while warmup_steps is 0 (a written warmup_steps wins, as in ROLL).
+    warmup_ratio: float = 0.0
     # Learning-rate schedule after warmup, over the run's optimizer steps.
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
     # Global gradient-norm clip; 0 disables.
@@ -225,9 +229,10 @@ class ActorTrainConfig(WorkerConfig):
 
     # Policy-gradient loss by name, from the catalog in
     # flywheel/algorithms/policy_loss/registry.py: vanilla REINFORCE, ppo (clipped ratio),
-    # tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi k1.5), or a variant
-    # registered with register_policy_loss. On-policy (ratio 0, one ppo_epoch) they all
-    # reduce to REINFORCE's gradient.
+    # gspo (ppo's clip on one length-normalised ratio per response, GSPO; ROLL's
+    # importance_sampling: seq), tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi
+    # k1.5), or a variant registered with register_policy_loss. On-policy (ratio 0, one
+    # ppo_epoch) they all reduce to REINFORCE's gradient.
     pg_variant: str = "ppo"
     # Settings of a pg_variant that declares its own (a LossSpec naming a settings
     # dataclass, e.g. a variant registered with register_policy_loss): key -> value, checked
@@ -677,6 +682,26 @@ class PipelineConfig:
     # counted in rollout/filter_cap_kept, so a run never loops forever. 0: no cap.
     max_num_gen_batches: int = 10
 
+    # RLVR loss masks (ROLL's): a masked sample stays in the batch (its score still counts
+    # in its group's GRPO mean and std) but carries no loss and no token of the loss's
+    # counts, for the policy and the critic; nothing is refilled, unlike the group filter
+    # above, which drops groups and generates others. Counted per step in
+    # rollout/masked_truncated and rollout/masked_difficulty (samples).
+    # max_len_mask: mask every response the length limit cut off (finish reason "length":
+    # max_new_tokens, or sequence_length), whose score judges an unfinished answer (TRL's
+    # mask_truncated_completions; DAPO's overlong filtering).
+    max_len_mask: bool = False
+    # Mask every sample of a group whose mean score is outside the open interval
+    # (difficulty_low_threshold, difficulty_high_threshold): kept only when low < mean <
+    # high, both bounds exclusive as in ROLL (the defaults 0 and 1 mask the groups that all
+    # failed or all passed; ROLL's examples use 0.1 and 0.95). Needs
+    # num_return_sequences_in_group > 1.
+    difficulty_mask: bool = False
+    # difficulty_low_threshold and difficulty_high_threshold: the bounds of difficulty_mask,
+    # in score units, low < high.
+    difficulty_low_threshold: float = 0.0
+    difficulty_high_threshold: float = 1.0
+
     # Samples per prompt (GRPO group size).
     num_return_sequences_in_group: int = 1
     # ROLL key: send each prompt num_return_sequences_in_group times with n=1 instead of
@@ -704,7 +729,8 @@ class PipelineConfig:
     # GAE lambda (gae only).
     lambd: float = 1.0
 
-    # PPO ratio clip; with use_pg_clip_range the asymmetric low/high bounds apply.
+    # PPO ratio clip (pg_variant ppo, and gspo on its sequence ratio); with
+    # use_pg_clip_range the asymmetric low/high bounds apply.
     pg_clip: float = 0.2
     use_pg_clip_range: bool = False
     # Ratio clipped to [1 - pg_clip_low, 1 + pg_clip_high] when use_pg_clip_range is set

@@ -202,17 +202,25 @@ def optimizer_and_schedule(model: torch.nn.Module, args: TrainingArgs, horizon: 
 
 def build_schedule(optimizer: torch.optim.Optimizer, args: TrainingArgs, horizon: int):
     """The learning-rate schedule over `horizon` optimizer steps, with linear warmup over
-    `warmup_steps` for every schedule type (transformers' plain `constant` ignores warmup)."""
+    `warmup_steps(args, horizon)` for every schedule type (transformers' plain `constant`
+    ignores warmup)."""
     # imported here: transformers.optimization imports its trainer utilities and, through
     # them, PEFT (~2 s of CPU), which a worker that builds no schedule (actor_infer,
     # importing this module through strategies/base.py) need not pay at every start
     from transformers import get_scheduler
 
+    horizon = max(1, horizon)
+    warmup = warmup_steps(args, horizon)
     name = args.lr_scheduler_type
-    if name == "constant" and args.warmup_steps:
+    if name == "constant" and warmup:
         name = "constant_with_warmup"
-    return get_scheduler(name, optimizer, num_warmup_steps=args.warmup_steps,
-                         num_training_steps=max(1, horizon))
+    return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=horizon)
+
+
+def warmup_steps(args: TrainingArgs, horizon: int) -> int:
+    """`warmup_steps` when written, else ceil(warmup_ratio x horizon): the rule of ROLL's
+    TrainingArguments.get_warmup_steps and transformers', over the same horizon."""
+    return args.warmup_steps or math.ceil(args.warmup_ratio * horizon)
 
 
 def optimizer_steps_per_train_step(args: TrainingArgs, rows_per_rank: int,
