@@ -1,6 +1,7 @@
 """The agentic pipeline on the prefetch machinery (real Ray actors, latency-only backends):
 staleness bound and accounting under async generation, env failures reported with the env
-id without stalling the run, and a dead env worker reported with its role and job."""
+id without stalling the run. A dead env worker, reported with its role and job, is
+test_worker_faults.py's env_workers case."""
 
 from __future__ import annotations
 
@@ -10,18 +11,8 @@ import math
 import time
 from pathlib import Path
 
-import pytest
-import ray
-
-from flywheel.pipelines.agentic.env_jobs import start_env_workers
-from flywheel.pipelines.agentic.rollout import AgenticRollout
 from flywheel.pipelines.config import load_config_dict
-from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.roles.roles import start_roles
 from flywheel.pipelines.run.launch import run
-from flywheel.platform.cluster import WorkerError
-from flywheel.platform.models.builtin import resolve_pretrain
-from flywheel.workers.strategies.hf_model import load_tokenizer
 
 from .agentic_sim_config import agentic_sim_config
 
@@ -87,33 +78,3 @@ def test_crashing_and_hung_envs_are_reported_with_env_ids_and_the_run_goes_on(
     for expected in ("RuntimeError: boom on turn 1", "TimeoutError: step gave no answer"):
         assert any("raised in step (turn 0)" in m and expected in m and "env 0 (flaky" in m
                    for m in messages), (expected, messages[:2])
-
-
-def test_dead_env_worker_is_reported_with_its_role_and_job(tmp_path, ray_session,
-                                                           tiny_model_path):
-    cfg = load_config_dict(agentic_sim_config(tmp_path, 1.0))
-    model = resolve_pretrain(cfg.pretrain)
-    roles = start_roles(cfg, model, total_steps=10)
-    try:
-        env_workers = start_env_workers(cfg, model, roles.actor_infer)
-        roles.all.append(env_workers)
-        rollout = AgenticRollout(cfg, roles, load_tokenizer(tiny_model_path), env_workers)
-        pipeline = StepLoop(cfg, roles, rollout, tracker=None, output_dir=Path(tmp_path))
-        gen = pipeline.make_generator()
-        gen.start()
-        try:
-            gen.take(0)
-            ray.kill(env_workers.actors[0], no_restart=True)
-            gen.release(2)
-            start = time.monotonic()
-            with pytest.raises(WorkerError, match=r"env_workers rank 0: worker process died "
-                                                  r".*\(while running FrozenLake env groups "
-                                                  r"\d+\.\.\d+ of batch \d+ \(env ids 0\.\.3"):
-                for step in range(1, 50):
-                    gen.take(step)
-                    gen.release(2)
-            assert time.monotonic() - start < 10
-        finally:
-            gen.stop()
-    finally:
-        roles.shutdown()

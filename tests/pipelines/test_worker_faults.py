@@ -96,7 +96,11 @@ def test_sigkill_of_a_worker_is_reported_with_its_role(tmp_path, ray_session,
                                                        tiny_model_path, role, agentic):
     pipeline = start_pipeline(tmp_path, agentic)
     sent: list[float] = []
-    with pytest.raises(WorkerError, match=rf"^{role} rank 0: step \d+: worker process died"):
+    # an env worker's error also names the job it was running: which groups, which envs
+    job = (r".*\(while running FrozenLake env groups \d+\.\.\d+ of batch \d+ "
+           r"\(env ids \d+\.\.\d+" if agentic else "")
+    with pytest.raises(WorkerError,
+                       match=rf"^{role} rank 0: step \d+: worker process died{job}"):
         fault_after_step_1(pipeline, role, signal.SIGKILL, sent)
     seconds = time.monotonic() - sent[0]
     print(f"{role}: SIGKILL after step 1, error after {seconds:.2f}s at step {pipeline.step}")
