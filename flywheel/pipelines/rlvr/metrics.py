@@ -31,7 +31,10 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     limit killed or whose scoring process died (each scored 0); `reward/parse_rate` is the
     share of samples, among those whose reward reports it, in which an answer was found;
     `reward/judge_parse_failures` counts llm_judge samples whose judge gave no verdict that
-    parsed (each scored 0), present when an llm_judge reward scored any of them."""
+    parsed (each scored 0), present when an llm_judge reward scored any of them;
+    `reward/fn_errors` counts samples whose user reward function (reward_type python)
+    raised or answered something that is not a score, `reward/fn_unscored` those it
+    answered None for (each scored 0), both present when such a reward scored any."""
     infos = [info for g in [*taken.groups, *taken.stale, *taken.filtered]
              for info in g.reward_info]
     metrics = {"reward/timed_out": float(sum(bool(i.get("timed_out")) for i in infos)),
@@ -42,6 +45,10 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     judged = [bool(i["judge_parse_failure"]) for i in infos if "judge_parse_failure" in i]
     if judged:
         metrics["reward/judge_parse_failures"] = float(sum(judged))
+    for key, name in (("fn_error", "reward/fn_errors"), ("fn_unscored", "reward/fn_unscored")):
+        flags = [bool(i[key]) for i in infos if key in i]
+        if flags:
+            metrics[name] = float(sum(flags))
     return metrics
 
 
