@@ -33,6 +33,8 @@ def trl_batch(prompts, completions, expected, **columns):
     """TRL's batched form: the records' `expected` column, one per completion."""
     if "hang" in completions:
         time.sleep(60)
+    if "nap" in completions:  # longer than one sample's limit, shorter than the batch's
+        time.sleep(0.6)
     return [None if c == "skip" else float(c == e) for c, e in zip(completions, expected)]
 
 

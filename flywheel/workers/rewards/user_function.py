@@ -115,7 +115,8 @@ def user_function(fn: Any, path: str) -> UserFunction:
         raise TypeError(f"{path}: its parameters cannot be read (inspect.signature)") from None
     named = {n for n, p in params.items()
              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    found = [(form, passed) for form, marker, passed in FORMS if marker in named]
+    listed = named | {n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY}
+    found = [(form, passed) for form, marker, passed in FORMS if marker in listed]
     if not found:
         raise TypeError(f"{path}: no parameter names its form; write fn(prompt, response, "
                         f"reference, record) (flywheel), compute_score(data_source, "
