@@ -127,10 +127,13 @@ def test_trl_batched_form_has_the_batch_limit_and_a_timeout_costs_its_batch(scor
     assert [r.score for r in results] == [1.0, 0.0, 0.0, 0.0]
     assert results[1].metadata["fn_unscored"]
     assert [r.metadata.get("timed_out", False) for r in results] == [False, False, True, True]
-    # a batch may take longer than one sample's limit: 2 samples, 0.6 s, under 2 x 0.5 s
+    # a batch may take longer than one sample's limit: the batch [nap, a] sleeps 0.6 s,
+    # over 0.5 s but under its 2 x 0.5 s, and is scored
     started = time.monotonic()
-    nap = scorer.score([Sample("p", "nap", "", expected), Sample("p", "a", "", expected)])
-    assert [r.score for r in nap] == [0.0, 1.0] and time.monotonic() - started > 0.6
+    nap = scorer.score([Sample("p", c, "", expected) for c in ("nap", "a", "a", "b")])
+    assert [r.score for r in nap] == [0.0, 1.0, 1.0, 0.0]
+    assert not any("timed_out" in r.metadata for r in nap)
+    assert time.monotonic() - started > 0.6
 
 
 def test_trl_form_answering_too_few_scores_costs_the_batch(scorers):
