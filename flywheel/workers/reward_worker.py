@@ -1,4 +1,4 @@
-"""Reward workers: score (prompt, response, reference) triples with one reward.
+"""Reward workers: score samples (prompt, response, reference, record) with one reward.
 
 The reward itself runs in the worker's killable scoring processes (rewards/time_limit.py),
 under the hard per-sample limit `sample_timeout_s`: a hanging or crashing sample costs that
@@ -7,10 +7,12 @@ sample (scored 0, counted in its metadata), never the worker.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from flywheel.platform.config.schema import RewardConfig
 from flywheel.platform.liveness import doing
+from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.rewards.time_limit import START_TIMEOUT_S, TimeLimitedScorer
 from flywheel.workers.role_worker import RoleWorker
@@ -28,7 +30,7 @@ class RewardWorker(RoleWorker):
         self.scorer = TimeLimitedScorer(replace(cfg or RewardConfig(), reward_type=reward_type),
                                         start_timeout_s, build)
 
-    def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
+    def score(self, items: Sequence[Sample | tuple[str, str, str]]) -> list[RewardResult]:
         # each scored sample ticks (time_limit.py): a long batch that moves is not a stall
         with doing(f"scoring {len(items)} samples with {self.scorer.cfg.reward_type}"):
             return self.scorer.score(items)

@@ -88,5 +88,6 @@ def test_message_prompts_reach_a_real_reward_as_the_text_the_policy_saw(
     submit_scoring(groups, {"math_rule": sent}, {"math_rule": RewardConfig()},
                    tokenizer).finish()
     assert [g.scores for g in groups] == [[1.0, 0.0], [0.0, 1.0]]
-    assert sent.items == [("s:Add.\nu:2+3=\na:", "5", "5"), ("s:Add.\nu:2+3=\na:", "8", "5"),
-                          ("s:Add.\nu:4+4=\na:", "5", "8"), ("s:Add.\nu:4+4=\na:", "8", "8")]
+    assert [item[:3] for item in sent.items] == [
+        ("s:Add.\nu:2+3=\na:", "5", "5"), ("s:Add.\nu:2+3=\na:", "8", "5"),
+        ("s:Add.\nu:4+4=\na:", "5", "8"), ("s:Add.\nu:4+4=\na:", "8", "8")]

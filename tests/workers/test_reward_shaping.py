@@ -10,7 +10,7 @@ from flywheel.pipelines.data.prompt_data import PromptRecord
 from flywheel.pipelines.rlvr.generation import Group, ScoringJob
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.schema import RewardConfig
-from flywheel.workers.rewards.registry import reward_fn
+from flywheel.workers.rewards.registry import Sample, reward_fn
 from flywheel.workers.rewards.response_length import response_length_reward
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.strategies.base import Generation
@@ -24,6 +24,16 @@ def test_format_pattern_subtracts_one_on_a_mismatch_for_any_reward():
     assert (good.score, good.metadata["format_ok"]) == (1.0, True)
     assert (bad.score, bad.metadata["format_ok"]) == (0.0, False)
     assert "format_ok" not in reward_fn("math_rule").__call__("q", "2", "2").metadata
+
+
+def test_format_pattern_acts_on_a_users_python_reward_too():
+    cfg = RewardConfig(reward_type="python", format_pattern=r"^\d+$",
+                       reward_import_path="tests.workers.user_rewards:verl_score")
+    score = reward_fn("python", cfg).score
+    record = {"data_source": "math", "extra_info": {"level": 2}}
+    good, bad = score([Sample("q", "4", "4", record), Sample("q", "4!", "4", record)])
+    assert (good.score, good.metadata["format_ok"]) == (1.0, True)
+    assert (bad.score, bad.metadata["format_ok"]) == (-1.0, False)
 
 
 def test_a_format_pattern_that_does_not_compile_is_refused_when_the_config_loads():

@@ -39,6 +39,7 @@ from flywheel.pipelines.rlvr.generation import sampling_params
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import streams
 from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.import_allowlist import allowed_prefixes
 from flywheel.platform.config.schema import (
     CustomEnvConfig,
     EnvManagerArgs,
@@ -235,7 +236,7 @@ def check_envs(cfg: PipelineConfig) -> None:
     """Build one env of every tag the run plays, in the driver, before any worker starts:
     an unknown env_config key or a bad value fails now, naming the tag."""
     for import_name, path in user_envs(cfg).items():
-        register_from_import_path(import_name, path, cfg.env_import_allowlist)
+        register_from_import_path(import_name, path, allowed_prefixes(cfg))
     for tag in {*cfg.train_env_manager.tags, *cfg.val_env_manager.tags}:
         for pool in (cfg.train_env_manager, cfg.val_env_manager):
             spec = env_manager_config(tag, cfg.custom_envs[tag], pool, 1)
@@ -254,6 +255,6 @@ def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster
                           init_kwargs=dict(model_path=model_path,
                                            infer_actors=list(actor_infer.actors),
                                            user_envs=user_envs(cfg),
-                                           env_import_allowlist=cfg.env_import_allowlist,
+                                           env_import_allowlist=allowed_prefixes(cfg),
                                            infer_streams=streams(cfg)),
                           log_dir=log_dir)

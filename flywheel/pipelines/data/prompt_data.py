@@ -53,6 +53,10 @@ class PromptRecord:
     prompt: Prompt  # text, or chat messages
     answer: str
     tag: str
+    # The whole row, every column as read (JSON values), with `id` and `tag` added when the
+    # row has no column of that name: what a reward function gets as its `record`
+    # (workers/rewards/user_function.py), so tags, ids and extra fields reach it.
+    row: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,9 +131,17 @@ def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
     if not isinstance(prompt, str):
         prompt = checked_messages(prompt, where)
     rid = row.get(columns.id) if columns.id else row.get("id")
-    return PromptRecord(id=str(rid) if rid is not None else where.rsplit("/", 1)[-1],
-                        prompt=prompt, answer=str(row[columns.answer]),
-                        tag=str(row.get(columns.tag) or ""))
+    record = PromptRecord(id=str(rid) if rid is not None else where.rsplit("/", 1)[-1],
+                          prompt=prompt, answer=str(row[columns.answer]),
+                          tag=str(row.get(columns.tag) or ""))
+    record.row = {"id": record.id, "tag": record.tag, **json_row(row)}
+    return record
+
+
+def json_row(row: dict) -> dict[str, Any]:
+    """`row` with JSON values only (a parquet date or bytes becomes its text): it travels
+    to a reward's scoring process as JSON and is checkpointed with its group."""
+    return json.loads(json.dumps(row, default=str))
 
 
 def checked_messages(value: Any, where: str) -> list[dict[str, Any]]:

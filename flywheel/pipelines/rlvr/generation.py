@@ -30,6 +30,7 @@ its version by the engine.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -42,8 +43,12 @@ from flywheel.pipelines.roles.handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
 from flywheel.workers.infer_worker import GenerateResult
+from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.response_length import response_length_reward
+from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.strategies.base import Generation, SamplingParams
+
+log = logging.getLogger(__name__)
 
 SEED_STRIDE = 1_000_003  # keeps the sampling seeds of different runs apart
 
@@ -274,7 +279,7 @@ class ScoringJob:
         for p, (cluster, rank, ref, indices) in enumerate(self.parts):
             weight = self.weights[p] if self.weights else 1.0
             coef = self.length_coefs[p] if self.length_coefs else 0.0
-            results = iter(cluster.get(ref, rank))
+            results = iter(reported_failures(cluster.get(ref, rank)))
             for gi in indices:
                 scored = [next(results) for _ in self.groups[gi].texts]
                 total = scores.setdefault(gi, [0.0] * len(scored))
@@ -290,11 +295,23 @@ class ScoringJob:
         return self.groups
 
 
+def reported_failures(results: list[RewardResult]) -> list[RewardResult]:
+    """`results`, after the console got the failure report a reward function's first
+    failure carries (`fn_traceback`: workers/rewards/python_reward.py; each reward worker
+    passes on only its first), which is then dropped from the sample's metadata."""
+    for result in results:
+        report = result.metadata.pop("fn_traceback", None)
+        if report is not None:
+            log.warning("%s", report)
+    return results
+
+
 def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
                    reward_cfgs: dict[str, RewardConfig], tokenizer,
                    aggregation: str = "first_match") -> ScoringJob:
     """Decode responses and send them to the reward workers without waiting; each reward
-    gets the prompt as `reward_prompt` decodes it (a string, whatever the record holds)."""
+    gets the prompt as `reward_prompt` decodes it (a string, whatever the record holds),
+    and the record's whole row (a reward function's `record`)."""
     for group in groups:
         group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                        for g in group.responses]
@@ -306,7 +323,8 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
         for rank in range(cluster.world_size):
             mine = indices[rank::cluster.world_size]
             if mine:
-                items = [(prompts[gi], text, groups[gi].record.answer)
+                items = [Sample(prompts[gi], text, groups[gi].record.answer,
+                                groups[gi].record.row)
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)

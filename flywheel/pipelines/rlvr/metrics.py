@@ -35,7 +35,9 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     `reward/correct_rate`, among samples whose reward reports `correct` (ifeval,
     multiple_choice: ROLL's `scores`, before penalties), the share judged correct;
     `reward/format_rate`, among samples of rewards with a format_pattern, the share that
-    matched it."""
+    matched it; `reward/fn_errors` counts samples whose user reward function (reward_type python)
+    raised or answered something that is not a score, `reward/fn_unscored` those it
+    answered None for (each scored 0), both present when such a reward scored any."""
     infos = [info for g in [*taken.groups, *taken.stale, *taken.filtered]
              for info in g.reward_info]
     metrics = {"reward/timed_out": float(sum(bool(i.get("timed_out")) for i in infos)),
@@ -50,6 +52,10 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
         flags = [bool(i[key]) for i in infos if key in i]
         if flags:
             metrics[name] = sum(flags) / len(flags)
+    for key, name in (("fn_error", "reward/fn_errors"), ("fn_unscored", "reward/fn_unscored")):
+        flags = [bool(i[key]) for i in infos if key in i]
+        if flags:
+            metrics[name] = float(sum(flags))
     return metrics
 
 

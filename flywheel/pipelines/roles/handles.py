@@ -20,6 +20,7 @@ import torch
 from flywheel.algorithms import MismatchCorrection
 from flywheel.platform.cluster import Cluster
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.train_loop import Objective
 from flywheel.workers.weight_broadcast import Backend, GroupAddress
@@ -149,9 +150,10 @@ class TrainRole(Cluster):
 
 
 class RewardRole(Cluster):
-    """rewards.<name> (workers/reward_worker.py): scores (prompt, response, reference)."""
+    """rewards.<name> (workers/reward_worker.py): scores samples (prompt, response,
+    reference, record)."""
 
-    def score(self, rank: int, items: list[tuple[str, str, str]]) -> ray.ObjectRef:
+    def score(self, rank: int, items: list[Sample]) -> ray.ObjectRef:
         """A ref to rank `rank`'s list of RewardResult, one per item, in order."""
         return self.submit_one(rank, "score", items)
 

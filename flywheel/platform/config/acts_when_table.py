@@ -149,6 +149,21 @@ def _mlflow_tracks(cfg: PipelineConfig, _: KeyPath) -> bool:
 
 
 MLFLOW = Condition("when mlflow is a tracking backend", _mlflow_tracks)
+
+
+def _names_user_code(cfg: PipelineConfig, _: KeyPath) -> bool:
+    """A path the allowlist checks (import_allowlist.py) is written where it is read."""
+    if cfg.pipeline_type == "rlvr":
+        return any(r.reward_import_path for r in cfg.rewards.values())
+    return cfg.pipeline_type == "agentic" and any(
+        e.env_import_path for e in cfg.custom_envs.values())
+
+
+USER_CODE = Condition("when the config names user code by import path "
+                      "(rewards.*.reward_import_path, custom_envs.*.env_import_path)",
+                      _names_user_code)
+PYTHON_REWARD = Condition("with reward_type python",
+                          lambda cfg, path: cfg.rewards[str(path[1])].reward_type == "python")
 RLVR = Condition("with pipeline_type rlvr", lambda cfg, _: cfg.pipeline_type == "rlvr")
 PROMPTS = Condition("with pipeline_type rlvr or sft",
                     lambda cfg, _: cfg.pipeline_type != "agentic")
@@ -315,6 +330,11 @@ FEATURE_ROWS = [
                                                                  "remove one of the two"),
     ActsWhen("tracking.mlflow_uri", MLFLOW, "where mlflow logs", "remove it, or add mlflow "
                                                                  "to tracking.backends"),
+    *[ActsWhen(key, USER_CODE, "the module prefixes import paths may name",
+               "nothing is imported by path: remove it") for key in ("import_allowlist",
+                                                                     "env_import_allowlist")],
+    ActsWhen("rewards.*.reward_import_path", PYTHON_REWARD, "the reward function to call",
+             "remove it, or set reward_type: python"),
 ]
 
 ROLE_ROWS = [
@@ -379,7 +399,6 @@ PIPELINE_ROWS = [
       for key, does in (("train_env_manager", "the training env pool"),
                         ("val_env_manager", "the validation env pool"),
                         ("custom_envs", "the env tags"),
-                        ("env_import_allowlist", "where user envs may be imported from"),
                         ("turn_level_returns", "per-turn returns"),
                         ("step_level_samples", "per-turn samples"))],
     # SFT trains actor_train in the driver process: no Ray, no other role, one device

@@ -1,21 +1,23 @@
 """Cross-field rules of the agentic keys (`train_env_manager`, `val_env_manager`,
-`custom_envs`, `env_import_allowlist`), run by `checks.check_config` for
+`custom_envs`), run by `checks.check_config` for
 `pipeline_type: agentic` only, so RLVR configs never pay for (or trip over) env settings.
 
 Pure like the rest of `checks`: each rule raises `ConfigError` with the key path and the fix.
 Env names and turn placeholders are checked against the `EnvCatalog` every caller hands in
 (`catalogs.py`; platform imports nothing from `flywheel.envs`), so a misspelt `env_type`
 fails at load with a did-you-mean, before any actor starts. A user env named by
-`env_import_path` is only checked for shape and allow-list here; importing it is the env
-workers' job (loading a config runs no user code).
+`env_import_path` is only checked for shape and against the import_allowlist here
+(import_allowlist.py); importing it is the env workers' job (loading a config runs no
+user code).
 """
 
 from __future__ import annotations
 
 import string
 
-from flywheel.platform.config.catalogs import IMPORT_PATH, EnvCatalog
+from flywheel.platform.config.catalogs import EnvCatalog
 from flywheel.platform.config.errors import ConfigError, did_you_mean
+from flywheel.platform.config.import_allowlist import check_allowed_import
 from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
 
 
@@ -23,7 +25,7 @@ def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
     if cfg.pipeline_type != "agentic":
         return
     for name, env in cfg.custom_envs.items():
-        check_custom_env(f"custom_envs.{name}", env, cfg.env_import_allowlist, catalog)
+        check_custom_env(f"custom_envs.{name}", env, cfg, catalog)
     for key, manager in (("train_env_manager", cfg.train_env_manager),
                          ("val_env_manager", cfg.val_env_manager)):
         check_env_manager(key, manager, cfg)
@@ -97,14 +99,14 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
                           f"must be > 0 seconds, got {manager.step_timeout_s}")
 
 
-def check_custom_env(key: str, env: CustomEnvConfig, allowlist: list[str],
+def check_custom_env(key: str, env: CustomEnvConfig, cfg: PipelineConfig,
                      catalog: EnvCatalog) -> None:
     for name in ("max_steps", "max_tokens_per_step"):
         if getattr(env, name) < 1:
             raise ConfigError("", f"{key}.{name}", f"must be at least 1, got "
                                                    f"{getattr(env, name)}")
     if env.env_import_path is not None:
-        check_import_path(key, env, allowlist)
+        check_allowed_import(f"{key}.env_import_path", env.env_import_path, cfg)
     check_env_against(key, env, catalog)
 
 
@@ -132,16 +134,3 @@ def check_env_against(key: str, env: CustomEnvConfig, catalog: EnvCatalog) -> No
                               f"unknown placeholder(s) {unknown}; allowed: "
                               f"{sorted(catalog.turn_placeholders)} (write literal braces as "
                               f"{{{{ }}}})")
-
-
-def check_import_path(key: str, env: CustomEnvConfig, allowlist: list[str]) -> None:
-    path = env.env_import_path or ""
-    if not IMPORT_PATH.fullmatch(path):
-        raise ConfigError("", f"{key}.env_import_path",
-                          f"'{path}' must look like 'package.module:ClassName'")
-    module = path.split(":")[0]
-    if not any(module == p or module.startswith(p + ".") for p in allowlist):
-        raise ConfigError("", f"{key}.env_import_path",
-                          f"module '{module}' is not under a prefix of env_import_allowlist "
-                          f"({', '.join(allowlist) or 'empty'}); add its package there to "
-                          f"allow importing it")

@@ -36,6 +36,7 @@ from flywheel.platform.config.derived import (
     shared_actor_devices,
 )
 from flywheel.platform.config.errors import ConfigError, did_you_mean
+from flywheel.platform.config.import_allowlist import check_import_paths
 from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
 from flywheel.platform.config.lora_args import check_lora
@@ -61,6 +62,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_lora(cfg)
     check_agentic(cfg, catalogs.envs)
     check_reward_routing(cfg)
+    check_import_paths(cfg)
     check_llm_judge(cfg, catalogs.backends)
     check_keys_act(cfg, catalogs)  # accepted keys that would do nothing here (key_checks.py)
 

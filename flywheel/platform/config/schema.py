@@ -355,9 +355,18 @@ class RewardConfig(WorkerConfig):
     # language model for a verdict (llm_judge below); "ifeval" checks the instruction
     # constraint the reference names (ROLL's GeneralRuleRewardWorker); "multiple_choice"
     # compares the answer's choice letter with the reference's (ROLL's
-    # CrossThinkQARuleRewardWorker), both with reward_args; or a reward registered with
+    # CrossThinkQARuleRewardWorker), both with reward_args; "python" calls a function of the
+    # user's own (reward_import_path below); or a reward registered with
     # register_reward (flywheel/workers/rewards/registry.py holds the catalog).
     reward_type: str = "math_rule"
+    # reward_type python: the function, "package.module:function". Its module must be
+    # importable (working directory or PYTHONPATH) and lie under a prefix of the top-level
+    # import_allowlist; it is imported with importlib in the scoring process, never
+    # evaluated. Accepted forms (told by parameter names): fn(prompt, response, reference,
+    # record), verl's compute_score(data_source, solution_str, ground_truth, extra_info),
+    # TRL's batched fn(prompts, completions, **columns) (workers/rewards/user_function.py).
+    # Required with reward_type python, refused with any other.
+    reward_import_path: str | None = None
     # Settings of a reward that declares its own (a RewardSpec naming a settings dataclass,
     # e.g. a reward registered with register_reward): key -> value, checked against that
     # dataclass when the config loads. ifeval and multiple_choice declare theirs
@@ -805,8 +814,12 @@ class PipelineConfig:
     val_env_manager: EnvManagerArgs = field(default_factory=EnvManagerArgs)
     # Env tags by name; train/val_env_manager.tags pick from them.
     custom_envs: dict[str, CustomEnvConfig] = field(default_factory=default_custom_envs)
-    # Module prefixes custom_envs.*.env_import_path may import from ("my_envs" allows
-    # my_envs.maze, not my_envs_extra). Empty: user envs by import path are refused.
+    # Module prefixes that every import path a config names may import from: user envs
+    # (custom_envs.*.env_import_path) and reward functions (rewards.*.reward_import_path).
+    # "my_pkg" allows my_pkg.maze, not my_pkg_extra. Empty: nothing is imported by path.
+    import_allowlist: list[str] = field(default_factory=list)
+    # The former name of import_allowlist, still read; writing both with different values
+    # is refused.
     env_import_allowlist: list[str] = field(default_factory=list)
     # Advantages: false gives every model token of an episode the GRPO advantage of its
     # score (sum of rewards). true gives the tokens of turn t the discounted return

@@ -7,7 +7,9 @@ without importing any reward, and a reward's scoring process (scoring_process.py
 interpreter) imports the builder from the path it is handed, so a reward registered in the
 driver runs there too.
 
-A new reward: one file with a `build(cfg) -> RewardFn`, one line in `REWARDS`. Outside the
+A new reward: one file with a `build(cfg) -> RewardFn`, one line in `REWARDS`. A reward that
+reads the whole data record, or scores many samples in one call, builds a `SampleReward`
+instead (python_reward.py, `reward_type: python`, builds one from a user's function). Outside the
 project: `register_reward(name, RewardSpec(kind, "package.module:build"))` before the config
 is loaded; the module must be importable where the reward workers run. A reward with knobs
 of its own names their dataclass in `settings` (platform/config/catalogs.py, "Settings"):
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 from flywheel.platform.config.catalogs import check_import_path, import_object, register_entry
 from flywheel.platform.config.schema import RewardConfig
@@ -27,6 +29,28 @@ from flywheel.workers.rewards.format_pattern import with_format_pattern
 from flywheel.workers.rewards.result import RewardResult
 
 RewardFn = Callable[[str, str, str], RewardResult]  # (prompt, response, reference)
+
+
+class Sample(NamedTuple):
+    """One scoring request. `record` is the data record the prompt came from, every column
+    of its row (prompt_data.PromptRecord.row); a built-in RewardFn reads the first three."""
+
+    prompt: str
+    response: str
+    reference: str
+    record: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SampleReward:
+    """What a builder returns when its reward reads whole `Sample`s (records included):
+    `score` takes samples and returns one result each, in order. `batched` False: it is
+    handed one sample at a time, under the per-sample limit; True: the samples of one
+    request at once (a batch), under the per-sample limit times their number
+    (time_limit.py)."""
+
+    score: Callable[[list[Sample]], list[RewardResult]]
+    batched: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +71,7 @@ REWARDS: dict[str, RewardSpec] = {
                          "flywheel.workers.rewards.ifeval:IfevalArgs"),
     "multiple_choice": RewardSpec("rule", "flywheel.workers.rewards.multiple_choice:build",
                                   "flywheel.workers.rewards.multiple_choice:MultipleChoiceArgs"),
+    "python": RewardSpec("rule", "flywheel.workers.rewards.python_reward:build"),
 }
 
 
@@ -67,11 +92,49 @@ def reward_spec(name: str) -> RewardSpec:
     return REWARDS[name]
 
 
-def reward_fn(name: str, cfg: RewardConfig | None = None, build: str | None = None) -> RewardFn:
+def reward_fn(name: str, cfg: RewardConfig | None = None,
+              build: str | None = None) -> RewardFn | SampleReward:
     """The reward `name`, built with `cfg` (its defaults when unset) by `build` (an import
     path; unset: `name`'s in this process's catalog), with `cfg.format_pattern` applied to
     whatever it scores. Runs in the calling process: workers wrap it in
     time_limit.TimeLimitedScorer."""
     cfg = cfg or RewardConfig(reward_type=name)
     builder = import_object(build or reward_spec(name).build)
-    return with_format_pattern(builder(cfg), cfg.format_pattern)
+    built = builder(cfg)
+    if isinstance(built, SampleReward):
+        return _format_pattern_on_samples(built, cfg.format_pattern)
+    return with_format_pattern(built, cfg.format_pattern)
+
+
+def sample_reward(name: str, cfg: RewardConfig | None = None,
+                  build: str | None = None) -> SampleReward:
+    """`reward_fn`'s reward as a SampleReward: a built-in RewardFn is handed one sample at a
+    time and reads its prompt, response and reference (the scoring process calls this)."""
+    built = reward_fn(name, cfg, build)
+    if isinstance(built, SampleReward):
+        return built
+
+    def score(samples: list[Sample]) -> list[RewardResult]:
+        return [built(s.prompt, s.response, s.reference) for s in samples]
+
+    return SampleReward(score)
+
+
+def _format_pattern_on_samples(reward: SampleReward, pattern: str | None) -> SampleReward:
+    """`reward` with `format_pattern` applied to each sample it scores, as
+    `with_format_pattern` does for a RewardFn (a user function's failures included: a
+    failed sample that also misses the format gets both)."""
+    if pattern is None:
+        return reward
+    check = with_format_pattern(lambda prompt, response, reference: RewardResult(0.0, {}),
+                                pattern)
+
+    def score(samples: list[Sample]) -> list[RewardResult]:
+        shaped = []
+        for sample, result in zip(samples, reward.score(samples)):
+            fmt = check(sample.prompt, sample.response, sample.reference)
+            shaped.append(RewardResult(result.score + fmt.score,
+                                       {**result.metadata, **fmt.metadata}))
+        return shaped
+
+    return SampleReward(score, reward.batched)

@@ -2,12 +2,15 @@
 
 Started with one argument, the import path of the reward's builder (its `RewardSpec.build`:
 this fresh interpreter never saw the driver's `register_reward`). Reads the RewardConfig as
-JSON (rebuilt by the config loader's strict conversion), builds
-the reward and answers {"ready": true} (or {"error": "..."} if it cannot be built, e.g.
-no sandbox), then scores one [prompt, response, reference] JSON list per message until
-its input closes. Every frame is JSON (time_limit.py): no pickle either way. It asks the
-kernel to kill it when its parent dies, so a reward worker that dies leaves no scorer
-behind. Anything the reward prints goes to stderr: stdout carries only the answers.
+JSON (rebuilt by the config loader's strict conversion), builds the reward and answers
+{"ready": true, "batched": ...} (or {"error": "..."} if it cannot be built, e.g. no
+sandbox), then scores one request per message until its input closes: a list of samples,
+each [prompt, response, reference, record], answered with one result per sample
+({"results": [...]}). A reward that is not batched gets one sample a request
+(time_limit.py); a batched one (registry.SampleReward) the samples of a batch. Every frame
+is JSON (time_limit.py): no pickle either way. It asks the kernel to kill it when its
+parent dies, so a reward worker that dies leaves no scorer behind. Anything the reward
+prints goes to stderr: stdout carries only the answers.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import signal
 import sys
 
 from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.time_limit import read_frame, write_frame
 
 PR_SET_PDEATHSIG = 1
@@ -41,33 +45,44 @@ def reward_config(data: object) -> RewardConfig:
                             dacite.Config(strict=True))
 
 
-def sample(data: object) -> tuple[str, str, str]:
-    """A [prompt, response, reference] request, or ValueError."""
-    if not (isinstance(data, list) and len(data) == 3 and all(isinstance(x, str) for x in data)):
-        raise ValueError("a request must be a JSON list [prompt, response, reference] of strings")
-    return data[0], data[1], data[2]
+def samples(data: object) -> list[Sample]:
+    """A request's samples: a list of [prompt, response, reference, record], or ValueError."""
+    def one(item: object) -> Sample:
+        if not (isinstance(item, list) and len(item) == 4
+                and all(isinstance(x, str) for x in item[:3]) and isinstance(item[3], dict)):
+            raise ValueError("a sample must be a JSON list [prompt, response, reference, "
+                             "record] of three strings and an object")
+        return Sample(*item)
+
+    if not isinstance(data, list) or not data:
+        raise ValueError("a request must be a non-empty JSON list of samples")
+    return [one(item) for item in data]
 
 
 def main() -> None:
     die_with_parent()
     stdin, answers = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr
-    from flywheel.workers.rewards.registry import reward_fn
+    from flywheel.workers.rewards.registry import sample_reward
 
     try:
         cfg = reward_config(json.loads(read_frame(stdin) or b"null"))
-        score = reward_fn(cfg.reward_type, cfg, build=sys.argv[1])
+        reward = sample_reward(cfg.reward_type, cfg, build=sys.argv[1])
     except Exception as e:  # sent to the worker, which raises it as its own start error
         write_frame(answers, json.dumps({"error": str(e).splitlines()[0]}).encode())
         return
-    write_frame(answers, json.dumps({"ready": True}).encode())
+    write_frame(answers, json.dumps({"ready": True, "batched": reward.batched}).encode())
     while (request := read_frame(stdin)) is not None:
         try:
-            result = score(*sample(json.loads(request)))
-            answer = {"score": result.score, "metadata": result.metadata}
+            asked = samples(json.loads(request))
+            results = reward.score(asked)
+            if len(results) != len(asked):
+                raise ValueError(f"{len(results)} results for {len(asked)} samples")
+            answer = json.dumps({"results": [{"score": float(r.score), "metadata": r.metadata}
+                                             for r in results]})
         except Exception as e:
-            answer = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
-        write_frame(answers, json.dumps(answer).encode())
+            answer = json.dumps({"error": f"{type(e).__name__}: {e}".splitlines()[0]})
+        write_frame(answers, answer.encode())
 
 
 if __name__ == "__main__":

@@ -8,16 +8,26 @@ SIGKILL, which stops C code too (math-verify's signal.alarm cannot interrupt sym
 big-integer power; a sandboxed program's bwrap dies with its parent), and scores 0 with
 `timed_out` in its metadata; a fresh child takes the next sample. A child that dies on its
 own (a segfault, the OOM killer) costs its sample the same way (`crashed`). An exception
-raised by the reward itself is a bug, not a verdict on the sample: it is re-raised here.
+raised by the reward itself is a bug, not a verdict on the sample: it is re-raised here
+(a user's function is another matter: python_reward.py counts its failures as scores of 0,
+and the first report of one, `fn_traceback` in a result's metadata, is written to this
+process's output once, which is the reward worker's log).
+
+A batched reward (registry.SampleReward, e.g. a TRL-style user function) is handed a
+batch instead: the samples of one `score` call, cut into one contiguous part per scoring
+process. A part's limit is `sample_timeout_s` times its number of samples; past it, the
+child is killed and every sample of the part scores 0 with `timed_out`, since one call
+answers for all of them.
 
 Why processes kept alive, not one per sample: importing math-verify (sympy) takes about a
 second, paid again only after a kill. Why not threads or signals: neither stops C code.
 
 Wire format: JSON both ways, each message a 4-byte big-endian length and the payload.
 The parent sends the RewardConfig as a dict (rebuilt by the child with the config loader's
-strict conversion), then one [prompt, response, reference] list per sample; the child
-answers {"ready": true} / {"error": ...} once, then {"score", "metadata"} or {"error"} per
-sample. No pickle: nothing that crosses this pipe can run code on the other side.
+strict conversion), then per request a list of samples, each [prompt, response, reference,
+record]; the child answers {"ready": true, "batched": bool} / {"error": ...} once, then
+{"results": [{"score", "metadata"}, ...]} (one per sample) or {"error"} per request.
+No pickle: nothing that crosses this pipe can run code on the other side.
 """
 
 from __future__ import annotations
@@ -33,11 +43,12 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from flywheel.platform.config.schema import RewardConfig
 from flywheel.platform.liveness import tick
-from flywheel.workers.rewards.registry import reward_spec
+from flywheel.workers.rewards.registry import Sample, reward_spec
 from flywheel.workers.rewards.result import RewardResult
 
 # A child's start: imports and building the reward (a sandbox probe, a judge model's load);
@@ -75,7 +86,8 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 @dataclass
 class _Child:
     proc: subprocess.Popen
-    item: int = -1  # index of the sample it is scoring; -1: idle
+    batched: bool = False  # its reward takes many samples a request (ready message)
+    items: list[int] = field(default_factory=list)  # indices it is scoring; empty: idle
     deadline: float = 0.0
 
     @property
@@ -112,6 +124,7 @@ def start_child(cfg: RewardConfig, build: str, timeout_s: float = START_TIMEOUT_
                f"its scoring process did not start within {timeout_s:.0f}s" if not ready
                else f"its scoring process exited with code {proc.returncode}")
         raise ScorerError(f"reward '{cfg.reward_type}' cannot start: {why}")
+    child.batched = bool(msg.get("batched"))
     return child
 
 
@@ -138,25 +151,31 @@ class TimeLimitedScorer:
         # Started now, so a reward that cannot run here (no sandbox) fails the worker's start.
         self._children: list[_Child | None] = [start_child(cfg, self.build, start_timeout_s)
                                                for _ in range(cfg.scoring_processes)]
+        self.batched = self._children[0].batched  # hand out batches, not single samples
+        self.reported_failure = False  # a user function's failure report was written
 
-    def score(self, items: list[tuple[str, str, str]]) -> list[RewardResult]:
-        """(prompt, response, reference) triples scored in parallel, results in order."""
-        results: list[RewardResult | None] = [None] * len(items)
-        todo = deque(range(len(items)))
-        while todo or any(c is not None and c.item >= 0 for c in self._children):
-            self._hand_out(items, todo)
-            busy = [c for c in self._children if c is not None and c.item >= 0]
+    def score(self, items: Sequence[tuple]) -> list[RewardResult]:
+        """Samples (or (prompt, response, reference) triples) scored in parallel, results
+        in order."""
+        samples = [Sample(*item) for item in items]
+        results: list[RewardResult | None] = [None] * len(samples)
+        todo = self._parts(len(samples))
+        while todo or any(c is not None and c.items for c in self._children):
+            self._hand_out(samples, todo)
+            busy = [c for c in self._children if c is not None and c.items]
             wait_s = max(0.0, min(c.deadline for c in busy) - time.monotonic())
             ready, _, _ = select.select([c.out_fd for c in busy], [], [], wait_s)
             for slot, child in enumerate(self._children):
-                if child is None or child.item < 0:
+                if child is None or not child.items:
                     continue
-                item = child.item
+                part = child.items
                 if child.out_fd in ready:
-                    results[item] = self._answer(slot, child)
+                    for i, result in zip(part, self._answer(slot, child), strict=True):
+                        results[i] = result
                     tick()  # a scored sample is progress (platform/liveness.py)
                 elif time.monotonic() >= child.deadline:
-                    results[item] = RewardResult(0.0, {"timed_out": True})
+                    for i in part:
+                        results[i] = RewardResult(0.0, {"timed_out": True})
                     self._replace(slot)
                     tick()  # so is one given up on
         return results
@@ -167,28 +186,56 @@ class TimeLimitedScorer:
                 child.kill()
         self._children = [None] * len(self._children)
 
-    def _hand_out(self, items: list[tuple[str, str, str]], todo: deque[int]) -> None:
+    def _parts(self, n: int) -> deque[list[int]]:
+        """Sample indices as requests: one each, or for a batched reward one contiguous
+        part per scoring process."""
+        if not self.batched:
+            return deque([i] for i in range(n))
+        k = min(n, len(self._children))
+        bounds = [n * j // k for j in range(k + 1)]
+        return deque(list(range(a, b)) for a, b in zip(bounds, bounds[1:]))
+
+    def _hand_out(self, samples: list[Sample], todo: deque[list[int]]) -> None:
         for slot, child in enumerate(self._children):
             if not todo:
                 return
             if child is None:
                 child = self._children[slot] = start_child(self.cfg, self.build,
                                                            self.start_timeout_s)
-            if child.item < 0:
-                child.item = todo.popleft()
-                child.send(list(items[child.item]))
-                child.deadline = time.monotonic() + self.cfg.sample_timeout_s
+            if not child.items:
+                child.items = todo.popleft()
+                child.send([[*samples[i][:3], samples[i].record or {}] for i in child.items])
+                child.deadline = (time.monotonic()
+                                  + self.cfg.sample_timeout_s * len(child.items))
 
-    def _answer(self, slot: int, child: _Child) -> RewardResult:
+    def _answer(self, slot: int, child: _Child) -> list[RewardResult]:
         answer = read_frame(child.out_fd)
-        child.item = -1
-        if answer is None:  # died by itself: the sample is lost, the worker is not
+        part, child.items = child.items, []
+        if answer is None:  # died by itself: the samples are lost, the worker is not
             self._replace(slot)
-            return RewardResult(0.0, {"crashed": True})
+            return [RewardResult(0.0, {"crashed": True}) for _ in part]
         msg = json.loads(answer)
         if "error" in msg:
             raise ScorerError(f"reward '{self.cfg.reward_type}' raised: {msg['error']}")
-        return RewardResult(float(msg["score"]), msg["metadata"])
+        if len(msg["results"]) != len(part):
+            raise ScorerError(f"reward '{self.cfg.reward_type}' answered "
+                              f"{len(msg['results'])} results for {len(part)} samples")
+        results = [RewardResult(float(r["score"]), r["metadata"]) for r in msg["results"]]
+        for result in results:
+            self._report_failure(result.metadata)
+        return results
+
+    def _report_failure(self, metadata: dict) -> None:
+        """Write a user function's first failure report to this process's output (the
+        worker's log) and pass it on; drop later ones (python_reward.py)."""
+        if "fn_traceback" not in metadata:
+            return
+        if self.reported_failure:
+            del metadata["fn_traceback"]
+            return
+        self.reported_failure = True
+        print(f"WARNING rewards ({self.cfg.reward_type}): {metadata['fn_traceback']}",
+              file=sys.stderr, flush=True)
 
     def _replace(self, slot: int) -> None:
         """Kill the child in `slot`; a fresh one starts when the next sample needs it."""
