@@ -50,9 +50,10 @@ class StrategyConfigError(ConfigError, ValueError):
 
 
 class MissingMemorySaving(StrategyConfigError):
-    """A memory saving the backend does not implement (megatron's sequence_parallel):
-    the updates are the same without it, so a converted config may drop the key
-    (config/roll_backends.py) where a user's own config is told to unset it."""
+    """A memory saving or speed-up the backend does not implement (megatron's
+    sequence_parallel, its interleaved pipeline schedule): the updates are the same without
+    it, so a converted config may drop the key (config/roll_backends.py) where a user's own
+    config is told to unset it."""
 
 
 def format_key_path(path: Iterable[str | int]) -> str:

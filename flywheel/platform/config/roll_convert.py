@@ -32,6 +32,7 @@ from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
 from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
+from flywheel.platform.config.roll_judge import judge_settings
 from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.yaml_source import load_layers
 
@@ -138,6 +139,7 @@ def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
         out.mapped.append(f"{name}: null, role not declared")
         return
     block = tuple(name.split("."))
+    value = _critic_value_head(value, name, out)
     node = out.data
     for part in block:  # the role is declared even when none of its keys carries over
         node = node.setdefault(part, {})
@@ -156,6 +158,18 @@ def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
         else:
             _apply(table.get(key, rules.Missing(key)), key, item, known.get(key), block, where,
                    out)
+
+
+def _critic_value_head(value: dict[str, Any], name: str, out: Conversion) -> dict[str, Any]:
+    """A critic's `model_args.model_type: trl` (trl's causal LM with a value head) is what
+    flywheel's critic is (workers/strategies/model_head.py VALUE): dropped, said."""
+    model_args = value.get("model_args")
+    if name != "critic" or not isinstance(model_args, dict) or (
+            model_args.get("model_type") != "trl"):
+        return value
+    out.dropped.append(f"{name}.model_args.model_type: trl: flywheel's critic is a value head "
+                       f"on the causal LM already, as trl's")
+    return {**value, "model_args": {k: v for k, v in model_args.items() if k != "model_type"}}
 
 
 def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Conversion) -> None:
@@ -189,6 +203,12 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
     value = dict(value)
     only_some = {key: value.pop(key) for key in ("reward_type", "response_length_penalty_coef")
                  if key in value}
+    if out.catalogs.rewards.get(reward_type, f"{name}.worker_cls").kind == "rule":
+        value = _rule_reward_model(value, name, worker_cls.rsplit(".", 1)[-1], out)
+    if reward_type == "llm_judge":
+        value, judge = judge_settings(value, name, out.mapped, out.dropped, out.missing)
+        for key, item in judge.items():
+            _put(out.data, tuple(name.split(".")) + ("llm_judge", key), item)
     _role(value, name, rules.REWARD, out, known)
     _put(out.data, tuple(name.split(".")) + ("reward_type",), reward_type)
     out.mapped.append(f"{name}.worker_cls -> {name}.reward_type: {reward_type}")
@@ -203,6 +223,18 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
         else:
             out.dropped.append(f"{where}: ROLL's {worker_cls.rsplit('.', 1)[-1]} does not "
                                f"read it")
+
+
+def _rule_reward_model(value: dict[str, Any], name: str, worker: str,
+                       out: Conversion) -> dict[str, Any]:
+    """ROLL's rule reward workers take a `model_args` block for the tokenizer they load
+    (ROLL decodes responses in the reward worker); flywheel hands a rule reward the decoded
+    text, so a rule reward has no model to name: dropped, said."""
+    if not value.get("model_args"):
+        return value
+    out.dropped.append(f"{name}.model_args: ROLL's {worker} loads only a tokenizer from it; "
+                       f"flywheel's rule rewards score decoded text and load no model")
+    return {k: v for k, v in value.items() if k != "model_args"}
 
 
 def _validation(value: Any, out: Conversion) -> None:

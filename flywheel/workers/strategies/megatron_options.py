@@ -19,9 +19,10 @@ from flywheel.workers.strategies.strategy_config import checked_config, require
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
             "sequence_parallel": False, "use_distributed_optimizer": False,
-            "recompute_granularity": None}
-# Memory savings of Megatron's that this backend does not implement; without them the
-# updates are the same, only more memory is used.
+            "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
+            "apply_rope_fusion": False}
+# Memory savings and speed-ups of Megatron's that this backend does not implement; without
+# them the updates are the same, only more memory or time is used.
 NOT_IMPLEMENTED = {
     "sequence_parallel": "a memory saving (activations split across the tensor-parallel "
                          "ranks) flywheel's megatron_train does not implement; the updates "
@@ -29,6 +30,13 @@ NOT_IMPLEMENTED = {
     "use_distributed_optimizer": "a memory saving (AdamW state sharded across the "
                                  "data-parallel ranks) flywheel's megatron_train does not "
                                  "implement; the updates are the same without it: set false",
+    "virtual_pipeline_model_parallel_size": "a speed-up (the interleaved pipeline schedule, "
+                                            "smaller bubbles) flywheel's megatron_train does "
+                                            "not implement; the updates are the same without "
+                                            "it: leave it unset",
+    "apply_rope_fusion": "a speed-up (Megatron's fused rotary-embedding kernel) flywheel's "
+                         "megatron_train does not implement; the updates are the same "
+                         "without it: set false",
 }
 
 
