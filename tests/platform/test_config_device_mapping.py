@@ -14,6 +14,7 @@ from flywheel.platform.config.device_mapping import MAX_DEVICES
     ([3], [3]),
     ([5, 1], [5, 1]),  # order is the user's
     ("list(range(0,4))", [0, 1, 2, 3]),
+    ("list([0,1,2,3,8,9,10,11])", [0, 1, 2, 3, 8, 9, 10, 11]),
     ("list(range(16,24))", list(range(16, 24))),
     ("list(range(0,2))+list(range(14,16))", [0, 1, 14, 15]),
     ("[1]", [1]),

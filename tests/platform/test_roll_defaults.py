@@ -119,3 +119,21 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
                                 "speed-up") for d in conversion.dropped)
     assert any(m.startswith("actor_infer.strategy_args.strategy_name: sglang -> vllm")
                for m in conversion.mapped)
+
+
+def test_global_template_encodes_every_prompt_in_place_of_actor_train_s(tmp_path):
+    """ROLL's global_template wins over actor_train's data_args.template (its RLVR
+    pipeline encodes with it), wherever the file writes it."""
+    conversion, cfg = convert(tmp_path, {
+        "global_template": "qwen2_5", "adv_estimator": "grpo",
+        "actor_train": {"data_args": {"template": "native"}}})
+    assert cfg.actor_train.data_args.template == "qwen2_5"
+    assert any(m.startswith("global_template -> actor_train.data_args.template: qwen2_5")
+               for m in conversion.mapped)
+
+
+def test_eval_steps_without_validation_data_is_dropped_as_roll_validates_nothing(tmp_path):
+    conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "eval_steps": 10})
+    assert cfg.eval_steps == 0
+    assert any(d.startswith("eval_steps: 10: the file has no validation block")
+               for d in conversion.dropped)

@@ -6,9 +6,10 @@ code. We accept exactly those shapes and nothing else, with a tokenizer and a re
 descent parser over this grammar:
 
     mapping := term ("+" term)*
-    term    := "[" [INT ("," INT)* [","]] "]"
-             | "list" "(" range ")"
+    term    := list
+             | "list" "(" (range | list) ")"
              | range
+    list    := "[" [INT ("," INT)* [","]] "]"
     range   := "range" "(" INT ["," INT ["," INT]] ")"      # Python's range; step >= 1
 
 INT is a run of decimal digits: no sign, no decimal point, no underscores. `+` concatenates,
@@ -141,8 +142,12 @@ class _Parser:
         if token is not None and token[1] == "list":
             self.pos += 1
             self._take("(")
-            self._check_name("range")
-            devices = self._range()
+            inner = self._peek()
+            if inner is not None and inner[1] == "[":  # list([0, 1, 8]), as ROLL writes too
+                devices = self._bracket_list()
+            else:
+                self._check_name("range")
+                devices = self._range()
             self._take(")")
             return devices
         self._check_name("range")

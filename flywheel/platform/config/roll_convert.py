@@ -52,6 +52,8 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
+    _global_template(data.get("global_template"), out)
+    _eval_steps_without_validation(out)
     fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
     finish(data, out)  # ROLL's defaults written, inert keys dropped
     if not out.missing:
@@ -82,9 +84,36 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             _reward_normalization(value, out)
         elif key in roll_loss.KEYS:
             continue  # roll_loss.fit_loss: they choose the loss together
+        elif key == "global_template":
+            continue  # _global_template, once every block is in
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
+
+
+def _eval_steps_without_validation(out: Conversion) -> None:
+    """ROLL's RLVR pipeline validates every eval_steps only when the file has validation
+    data (roll/pipeline/rlvr/rlvr_pipeline.py); without, the key does nothing there, where
+    flywheel refuses it."""
+    if out.pipeline_type != "rlvr" or out.data.get("validation") or not out.data.get(
+            "eval_steps"):
+        return
+    out.dropped.append(f"eval_steps: {out.data.pop('eval_steps')}: the file has no "
+                       f"validation block, so ROLL validates nothing either")
+
+
+def _global_template(name: str | None, out: Conversion) -> None:
+    """ROLL's `global_template` encodes the prompts in place of actor_train's
+    `data_args.template` (roll/pipeline/rlvr/rlvr_pipeline.py), for training and validation
+    alike: it becomes that template here, the one both encode with."""
+    if not name:
+        return
+    for block in ("actor_train", "validation"):
+        args = (out.data.get(block) or {}).get("data_args")
+        if block == "actor_train" or (isinstance(args, dict) and "template" in args):
+            _put(out.data, (block, "data_args", "template"), name)
+    out.mapped.append(f"global_template -> actor_train.data_args.template: {name} (ROLL "
+                      f"encodes every prompt with it, in place of actor_train's template)")
 
 
 def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],

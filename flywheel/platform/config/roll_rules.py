@@ -137,7 +137,7 @@ TOP: dict[str, Rule] = {
     "student_infer": Missing("on-policy distillation (student_infer)"),
     "is_pure_opd": Missing("on-policy distillation (is_pure_opd)"),
     "use_opd": Missing("on-policy distillation (use_opd)"),
-    "global_template": Missing("a global prompt template override (global_template)"),
+    "global_template": To("/actor_train/data_args/template"),  # roll_convert._global_template
     "tag_to_template": Missing("per-tag prompt templates (tag_to_template)"),
     "dataset_filter": Missing("difficulty-based dataset filtering (dataset_filter)"),
     "reward_model": Missing("a reward model role (reward_model)"),
