@@ -105,7 +105,8 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
         "adv_estimator": "grpo",
         "actor_train": {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {
             "sequence_parallel": True, "use_distributed_optimizer": True,
-            "virtual_pipeline_model_parallel_size": 8, "apply_rope_fusion": True}}},
+            "virtual_pipeline_model_parallel_size": 8, "apply_rope_fusion": True,
+            "overlap_grad_reduce": True}}},
         "actor_infer": {"generating_args": {"top_k": 100, "top_p": 0.99},
                         "strategy_args": {"strategy_name": "sglang",
                                           "strategy_config": {"mem_fraction_static": 0.8}}}})
@@ -114,7 +115,8 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
     assert cfg.actor_infer.strategy_args.strategy_config == {}
     assert any(d.startswith("actor_train.strategy_args.strategy_config.sequence_parallel: a "
                             "memory saving") for d in conversion.dropped)
-    for key in ("virtual_pipeline_model_parallel_size", "apply_rope_fusion"):
+    for key in ("virtual_pipeline_model_parallel_size", "apply_rope_fusion",
+                "overlap_grad_reduce"):
         assert any(d.startswith(f"actor_train.strategy_args.strategy_config.{key}: a "
                                 "speed-up") for d in conversion.dropped)
     assert any(m.startswith("actor_infer.strategy_args.strategy_name: sglang -> vllm")

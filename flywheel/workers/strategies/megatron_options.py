@@ -20,7 +20,8 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
             "sequence_parallel": False, "use_distributed_optimizer": False,
             "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
-            "apply_rope_fusion": False}
+            "apply_rope_fusion": False, "overlap_grad_reduce": False,
+            "account_for_loss_in_pipeline_split": False}
 # Memory savings and speed-ups of Megatron's that this backend does not implement; without
 # them the updates are the same, only more memory or time is used.
 NOT_IMPLEMENTED = {
@@ -37,6 +38,13 @@ NOT_IMPLEMENTED = {
     "apply_rope_fusion": "a speed-up (Megatron's fused rotary-embedding kernel) flywheel's "
                          "megatron_train does not implement; the updates are the same "
                          "without it: set false",
+    "overlap_grad_reduce": "a speed-up (the gradient all-reduce overlapped with the "
+                           "backward pass) flywheel's megatron_train does not implement; "
+                           "the updates are the same without it: set false",
+    "account_for_loss_in_pipeline_split": "a speed-up (one layer fewer on the last pipeline "
+                                          "stage, which also computes the loss) flywheel's "
+                                          "megatron_train does not implement; the updates "
+                                          "are the same without it: set false",
 }
 
 
