@@ -34,7 +34,7 @@ from typing import Literal
 
 from flywheel.platform.config.catalogs import settings_from
 from flywheel.platform.config.schema import RewardConfig
-from flywheel.workers.rewards.repetition_penalty import repetition_penalty
+from flywheel.workers.rewards.repetition_penalty import check_penalty_args, repetition_penalty
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.rewards.thinking import after_last_think
 
@@ -60,12 +60,7 @@ class MultipleChoiceArgs:
     repetition_ngram_size: int = 3
 
     def __post_init__(self) -> None:
-        if not self.repetition_max_penalty <= 0:
-            raise ValueError(f"repetition_max_penalty must be <= 0 (a penalty), got "
-                             f"{self.repetition_max_penalty}")
-        if self.repetition_ngram_size < 1:
-            raise ValueError(f"repetition_ngram_size must be >= 1, got "
-                             f"{self.repetition_ngram_size}")
+        check_penalty_args(self.repetition_max_penalty, self.repetition_ngram_size)
 
 
 def last_boxed_flat(text: str) -> str | None:

@@ -24,3 +24,12 @@ def repetition_penalty(response: str, ngram_size: int = 3, max_penalty: float = 
         return 0.0
     distinct = len({tuple(words[i:i + ngram_size]) for i in range(total)})
     return (1.0 - distinct / total) * max_penalty or 0.0  # never -0.0
+
+
+def check_penalty_args(max_penalty: float, ngram_size: int) -> None:
+    """The two settings every reward that applies the penalty declares (reward_args:
+    repetition_max_penalty, repetition_ngram_size), checked when the config loads."""
+    if not max_penalty <= 0:
+        raise ValueError(f"repetition_max_penalty must be <= 0 (a penalty), got {max_penalty}")
+    if ngram_size < 1:
+        raise ValueError(f"repetition_ngram_size must be >= 1, got {ngram_size}")
