@@ -17,13 +17,15 @@ pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlvr_sync.yaml"
 
 
-def smollm2_run(out: Path, *extra: str) -> tuple[Path, list[dict]]:
+def smollm2_run(out: Path, *extra: str, validate: bool = False) -> tuple[Path, list[dict]]:
     overrides = [
         f"output_dir={out}",
         "pretrain=builtin://smollm2-135m-instruct",
         "actor_train.data_args.template=chat",   # the tokenizer's ChatML template
         "prompt_length=96", "response_length=8",  # 8-token answers: mechanics only
-        "max_steps=1", "eval_steps=0", "validation=null", "save_steps=0",
+        "max_steps=1", "save_steps=0",
+        *(["eval_steps=1", "val_batch_size=4"] if validate else
+          ["eval_steps=0", "validation=null"]),
         "rollout_batch_size=2", "num_return_sequences_in_group=2",
         "actor_train.training_args.per_device_train_batch_size=4",  # one optimizer step
         "actor_train.training_args.gradient_accumulation_steps=1",
@@ -50,7 +52,11 @@ def test_one_step_with_vllm(tmp_path, ray_session, smollm2_path):
     prompt_length + response_length = 104 (derived.context_length), not SmolLM2's own 8192,
     which the CPU's 256 MiB KV cache would not fit."""
     pytest.importorskip("vllm")
-    run_dir, (step,) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=vllm")
+    run_dir, (val, step) = smollm2_run(tmp_path, "actor_infer.strategy_args.strategy_name=vllm",
+                                       validate=True)
     assert step["step"] == 1 and "loss/policy" in step
+    # RLVR validation on an engine that streams (generate_chunks -> generate_stream) at
+    # step 0 and after the last step
+    assert val["step"] == 0 and "val/accuracy" in val and "val/accuracy" in step
     engine_log = (run_dir / "logs" / "actor_infer-0.log").read_text()
     assert "max_seq_len=104," in engine_log  # vLLM's engine-config line

@@ -34,12 +34,31 @@ SHRUNK = [
 ]
 
 
+def vllm_installed() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# On vllm (hf_infer where it is not installed: test_metrics_page's agentic run covers
+# hf_infer) the env workers' turns stream into one engine batch (generate_stream). vllm
+# starts from `load_format: dummy` (random weights, as ROLL configs write it): the first
+# sync must replace them before the step-0 validation and the first batch, or no reply
+# would have the warm start's format.
+INFER = (["actor_infer.strategy_args.strategy_name=vllm",
+          "actor_infer.strategy_args.strategy_config={load_format: dummy}"]
+         if vllm_installed() else [])
+
+
 @pytest.fixture(scope="module")
 def agentic_run(tmp_path_factory, ray_session, frozenlake_model_path) -> Path:
     out = tmp_path_factory.mktemp("agentic") / "run"
     overrides = [
         f"output_dir={out}",
         *SHRUNK,
+        *INFER,
         "val_batch_size=8",                           # 8 held-out maps
         "val_env_manager.num_env_groups=8",
         "val_env_manager.num_groups_partition=[8]",
@@ -67,7 +86,8 @@ def test_run_logs_env_metrics_for_train_and_validation(agentic_run):
         assert r["staleness/max"] == 0  # synchronous
         assert r["env/action_is_valid"] > 0.5  # the warm start taught the reply format
     for r in (records[0], records[2]):
-        assert 0.0 <= r["val/env/success"] <= 1.0 and "val/env/FrozenLake/success" in r
+        assert "val/env/FrozenLake/success" in r
+        assert r["val/env/action_is_valid"] > 0.5  # synced weights from step 0 on
 
 
 def test_every_group_is_trained_once_at_its_version(agentic_run):
@@ -85,18 +105,3 @@ def test_run_trains_the_model_and_checkpoints_the_buffer(agentic_run, frozenlake
     assert len(changed) > len(before) // 2
     state = json.loads((agentic_run / "checkpoint-2" / "pipeline_state.json").read_text())
     assert state["step"] == 2 and isinstance(state["buffer"], list)
-
-
-def test_vllm_plays_the_turns_of_every_env_worker(tmp_path, ray_session,
-                                                  frozenlake_model_path):
-    """On vllm the env workers' turns stream into one engine batch (generate_stream)."""
-    pytest.importorskip("vllm")
-    out = run(load_config(EXAMPLE, [f"output_dir={tmp_path}", *SHRUNK, "eval_steps=0",
-                                    "save_steps=0",
-                                    "actor_infer.strategy_args.strategy_name=vllm"]))
-    records = read(out, "metrics.jsonl")
-    assert [r["step"] for r in records] == [1, 2]
-    assert all(r["env/action_is_valid"] > 0.5 for r in records)  # the warm start's format
-    ledger = read(out, "samples.jsonl")
-    assert [(r["step"], r["version"]) for r in ledger if r["fate"] == "trained"] == [
-        (1, 0), (1, 0), (2, 1), (2, 1)]

@@ -72,12 +72,19 @@ def test_staleness_bound_and_accounting(tmp_path, ray_session, tiny_model_path,
 
 
 def test_ratio_one_overlaps_generation_with_training(tmp_path, ray_session, tiny_model_path):
-    """With generation ~ training time, async steps wait far less for data than sync."""
+    """With generation ~ training time, async steps wait far less for data than sync.
+
+    The synchronous run also validates after its last step: the final validation and
+    checkpoint wait for work in flight, and a batch that no step will train must not be
+    part of it (with a real model and a judge: minutes)."""
     waits = {}
     for ratio in (0.0, 1.0):
-        cfg = load_config_dict(sim_config(tmp_path / str(ratio), ratio, gen_s=0.02,
-                                          train_s=0.16, eval_steps=0, max_steps=6))
-        rows = metrics(run(cfg))[2:]  # skip start-up steps
+        out = tmp_path / str(ratio)
+        cfg = load_config_dict(sim_config(out, ratio, gen_s=0.02, train_s=0.16, max_steps=6,
+                                          eval_steps=6 if ratio == 0 else 0))
+        rows = [r for r in metrics(run(cfg)) if r["step"] >= 3]  # skip start-up steps
         waits[ratio] = sum(r["time/wait_for_batch"] for r in rows) / len(rows)
     assert waits[0.0] > 0.1  # sync waits for a whole generation each step (~0.16 s)
     assert waits[1.0] < waits[0.0] / 3, waits
+    generated = ledger(tmp_path / "0.0")  # no batch past the last was generated
+    assert {r["fate"] for r in generated} == {"trained"} and len(generated) == 6 * 8

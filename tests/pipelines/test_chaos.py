@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from flywheel.pipelines.config import load_config
 from flywheel.pipelines.run.launch import run
@@ -52,9 +53,14 @@ def test_sigterm_mid_step_leaves_a_checkpoint_and_resumes(tmp_path, address):
     step = steps_logged(out)
     assert (out / f"checkpoint-{step}" / "COMPLETE").exists()  # the step it was in finished
     assert json.loads((out / "status.json").read_text())["status"] == "interrupted"
-    proc = start(["--resume", str(out)], log, address)
+    # the resume reads RUN_DIR/config.yaml, which this config wrote with max_new_tokens
+    # only (no response_length), and takes an override on top
+    assert "response_length" not in yaml.safe_load(config.read_text())
+    proc = start(["--resume", str(out), "max_steps=5"], log, address)
     assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
-    check_ledger(out, 4)
+    check_ledger(out, 5)
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5]
 
 
 # ratio 1 (~1 min) runs with `make test-long` and `make chaos`; ratio 0 stays in the suite

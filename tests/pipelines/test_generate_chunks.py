@@ -2,7 +2,7 @@
 streams, every chunk goes out at once through `generate_stream`, so they share the engine's
 batch; otherwise each worker runs its chunks one after another through `generate`. Either
 way the groups come back in chunk order. The infer role here is a recording double: the
-real engines run under tests/pipelines/test_first_sync.py (vllm validation at step 0)."""
+real engines run under tests/models/test_smollm2_rlvr.py (vllm validation at step 0)."""
 
 from __future__ import annotations
 

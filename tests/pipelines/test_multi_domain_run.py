@@ -37,7 +37,9 @@ def metric_registry_explains():
 
 @pytest.mark.slow  # about 17 s on 2 cores (validation generates 2 tokens too)
 def test_two_tagged_domains_are_mixed_and_reported_per_tag(tmp_path, ray_session,
-                                                           tiny_model_path):
+                                                           tiny_model_path, capsys):
+    """Also the docs' check that an RLVR run logs only metrics docs_site/metrics.yaml
+    explains, with the settings that add names at run time (entropy, off-policy terms)."""
     (tmp_path / "train").mkdir()
     (tmp_path / "val").mkdir()
     train_a, train_b = write_tagged("builtin://arithmetic/train", tmp_path / "train", 40)
@@ -48,6 +50,8 @@ def test_two_tagged_domains_are_mixed_and_reported_per_tag(tmp_path, ray_session
         "max_steps": 1, "eval_steps": 1, "logging_steps": 100, "prompt_length": 16,
         "response_length": 2,  # training and validation responses alike
         "rollout_batch_size": 4, "num_return_sequences_in_group": 2,
+        "entropy_loss_coef": 0.01,                        # entropy/*
+        "infer_is_correction": "token-truncate",          # offpolicy/* applied
         "tracking": {"backends": ["jsonl"], "sample_text_steps": 0},
         "actor_train": {"device_mapping": [0],
                         "training_args": {"per_device_train_batch_size": 8},
@@ -71,3 +75,8 @@ def test_two_tagged_domains_are_mixed_and_reported_per_tag(tmp_path, ray_session
         assert r["val/accuracy"] == (r["val/a/accuracy"] + r["val/b/accuracy"]) / 2
     explains = metric_registry_explains()
     assert not [k for r in rows for k in r if k != "step" and not explains(k)]
+    for expected in ("reward/mean", "reward/timed_out", "entropy/mean", "offpolicy/k3_kl",
+                     "actor/grad_norm", "time/train", "time/step", "time/weight_load"):
+        assert expected in steps[0], expected
+    # one node: the syncs went through shared memory (workers/weight_shm.py)
+    assert "weight sync: shared memory" in capsys.readouterr().out

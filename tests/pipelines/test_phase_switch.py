@@ -37,10 +37,9 @@ def collapsed(events: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_colocated_run_switches_phases_in_order(tmp_path, ray_session, arith_model_path,
-                                                capsys):
-    out = small_run(tmp_path / "colo")
-    assert "phase switch (offload_between_phases): on" in capsys.readouterr().out
+def test_colocated_run_switches_phases_in_order(small_sync_run):
+    out, printed = small_sync_run
+    assert "phase switch (offload_between_phases): on" in printed
     rows = [json.loads(x) for x in (out / PHASE_EVENTS).read_text().splitlines()]
     events = collapsed([r[2] for r in rows if r[2] in ORDERED])
     expected = (["weights", "update_weights", "generate",  # first sync, step-0 validation

@@ -128,15 +128,19 @@ def test_grpo_improves_validation_accuracy(first_run):
     assert after >= before + 0.04, accuracy
 
 
-def test_gae_critic_reference_and_kl_run_end_to_end(tmp_path, ray_session, arith_model_path):
+def test_gae_critic_reference_and_kl_run_end_to_end(tmp_path, first_run, arith_model_path):
     """The remaining roles: a critic (GAE, clipped value loss) and a reference (KL loss and
     adaptive KL penalty), each a Ray actor of its own. Each feature is checked by what it
-    did, not by its metric's name: a key can be logged by code that ignores the setting."""
+    did, not by its metric's name: a key can be logged by code that ignores the setting.
+
+    actor_infer loads an untrained model here: it must generate with actor_train's weights
+    from the step-0 validation on (the first sync), so that validation equals first_run's."""
     # target_kl sits between the two KLs of step 1: the penalty's (sampling policy = the
     # reference, 0) and the loss's (the policy after its first mini-batch, measured 0.009)
     horizon, target = 64, 0.001
     run_dir = tiny_run(
-        tmp_path / "gae", "max_steps=2", "eval_steps=0", "validation=null", "save_steps=0",
+        tmp_path / "gae", "max_steps=2", "eval_steps=2", "val_batch_size=500", "save_steps=0",
+        "actor_infer.model_args.model_name_or_path=builtin://tiny-qwen2",  # random weights
         "adv_estimator=gae", "lambd=0.95", "value_clip=0.2", "whiten_advantages=true",
         "critic={strategy_args: {strategy_name: hf_train}, device_mapping: [0]}",
         "reference={strategy_args: {strategy_name: hf_train}, device_mapping: [0]}",
@@ -145,9 +149,11 @@ def test_gae_critic_reference_and_kl_run_end_to_end(tmp_path, ray_session, arith
         "actor_train.pg_variant=cispo", "actor_train.cispo_use_unified_mask=true",
     )
     records = read_metrics(run_dir)
-    assert [r["step"] for r in records] == [1, 2]
-    first, second = records
-    for r in records:
+    assert [r["step"] for r in records] == [0, 1, 2]
+    # first sync: the same greedy validation as first_run's step 0 (0.324), number for number
+    assert records[0]["val/accuracy"] == read_metrics(first_run)[0]["val/accuracy"] > 0.05
+    first, second = records[1:]
+    for r in records[1:]:
         for key in ("vf/loss", "critic/grad_norm", "kl/loss", "pg/loss"):
             assert r[key] == r[key], key  # not NaN
         # cispo ran: only its unified mask reports this fraction (ppo, the default, does not)
