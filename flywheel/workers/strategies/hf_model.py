@@ -8,11 +8,11 @@ same logits, and of the same sampled distribution (temperature, top-k, top-p).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from flywheel.algorithms.sampled_distribution import (
     RAW,
@@ -27,6 +27,9 @@ from flywheel.workers.batch import TokenBatch
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ATTN_NAMES = {"fa2": "flash_attention_2"}
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 def pick_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -37,6 +40,10 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
     if model_args.attn_implementation:
         name = model_args.attn_implementation
         kwargs["attn_implementation"] = ATTN_NAMES.get(name, name)
+    # imported here, not at the top: a worker on a latency-only backend (latency_sim.py)
+    # imports this module but loads no model, and transformers' model classes cost seconds
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if not model_args.disable_gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -56,6 +63,8 @@ def distinct_state_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tens
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(path)
 
 

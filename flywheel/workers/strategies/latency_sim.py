@@ -34,6 +34,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -45,7 +46,6 @@ from flywheel.workers.strategies.base import (
     InferStrategy,
     SamplingParams,
 )
-from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.train_loop import build_schedule, check_finite
 
 KNOBS = {"seconds_per_prompt": 0.0, "seconds_per_step": 0.0, "jitter": 0.0, "fail_at_call": 0,
@@ -81,13 +81,34 @@ class _Latency:
             tick()
 
 
+def vocabulary(model_path: str) -> tuple[int, int | None]:
+    """The tokenizer's size (added tokens included, as len() of transformers' tokenizer)
+    and its eos id, read with the `tokenizers` library from tokenizer.json: these backends
+    need nothing else from the tokenizer, and transformers' AutoTokenizer would cost a
+    latency-only worker seconds of import at every start. A model without tokenizer.json
+    (a slow tokenizer only) goes through transformers."""
+    path = Path(model_path)
+    if not (path / "tokenizer.json").is_file():
+        from flywheel.workers.strategies.hf_model import load_tokenizer
+
+        tokenizer = load_tokenizer(model_path)
+        return len(tokenizer), tokenizer.eos_token_id
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    config_file = path / "tokenizer_config.json"
+    eos = json.loads(config_file.read_text()).get("eos_token") if config_file.is_file() else None
+    if isinstance(eos, dict):  # an AddedToken written out
+        eos = eos.get("content")
+    return (tokenizer.get_vocab_size(with_added_tokens=True),
+            tokenizer.token_to_id(eos) if eos else None)
+
+
 class SimInferStrategy(InferStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
                  context_length: int | None = None,  # no model: nothing to bound
                  sleep_mode: bool = False):  # nor to free (InferStrategy.sleep)
-        tokenizer = load_tokenizer(model_path)
-        self.vocab = len(tokenizer)
-        self.eos_id = tokenizer.eos_token_id
+        self.vocab, self.eos_id = vocabulary(model_path)
         self.latency = _Latency(cfg, seed)
         self.weights_steps = 0  # the train steps in the weights synced last
 
@@ -119,7 +140,7 @@ class SimTrainStrategy:
 
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
                  trainable: bool = True, head: object = None):
-        self.vocab = len(load_tokenizer(model_path))
+        self.vocab, _ = vocabulary(model_path)
         self.latency = _Latency(cfg, seed)
         self.steps = 0
         # the learning-rate curve a real backend would follow (one optimizer step per

@@ -21,7 +21,6 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForTokenClassification
 
 from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import ModelArgs
@@ -44,6 +43,8 @@ class ModelHead:
                 seed: int) -> torch.nn.Module:
         if self.kind == "policy":
             return load_causal_lm(path, model_args, device)
+        from transformers import AutoConfig, AutoModelForTokenClassification  # see load_causal_lm
+
         # No dropout before the head (transformers' default is 0.1): the values the critic
         # is trained on are computed in eval mode, and ranks would draw different masks.
         config = AutoConfig.from_pretrained(path, num_labels=1)
