@@ -56,9 +56,21 @@ class Cluster:
     started: bool = False  # every worker's constructor has returned (`wait_ready`)
 
     @classmethod
-    def create(cls, *args, startup_timeout_s: float = DEFAULT_STARTUP_S, **kwargs) -> Cluster:
+    def create(
+        cls,
+        role: str,
+        worker_cls: type,
+        devices: RoleDevices,
+        placement: DevicePlacement | None,
+        init_kwargs: dict,
+        env_vars: dict[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        log_dir: Path | None = None,
+        startup_timeout_s: float = DEFAULT_STARTUP_S,
+    ) -> Cluster:
         """`launch`, then wait until every worker has started (`wait_ready`)."""
-        cluster = cls.launch(*args, **kwargs)
+        cluster = cls.launch(role, worker_cls, devices, placement, init_kwargs, env_vars,
+                             timeout_s, log_dir)
         cluster.wait_ready(startup_timeout_s)
         return cluster
 
