@@ -27,16 +27,28 @@ MISMATCH_SCORE = -1.0  # ROLL's format reward for a response that does not match
 Score = Callable[[str, str, str], RewardResult]
 
 
+def format_check(pattern: str) -> Callable[[str], RewardResult]:
+    """The format term alone: 0 when `pattern` matches the response, -1 when not."""
+    compiled = re.compile(pattern, FLAGS)
+
+    def check(response: str) -> RewardResult:
+        ok = compiled.match(response) is not None
+        return RewardResult(0.0 if ok else MISMATCH_SCORE, {"format_ok": ok})
+
+    return check
+
+
+def plus_format(result: RewardResult, fmt: RewardResult) -> RewardResult:
+    return RewardResult(result.score + fmt.score, {**result.metadata, **fmt.metadata})
+
+
 def with_format_pattern(score: Score, pattern: str | None) -> Score:
     """`score`, plus -1 for a response that `pattern` does not match (unset: `score`)."""
     if pattern is None:
         return score
-    compiled = re.compile(pattern, FLAGS)
+    check = format_check(pattern)
 
     def shaped(prompt: str, response: str, reference: str) -> RewardResult:
-        result = score(prompt, response, reference)
-        ok = compiled.match(response) is not None
-        return RewardResult(result.score + (0.0 if ok else MISMATCH_SCORE),
-                            {**result.metadata, "format_ok": ok})
+        return plus_format(score(prompt, response, reference), check(response))
 
     return shaped

@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from flywheel.platform.config.catalogs import check_import_path, import_object, register_entry
 from flywheel.platform.config.schema import RewardConfig
-from flywheel.workers.rewards.format_pattern import with_format_pattern
+from flywheel.workers.rewards.format_pattern import format_check, plus_format, with_format_pattern
 from flywheel.workers.rewards.result import RewardResult
 
 RewardFn = Callable[[str, str, str], RewardResult]  # (prompt, response, reference)
@@ -126,15 +126,10 @@ def _format_pattern_on_samples(reward: SampleReward, pattern: str | None) -> Sam
     failed sample that also misses the format gets both)."""
     if pattern is None:
         return reward
-    check = with_format_pattern(lambda prompt, response, reference: RewardResult(0.0, {}),
-                                pattern)
+    check = format_check(pattern)
 
     def score(samples: list[Sample]) -> list[RewardResult]:
-        shaped = []
-        for sample, result in zip(samples, reward.score(samples)):
-            fmt = check(sample.prompt, sample.response, sample.reference)
-            shaped.append(RewardResult(result.score + fmt.score,
-                                       {**result.metadata, **fmt.metadata}))
-        return shaped
+        return [plus_format(result, check(sample.response))
+                for sample, result in zip(samples, reward.score(samples))]
 
     return SampleReward(score, reward.batched)
