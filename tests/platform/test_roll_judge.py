@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flywheel.pipelines.config import convert_roll, load_config_dict
@@ -46,12 +47,15 @@ def test_a_named_judge_prompt_is_carried_over_and_the_value_head_dropped(tmp_pat
     assert "flywheel's judge decodes greedily" in report
 
 
-def test_an_unknown_prompt_name_judges_with_the_default_as_roll_does(tmp_path):
-    out, report = convert(tmp_path, {"rewards": {"llm_judge": {
-        **ROLL_JUDGE, "judge_prompt": "my-prompt"}}})
-    assert out.missing == []
-    assert "prompt_template" not in out.data["rewards"]["llm_judge"].get("llm_judge", {})
-    assert "'my-prompt' is not in ROLL's prompt table" in report
+@pytest.mark.parametrize("prompt", ["my-prompt", None])
+def test_a_judge_without_a_prompt_of_rolls_table_is_refused(tmp_path, prompt):
+    """ROLL judges it with its default 0-10 prompt, which flywheel's judge does not have."""
+    judge = {k: v for k, v in ROLL_JUDGE.items() if k != "judge_prompt"}
+    out, _ = convert(tmp_path, {"rewards": {"llm_judge": {
+        **judge, **({"judge_prompt": prompt} if prompt else {})}}})
+    assert [m for m in out.missing if m.startswith("ROLL's default 0-10 judge prompt "
+                                                   f"(rewards.llm_judge.judge_prompt = "
+                                                   f"{prompt!r}")], out.missing
 
 
 def test_an_api_judge_becomes_an_endpoint_and_its_key_stays_out_of_the_file(tmp_path):

@@ -235,7 +235,7 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
     if out.catalogs.rewards.get(reward_type, f"{name}.worker_cls").kind == "rule":
         value = _rule_reward_model(value, name, worker_cls.rsplit(".", 1)[-1], out)
     if reward_type == "llm_judge":
-        value, judge = judge_settings(value, name, out.mapped, out.dropped, out.missing)
+        value, judge = judge_settings(value, name, out)
         for key, item in judge.items():
             _put(out.data, tuple(name.split(".")) + ("llm_judge", key), item)
     _role(value, name, rules.REWARD, out, known)

@@ -5,8 +5,9 @@ ROLL spells the judge in keys beside the reward's worker block; flywheel's live 
 
 - `judge_prompt` names a prompt in ROLL's own table (roll/utils/prompt.py `prompt_maps`).
   A name flywheel knows becomes `llm_judge.prompt_template` in flywheel's words (the same
-  placeholders and the same YES/NO verdict, so the same parser); any other name is not in
-  ROLL's table either, where ROLL falls back to its default prompt: so does flywheel.
+  placeholders and the same YES/NO verdict, so the same parser). Without one (no name, or
+  a name not in the table) ROLL asks for a 0-10 score in its own words, which flywheel's
+  judge neither has nor parses: the file is refused rather than judged by another prompt.
 - `judge_model_type`: `inference` is a judge model the role loads (`backend: local`),
   `api` an OpenAI-compatible server (`backend: endpoint`, `judge_api_url` its base URL,
   `judge_model_name` its model). ROLL writes the API key into the YAML; flywheel never
@@ -23,6 +24,8 @@ ROLL spells the judge in keys beside the reward's worker block; flywheel's live 
 from __future__ import annotations
 
 from typing import Any
+
+from flywheel.platform.config.roll_conversion import Conversion
 
 # What ROLL's "Qwen2.5-7B-Instruct-RLVR-prompt" asks, in flywheel's words: does the final
 # answer of a solution match the reference, whatever the language; answer YES or NO only.
@@ -46,10 +49,11 @@ JUDGE_KEYS = ("judge_prompt", "judge_model_type", "judge_model_name", "judge_api
               "judge_api_key")
 
 
-def judge_settings(value: dict[str, Any], name: str, mapped: list[str], dropped: list[str],
-                   missing: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def judge_settings(value: dict[str, Any], name: str,
+                   out: Conversion) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reward block without ROLL's judge keys, flywheel's `llm_judge` block for them).
-    What was carried over, dropped or cannot be is appended to the report's lists."""
+    What was carried over, dropped or cannot be goes into the report (`out`)."""
+    mapped, dropped, missing = out.mapped, out.dropped, out.missing
     value = dict(value)
     roll = {key: value.pop(key) for key in JUDGE_KEYS if key in value}
     judge: dict[str, Any] = {}
@@ -59,9 +63,10 @@ def judge_settings(value: dict[str, Any], name: str, mapped: list[str], dropped:
         mapped.append(f"{name}.judge_prompt: {prompt} -> {name}.llm_judge.prompt_template "
                       f"(flywheel's wording of that prompt: the same placeholders and YES/NO "
                       f"verdict)")
-    elif prompt is not None:
-        dropped.append(f"{name}.judge_prompt: {prompt!r} is not in ROLL's prompt table, "
-                       f"so ROLL judges with its default prompt; flywheel uses its own")
+    else:
+        missing.append(f"ROLL's default 0-10 judge prompt ({name}.judge_prompt = "
+                       f"{prompt!r}, not a prompt of ROLL's table); write "
+                       f"{name}.llm_judge.prompt_template and score_parser instead")
     kind = roll.get("judge_model_type") or "inference"
     if kind == "api":
         judge.update(backend="endpoint", base_url=roll.get("judge_api_url"),
