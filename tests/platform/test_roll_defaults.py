@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flywheel.pipelines.config import convert_roll, load_config_dict
@@ -106,7 +107,8 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
         "actor_train": {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {
             "sequence_parallel": True, "use_distributed_optimizer": True,
             "virtual_pipeline_model_parallel_size": 8, "apply_rope_fusion": True,
-            "overlap_grad_reduce": True}}},
+            "overlap_grad_reduce": True, "bias_activation_fusion": True,
+            "account_for_embedding_in_pipeline_split": True}}},
         "actor_infer": {"generating_args": {"top_k": 100, "top_p": 0.99},
                         "strategy_args": {"strategy_name": "sglang",
                                           "strategy_config": {"mem_fraction_static": 0.8}}}})
@@ -116,7 +118,8 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
     assert any(d.startswith("actor_train.strategy_args.strategy_config.sequence_parallel: a "
                             "memory saving") for d in conversion.dropped)
     for key in ("virtual_pipeline_model_parallel_size", "apply_rope_fusion",
-                "overlap_grad_reduce"):
+                "overlap_grad_reduce", "bias_activation_fusion",
+                "account_for_embedding_in_pipeline_split"):
         assert any(d.startswith(f"actor_train.strategy_args.strategy_config.{key}: a "
                                 "speed-up") for d in conversion.dropped)
     assert any(m.startswith("actor_infer.strategy_args.strategy_name: sglang -> vllm")
@@ -139,3 +142,21 @@ def test_eval_steps_without_validation_data_is_dropped_as_roll_validates_nothing
     assert cfg.eval_steps == 0
     assert any(d.startswith("eval_steps: 10: the file has no validation block")
                for d in conversion.dropped)
+
+
+@pytest.mark.parametrize("flags, dtype", [({"bf16": True}, "bf16"), ({"fp16": False}, "fp32")])
+def test_megatrons_precision_flag_becomes_the_roles_dtype(tmp_path, flags, dtype):
+    """strategy_config.bf16 / fp16 (Megatron's own arguments) is the precision the role
+    trains in: model_args.dtype in flywheel; a false flag adds nothing."""
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo",
+        "actor_train": {"model_args": {"dtype": "fp32"}, "strategy_args": {
+            "strategy_name": "megatron_train", "strategy_config": flags}}})
+    assert cfg.actor_train.model_args.dtype == dtype
+    assert cfg.actor_train.strategy_args.strategy_config == {}
+    flag = next(iter(flags))
+    key = f"actor_train.strategy_args.strategy_config.{flag}"
+    report = conversion.mapped if flags[flag] else conversion.dropped
+    expected = f"{key}: true -> actor_train.model_args.dtype: bf16" if flags[flag] else (
+        f"{key}: false")
+    assert any(line.startswith(expected) for line in report), report

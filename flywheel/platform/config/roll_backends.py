@@ -10,7 +10,12 @@ it a flywheel backend refuses (its `config_check`, workers/strategies/registry.p
 - a strategy_config key the backend refuses as a memory saving it does not implement
   (megatron's sequence_parallel and use_distributed_optimizer: the updates are the same
   without them) is dropped, with the backend's reason. Any other refusal (a key the backend
-  does not have, a layout it cannot run) is left for `validate` to report as missing.
+  does not have, a layout it cannot run) is left for `validate` to report as missing;
+- megatron's precision flags (`strategy_config.bf16` / `fp16`, Megatron's own arguments)
+  become the role's `model_args.dtype`, the one precision setting flywheel's megatron_train
+  trains in. ROLL sets the same flag from model_args.dtype itself
+  (roll/configs/worker_config.py), so a flag that is true names the precision the role
+  trains in, and one that is false adds nothing.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ if TYPE_CHECKING:
     from flywheel.platform.config.roll_conversion import Conversion
 
 
-
 def fit_backends(out: Conversion) -> None:
     _sglang_to_vllm(out)
+    _megatron_precision(out)
     for _ in range(32):  # one refused key per pass
         try:
             cfg = to_config(copy.deepcopy(out.data))
@@ -80,3 +85,22 @@ def _sglang_to_vllm(out: Conversion) -> None:
                       "sglang cannot give the log-probs of the top-k / top-p truncated "
                       "distribution this file samples from; vllm samples the same way and "
                       "does; sglang's strategy_config dropped)")
+
+
+def _megatron_precision(out: Conversion) -> None:
+    for name, role in out.data.items():
+        strategy = role.get("strategy_args") if isinstance(role, dict) else None
+        if not isinstance(strategy, dict) or strategy.get("strategy_name") != "megatron_train":
+            continue
+        config = strategy.get("strategy_config") or {}
+        for flag in ("bf16", "fp16"):
+            if flag not in config:
+                continue
+            key = f"{name}.strategy_args.strategy_config.{flag}"
+            if config.pop(flag) is True:
+                role.setdefault("model_args", {})["dtype"] = flag
+                out.mapped.append(f"{key}: true -> {name}.model_args.dtype: {flag} (the "
+                                  f"precision megatron_train trains in)")
+            else:
+                out.dropped.append(f"{key}: false: the role trains in its model_args.dtype, "
+                                   f"in ROLL as in flywheel")

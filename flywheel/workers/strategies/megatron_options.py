@@ -21,7 +21,8 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "sequence_parallel": False, "use_distributed_optimizer": False,
             "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
             "apply_rope_fusion": False, "overlap_grad_reduce": False,
-            "account_for_loss_in_pipeline_split": False}
+            "account_for_loss_in_pipeline_split": False,
+            "account_for_embedding_in_pipeline_split": False, "bias_activation_fusion": False}
 # Memory savings and speed-ups of Megatron's that this backend does not implement; without
 # them the updates are the same, only more memory or time is used.
 NOT_IMPLEMENTED = {
@@ -45,6 +46,14 @@ NOT_IMPLEMENTED = {
                                           "stage, which also computes the loss) flywheel's "
                                           "megatron_train does not implement; the updates "
                                           "are the same without it: set false",
+    "account_for_embedding_in_pipeline_split": "a speed-up (one layer fewer on the first "
+                                               "pipeline stage, which also embeds the "
+                                               "tokens) flywheel's megatron_train does not "
+                                               "implement; the updates are the same "
+                                               "without it: set false",
+    "bias_activation_fusion": "a speed-up (Megatron's fused bias-and-activation kernel) "
+                              "flywheel's megatron_train does not implement; the updates "
+                              "are the same without it: set false",
 }
 
 
