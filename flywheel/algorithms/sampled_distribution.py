@@ -69,5 +69,11 @@ def entropy_of_logits(logits: Tensor, log_norm: Tensor) -> Tensor:
     """H = log Z - sum_v p_v z_v for logits [..., V] (entries of -inf contribute 0) and
     log Z = logsumexp(z) [...]."""
     probs = torch.exp(logits - log_norm[..., None])
-    weighted = torch.where(torch.isinf(logits), torch.zeros_like(logits), probs * logits)
-    return log_norm - weighted.sum(-1)
+    # p_v * 0 where z_v = -inf, not where(inf, 0, p_v * z_v): the product's gradient there
+    # would be 0 * -inf = nan, which `where` passes on to every logit
+    return log_norm - (probs * finite(logits)).sum(-1)
+
+
+def finite(logits: Tensor) -> Tensor:
+    """`logits` with the -inf of truncated tokens as 0 (their probability is 0)."""
+    return torch.where(torch.isinf(logits), torch.zeros_like(logits), logits)

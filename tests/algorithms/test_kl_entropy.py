@@ -106,3 +106,19 @@ def test_entropy_loss_is_negative_bonus():
     loss, metrics = entropy_loss(entropy, mask, 0.01, loss_agg_mode="seq-mean-token-mean")
     assert loss.item() == pytest.approx(-0.01 * (1.5 + 3.0) / 2)
     assert metrics["entropy/mean"] == pytest.approx(2.0)
+
+
+def test_entropy_of_a_truncated_distribution_has_a_finite_gradient():
+    """Top-k / top-p leave -inf logits; the entropy bonus's gradient must stay finite
+    (it was nan everywhere: 0 * -inf inside a `where`), and reach only kept tokens."""
+    from flywheel.algorithms.sampled_distribution import SampledDistribution, entropy_of_logits
+
+    raw = torch.randn(3, 5, 20, requires_grad=True)
+    logits = SampledDistribution(temperature=0.7, top_k=6, top_p=0.9).logits(raw)
+    entropy = entropy_of_logits(logits, torch.logsumexp(logits, dim=-1))
+    kept = logits.softmax(-1)
+    expected = -(kept * torch.log(kept.clamp_min(1e-30))).sum(-1)
+    assert torch.allclose(entropy, expected, atol=1e-5)
+    entropy.sum().backward()
+    assert torch.isfinite(raw.grad).all()
+    assert (raw.grad[torch.isinf(logits)] == 0).all() and raw.grad.abs().sum() > 0

@@ -21,18 +21,15 @@ FITS = NO_SP + UNTRUNCATED
 REFUSALS = [
     ([], f"{MEGATRON}sequence_parallel: a memory saving"),
     (NO_SP[:1], f"{MEGATRON}use_distributed_optimizer: a memory saving"),
-    (NO_SP, f"{MEGATRON}tensor_model_parallel_size: top_k / top_p log-probs need the whole "
-            f"vocabulary on one rank"),
-    (NO_SP + [f"{MEGATRON}tensor_model_parallel_size=1"],
-     "actor_infer.generating_args.top_k: SGLang's log-probs leave out its top-k / top-p "
-     "truncation"),
+    (NO_SP, "actor_infer.generating_args.top_k: SGLang's log-probs leave out its top-k / "
+            "top-p truncation"),
 ]
 
 
 def test_roll_rlvr_async_example_is_refused_for_what_its_backends_cannot_do():
     """megatron_train's sequence_parallel / use_distributed_optimizer (memory savings it
-    does not implement), tensor parallelism under top-k / top-p sampling, and sglang's
-    log-probs of a truncated distribution: refused by the loader, not at start."""
+    does not implement) and sglang's log-probs of a truncated distribution: refused by
+    the loader, not at start."""
     for overrides, refusal in REFUSALS:
         with pytest.raises(ConfigError) as e:
             load_config(ROLL / "rlvr_config_async.yaml", overrides)

@@ -37,11 +37,11 @@ def training_args(per_device: int, accum: int) -> TrainingArgs:
 
 
 def hf_trainer(model_path: str, per_device: int = 8, accum: int = 4,
-               model_args: ModelArgs | None = None) -> HFTrainStrategy:
+               model_args: ModelArgs | None = None, head: ModelHead = POLICY) -> HFTrainStrategy:
     """One rank holding the whole 32-row batch as one mini-batch of `accum` micro-batches."""
     cfg = WorkerConfig(training_args=training_args(per_device, accum),
                        model_args=model_args or ModelArgs())
-    return HFTrainStrategy(model_path, cfg, seed=0, total_steps=10)
+    return HFTrainStrategy(model_path, cfg, seed=0, total_steps=10, head=head)
 
 
 def actor_loss(entropy_coef: float = 0.0) -> ActorLoss:

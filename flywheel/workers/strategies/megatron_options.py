@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.platform.config.derived import truncated_sampling
 from flywheel.platform.config.errors import MissingMemorySaving
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.strategies.strategy_config import checked_config, require
@@ -69,14 +68,5 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def check(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
-    """`kind`: the role kind (derived.Role.kind). A policy role scores tokens under the
-    sampled distribution, which top-k / top-p truncate: that needs the whole vocabulary on
-    one rank."""
-    options = strategy_options(worker.strategy_args.strategy_config)
-    require(not (kind in ("actor_train", "reference") and truncated_sampling(cfg)
-                 and options["tensor_model_parallel_size"] > 1),
-            "tensor_model_parallel_size", TRUNCATED_TP)
-
-
-TRUNCATED_TP = ("top_k / top_p log-probs need the whole vocabulary on one rank: use "
-                "tensor_model_parallel_size 1, or sample without top_k / top_p")
+    """`kind`: the role kind (derived.Role.kind); every key of strategy_config checked."""
+    strategy_options(worker.strategy_args.strategy_config)

@@ -18,7 +18,12 @@ from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region
 from safetensors.torch import load_file
 
-from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT, RAW, SampledDistribution
+from flywheel.algorithms.sampled_distribution import (
+    OUTSIDE_LOGIT,
+    RAW,
+    SampledDistribution,
+    finite,
+)
 from flywheel.workers.batch import SAMPLE_FIELDS, TokenBatch
 from flywheel.workers.strategies.megatron_weights import tp_dim
 
@@ -87,8 +92,11 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     """log pi(x_t | x_<t) [B, L] (column 0 is 0) from logits [B, L, V/tp] split over TP.
 
     pi is the sampled distribution (`algorithms/sampled_distribution.py`). Its temperature
-    is a division, local to each rank; top-k / top-p truncation needs the whole vocabulary,
-    so it is applied only with TP = 1 (megatron_train refuses it otherwise).
+    is a division, local to each rank. Which tokens top-k / top-p keep depends on the whole
+    vocabulary: the ranks all-gather their logits (detached), each computes the kept set
+    over all of them, and masks its own slice with it. The mask is a constant of the
+    logits (a selection, no gradient of its own), so the gradient reaches the kept
+    logits only, as with TP = 1.
 
     log p = z_target - log Z with Z = sum_v exp(z_v); entropy = log Z - sum_v exp(z_v) z_v / Z.
     Each rank sums over its slice of the vocabulary and the partial sums are all-reduced
@@ -100,8 +108,8 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     group = ps.get_tensor_model_parallel_group()
     logits = logits[:, :-1].float()  # [B, L-1, V/tp] predicts tokens 1..L-1
     if distribution.truncates:
-        logits = distribution.logits(logits)  # TP = 1: the whole vocabulary is here
-    elif distribution.temperature != 1.0:
+        logits = logits.masked_fill(_dropped_here(logits, distribution, group), float("-inf"))
+    if distribution.temperature != 1.0:
         logits = logits / distribution.temperature
     targets = input_ids[:, 1:]  # [B, L-1]
     local_vocab = logits.shape[-1]
@@ -115,15 +123,30 @@ def vocab_parallel_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     local = targets - start
     here = (local >= 0) & (local < local_vocab)
     picked = shifted.gather(-1, local.clamp(0, local_vocab - 1)[..., None]).squeeze(-1)
-    picked = torch.where(torch.isinf(picked), torch.full_like(picked, OUTSIDE_LOGIT), picked)
+    # a token pi does not keep scores OUTSIDE_LOGIT before the shift, as picked_logits does
+    picked = torch.where(torch.isinf(picked), OUTSIDE_LOGIT - top.squeeze(-1), picked)
     picked = reduce_from_tensor_model_parallel_region(picked * here)  # [B, L-1]
     log_probs = F.pad(picked - log_norm, (1, 0))  # [B, L]
     entropy = None
     if with_entropy:  # a truncated token has exp = 0 and shifted = -inf: it adds 0
-        terms = torch.where(torch.isinf(shifted), torch.zeros_like(shifted), exp * shifted)
+        terms = exp * finite(shifted)  # see sampled_distribution.entropy_of_logits
         weighted = reduce_from_tensor_model_parallel_region(terms.sum(-1))
         entropy = F.pad(log_norm - weighted / sum_exp, (1, 0))  # [B, L]
     return log_probs, entropy
+
+
+def _dropped_here(logits: torch.Tensor, distribution: SampledDistribution,
+                 group: dist.ProcessGroup) -> torch.Tensor:
+    """[B, L, V/tp] True where top-k / top-p drop this rank's token, decided over the whole
+    vocabulary (the TP ranks' slices in rank order)."""
+    local = logits.detach()
+    parts = [local]
+    if dist.get_world_size(group) > 1:
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, local.contiguous(), group=group)
+    dropped = torch.isinf(distribution.logits(torch.cat(parts, dim=-1)))
+    rank, width = ps.get_tensor_model_parallel_rank(), local.shape[-1]
+    return dropped[..., rank * width:(rank + 1) * width]
 
 
 def summed_grads_and_norm(model: torch.nn.Module, max_norm: float, tied: bool) -> float:

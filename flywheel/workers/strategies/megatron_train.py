@@ -156,8 +156,6 @@ class MegatronTrainStrategy(TrainStrategy):
                 "tensor_model_parallel_size", f"vocab {self.spec.vocab_size} and "
                 f"{self.spec.num_kv_heads} KV heads must both divide by {tp}")
         self.tp_rank, self.tp_size = ps.get_tensor_model_parallel_rank(), tp
-        require(tp == 1 or not head.distribution.truncates, "tensor_model_parallel_size",
-                megatron_options.TRUNCATED_TP)
         self.first, self.last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
         # A critic's head is its own; only the policy ties its output layer to the embedding.
