@@ -93,3 +93,28 @@ def test_a_rule_reward_s_tokenizer_model_and_a_trl_critic_are_dropped(tmp_path):
     assert "rewards.math_rule.model_args: ROLL's MathRuleRewardWorker loads only a tokenizer" \
         in report
     assert "critic.model_args.model_type: trl: flywheel's critic is a value head" in report
+
+
+def test_a_judge_served_by_the_reward_model_role_loads_that_model_itself(tmp_path):
+    """judge_model_type: cluster queries the model ROLL serves on its `reward_model` role
+    (as ROLL's llm-as-judge server example writes it): that model, backend and devices
+    become the judge's own."""
+    served = {"name": "reward_llm", "worker_cls": "roll.pipeline.base_worker.InferWorker",
+              "model_args": {"model_name_or_path": "Qwen/Qwen2.5-7B", "dtype": "bf16"},
+              "generating_args": {"max_new_tokens": 512, "temperature": 0.3},
+              "strategy_args": {"strategy_name": "vllm",
+                                "strategy_config": {"gpu_memory_utilization": 0.85}},
+              "device_mapping": "[6, 7]"}
+    client = {**{k: v for k, v in ROLL_JUDGE.items() if k not in ("strategy_args",
+                                                                  "device_mapping")},
+              "judge_model_type": "cluster", "world_size": 32,
+              "model_args": {"model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"}}
+    out, report = convert(tmp_path, {"rewards": {"llm_judge": client}, "reward_model": served})
+    assert out.missing == []
+    judge = load_config_dict(out.data).rewards["llm_judge"]
+    assert judge.model_args.model_name_or_path == "Qwen/Qwen2.5-7B"
+    assert judge.strategy_args.strategy_name == "vllm"
+    assert judge.device_mapping == [6, 7]
+    assert (judge.llm_judge.backend, judge.llm_judge.max_new_tokens) == ("local", 512)
+    assert "reward_model" not in out.data
+    assert "rewards.llm_judge.world_size: ROLL's count of client workers" in report

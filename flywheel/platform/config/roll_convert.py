@@ -32,7 +32,7 @@ from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
 from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
-from flywheel.platform.config.roll_judge import judge_settings
+from flywheel.platform.config.roll_judge import judge_settings, served_judges
 from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.yaml_source import load_layers
 
@@ -47,7 +47,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     raw = layered.data
     out = Conversion(source=path, catalogs=catalogs)
     out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
-    data = resolve_references(raw)
+    data = served_judges(resolve_references(raw), out)
     agentic = any(k in data for k in AGENTIC_MARKERS)
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type

@@ -16,6 +16,12 @@ ROLL spells the judge in keys beside the reward's worker block; flywheel's live 
 - `generating_args`: the judge's `max_new_tokens` carries over; its sampling settings do
   not: flywheel's judge decodes greedily (ROLL samples, at temperature 0.8 in its
   examples), which the report says.
+- `judge_model_type: cluster` with a top-level `reward_model` role: the judge is a model
+  ROLL serves once on that role's devices (an InferWorker behind a router) for every
+  reward worker to query. In flywheel that is the judge reward's own model: the role's
+  model_args, strategy_args, device_mapping and generating_args become the reward's
+  (`backend: local`), and the reward's `world_size` (ROLL's count of client workers) goes,
+  since flywheel's judge runs one worker per device set of its own.
 - `model_args.model_type: trl`: ROLL loads a HF judge with trl's value head, which its
   verdict never reads (the judge generates text; on vllm the key is not read at all), so
   it is dropped. Another model_type (a classifier head) is a reward model, not a judge.
@@ -107,3 +113,35 @@ def judge_settings(value: dict[str, Any], name: str,
             missing.append(f"a reward model with a {model_type} head "
                            f"({name}.model_args.model_type = {model_type!r})")
     return value, judge
+
+
+SERVED = ("model_args", "strategy_args", "device_mapping", "generating_args")
+
+
+def served_judges(data: dict[str, Any], out: Conversion) -> dict[str, Any]:
+    """`data` with each `judge_model_type: cluster` judge given the model of the top-level
+    `reward_model` role it queries, and that role removed (its model is the judge's now)."""
+    served = data.get("reward_model")
+    rewards = data.get("rewards")
+    if not isinstance(served, dict) or not isinstance(rewards, dict):
+        return data
+    clients = [name for name, reward in rewards.items()
+               if isinstance(reward, dict) and reward.get("judge_model_type") == "cluster"]
+    if not clients:
+        return data
+    rewards = dict(rewards)
+    for name in clients:
+        client = rewards[name]
+        reward = {k: v for k, v in client.items() if k not in SERVED + ("world_size",)}
+        reward.update({k: served[k] for k in SERVED if k in served})
+        reward["judge_model_type"] = "inference"
+        rewards[name] = reward
+        out.mapped.append(f"reward_model ({', '.join(k for k in SERVED if k in served)}) -> "
+                          f"rewards.{name}: judge_model_type: cluster is the model ROLL "
+                          f"serves on that role; flywheel's judge loads it itself "
+                          f"(backend: local)")
+        if "world_size" in client:
+            out.dropped.append(f"rewards.{name}.world_size: ROLL's count of client workers "
+                               f"querying the served judge; flywheel's judge runs one worker "
+                               f"per device set of reward_model's device_mapping")
+    return {k: v for k, v in data.items() if k != "reward_model"} | {"rewards": rewards}
