@@ -44,8 +44,8 @@ def check_block(args: DataArgs, key: str) -> None:
     for name in FILE_KEYS:
         if getattr(args, name) != getattr(defaults, name):
             raise ConfigError("", f"{key.rsplit('.', 1)[0]}.{name}",
-                              f"names data-file rows or columns, but prompts come from "
-                              f"reasoning_gym (its size sets how many): remove one of the two")
+                              "names data-file rows or columns, but prompts come from "
+                              "reasoning_gym (its size sets how many): remove one of the two")
     if not block.tasks:
         raise ConfigError("", f"{key}.tasks", "names no task; write e.g. "
                                               "{basic_arithmetic: {}}")
