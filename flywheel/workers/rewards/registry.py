@@ -72,6 +72,10 @@ REWARDS: dict[str, RewardSpec] = {
     "multiple_choice": RewardSpec("rule", "flywheel.workers.rewards.multiple_choice:build",
                                   "flywheel.workers.rewards.multiple_choice:MultipleChoiceArgs"),
     "python": RewardSpec("rule", "flywheel.workers.rewards.python_reward:build"),
+    # each reasoning-gym task's own score_answer (records of data_args.reasoning_gym)
+    "reasoning_gym": RewardSpec(
+        "rule", "flywheel.workers.rewards.reasoning_gym_reward:build",
+        "flywheel.workers.rewards.reasoning_gym_reward:ReasoningGymRewardArgs"),
 }
 
 
