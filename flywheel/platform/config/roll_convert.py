@@ -34,6 +34,8 @@ from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
 from flywheel.platform.config.roll_judge import judge_settings
 from flywheel.platform.config.roll_loss import fit_loss
+from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
+from flywheel.platform.config.roll_val_lengths import fit_val_lengths
 from flywheel.platform.config.yaml_source import load_layers
 
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
@@ -55,6 +57,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     _global_template(data.get("global_template"), out)
     _eval_steps_without_validation(out)
     fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
+    fit_val_lengths(data, out)
     finish(data, out)  # ROLL's defaults written, inert keys dropped
     if not out.missing:
         _validate(out)
@@ -84,6 +87,8 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             _reward_normalization(value, out)
         elif key in roll_loss.KEYS:
             continue  # roll_loss.fit_loss: they choose the loss together
+        elif key in VAL_LENGTHS:
+            continue  # fit_val_lengths: the pair sets validation's response budget
         elif key == "global_template":
             continue  # _global_template, once every block is in
         else:

@@ -123,8 +123,7 @@ TOP: dict[str, Rule] = {
                                          "(is_use_additional_prompts)"),
     "user_defined_rollout_loop_cls": Missing("a user-defined rollout loop class"),
     "rollout_mock": Missing("rollout dump/mock (rollout_mock)"),
-    "val_prompt_length": Missing("a separate validation prompt length"),
-    "val_sequence_length": Missing("a separate validation sequence length"),
+    # val_prompt_length, val_sequence_length: roll_val_lengths.py converts the pair.
     "l2": Missing("an L2 penalty on the policy (l2)"),
     "use_reward_scaling": Missing("running reward scaling (use_reward_scaling)"),
     "add_len_reward": Missing("a length reward (add_len_reward)"),
