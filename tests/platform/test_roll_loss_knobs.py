@@ -165,3 +165,10 @@ def test_non_numeric_topr_coefficients_name_the_values(tmp_path):
     """ROLL's docs_examples/example_topr.yaml writes placeholders (`x_2`)."""
     conversion = convert(tmp_path, {"rl_loss_coef": 0.0, "use_topr_neg_loss_coef": "x_2"})
     assert [m for m in conversion.missing if "use_topr_neg_loss_coef = 'x_2'" in m]
+
+
+def test_tag_to_template_converts_into_actor_train_data_args(tmp_path):
+    conversion, cfg = converted(tmp_path, {"tag_to_template": {"math_rule": "qwen2_5"}})
+    assert cfg.actor_train.data_args.tag_to_template == {"math_rule": "qwen2_5"}
+    unknown = convert(tmp_path, {"tag_to_template": {"math_rule": "qwen9"}})
+    assert unknown.missing  # flywheel has no template qwen9: the file does not validate

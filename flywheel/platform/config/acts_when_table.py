@@ -376,6 +376,9 @@ PIPELINE_ROWS = [
              "agentic episodes come from custom_envs: remove it"),
     ActsWhen("validation.data_args", PROMPTS, "the validation records",
              "agentic validation plays val_env_manager's envs: remove it"),
+    *[ActsWhen(f"{role}.data_args.tag_to_template", RLVR, "the template of a record's tag",
+               "SFT records carry no tag: remove it") for role in ("actor_train",
+                                                                   "validation")],
     *[ActsWhen(key, RLVR, does, "agentic episodes are scored by their envs: remove it")
       for key, does in (("rewards", "the reward workers"),
                         ("reward_pretrain", "the reward model"),

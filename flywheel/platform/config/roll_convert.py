@@ -55,6 +55,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
     _global_template(data.get("global_template"), out)
+    _tag_to_template(data.get("tag_to_template"), out)
     _eval_steps_without_validation(out)
     fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
     fit_val_lengths(data, out)
@@ -89,8 +90,8 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             continue  # roll_loss.fit_loss: they choose the loss together
         elif key in VAL_LENGTHS:
             continue  # fit_val_lengths: the pair sets validation's response budget
-        elif key == "global_template":
-            continue  # _global_template, once every block is in
+        elif key in ("global_template", "tag_to_template"):
+            continue  # _global_template / _tag_to_template, once every block is in
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
@@ -119,6 +120,21 @@ def _global_template(name: str | None, out: Conversion) -> None:
             _put(out.data, (block, "data_args", "template"), name)
     out.mapped.append(f"global_template -> actor_train.data_args.template: {name} (ROLL "
                       f"encodes every prompt with it, in place of actor_train's template)")
+
+
+def _tag_to_template(mapping: Any, out: Conversion) -> None:
+    """ROLL's top-level `tag_to_template` picks the template of a record by its tag, for
+    training and validation alike (rlvr_pipeline.py get_encode_function): flywheel's
+    actor_train.data_args.tag_to_template, which validation shares."""
+    if not mapping:
+        return
+    if not isinstance(mapping, dict):
+        out.missing.append(f"a tag_to_template that is not a mapping ({mapping!r})")
+        return
+    _put(out.data, ("actor_train", "data_args", "tag_to_template"),
+         {str(tag): name for tag, name in mapping.items()})
+    out.mapped.append(f"tag_to_template -> actor_train.data_args.tag_to_template "
+                      f"({len(mapping)} tags)")
 
 
 def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],

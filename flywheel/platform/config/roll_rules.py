@@ -137,7 +137,7 @@ TOP: dict[str, Rule] = {
     "is_pure_opd": Missing("on-policy distillation (is_pure_opd)"),
     "use_opd": Missing("on-policy distillation (use_opd)"),
     "global_template": To("/actor_train/data_args/template"),  # roll_convert._global_template
-    "tag_to_template": Missing("per-tag prompt templates (tag_to_template)"),
+    # tag_to_template: roll_convert._tag_to_template converts it.
     "dataset_filter": Missing("difficulty-based dataset filtering (dataset_filter)"),
     "reward_model": Missing("a reward model role (reward_model)"),
     "reward": Missing("an agentic reward worker (reward)"),
