@@ -15,6 +15,7 @@ import pytest
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.data.prompt_data import (
     PromptEncoder,
+    check_template_tags,
     encode_prompt,
     load_prompts,
     load_records,
@@ -151,6 +152,22 @@ def test_overlong_prompts_are_dropped_and_counted_or_refused(tmp_path, smollm2_t
     assert len(encode("1+1")) <= 64
 
 
+def test_tag_to_template_encodes_each_record_with_its_tags_template(tmp_path,
+                                                                    smollm2_tokenizer):
+    rows = [{"prompt": "1+1", "answer": "2", "tag": "chatty"},
+            {"prompt": "1+1", "answer": "2", "tag": "plain"}]
+    args = DataArgs(file_name=[write_jsonl(tmp_path / "d.jsonl", rows)],
+                    tag_to_template={"chatty": "qwen3"})
+    encode = prompt_encoder(smollm2_tokenizer, args)
+    chatty, plain = (encode(r.prompt, r.tag) for r in load_records(args, "actor_train"))
+    assert chatty == encode_prompt(smollm2_tokenizer, "1+1", "chat")
+    assert plain == encode_prompt(smollm2_tokenizer, "1+1", "native")
+    records = load_records(args, "actor_train")
+    check_template_tags(args.tag_to_template, records)
+    with pytest.raises(ValueError, match="no training or validation record has tag mathh"):
+        check_template_tags({"mathh": "chat"}, records)
+
+
 # ---- keys that act or are refused -----------------------------------------------------
 REFUSED = [
     ({"actor_infer": {"generating_args": {"num_beams": 4}}}, "actor_infer.generating_args"
@@ -176,6 +193,11 @@ REFUSED = [
      "validation.data_args.template", "encoded like training prompts"),
     ({"actor_train": {"data_args": {"template": "qwen9"}}}, "actor_train.data_args.template",
      "unknown template 'qwen9'"),
+    ({"actor_train": {"data_args": {"tag_to_template": {"math": "qwen9"}}}},
+     "actor_train.data_args.tag_to_template.math", "unknown template 'qwen9'"),
+    ({"actor_train": {"data_args": {"tag_to_template": {"math": "chat"}}},
+      "validation": {"data_args": {"tag_to_template": {"code": "chat"}}}},
+     "validation.data_args.tag_to_template", "encoded like training prompts"),
     ({"actor_train": {"data_args": {"system_prompt": "hi"}}},
      "actor_train.data_args.system_prompt", "for chat templates"),
     ({"norm_mean_type": "batch"}, "norm_mean_type", "use adv_estimator: reinforce"),

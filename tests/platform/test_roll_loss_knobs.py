@@ -143,3 +143,32 @@ def test_train_infer_correction_converts_in_agentic_files_too(tmp_path):
         base=FROZEN_LAKE)
     assert cfg.pipeline_type == "agentic"
     assert (cfg.infer_is_correction, cfg.infer_is_upper_bound) == ("token-truncate", 2.0)
+
+
+def test_validation_lengths_convert_when_they_give_trainings_budget(tmp_path):
+    """ROLL's val_prompt_length/val_sequence_length only set validation's max_new_tokens
+    (their difference); training's budget converts, another is refused."""
+    base = yaml.safe_load(ROLL_RLVR.read_text())
+    train = int(base.get("response_length") or base["sequence_length"] - base["prompt_length"])
+    prompt = 4 * train
+    conversion, _ = converted(tmp_path, {"val_prompt_length": prompt,
+                                         "val_sequence_length": prompt + train})
+    assert any(line.startswith("val_prompt_length") for line in conversion.dropped)
+    other = convert(tmp_path, {"val_prompt_length": prompt,
+                               "val_sequence_length": prompt + train + 1})
+    assert [m for m in other.missing if "validation response budget" in m]
+    alone = convert(tmp_path, {"val_prompt_length": prompt})
+    assert [m for m in alone.missing if "without val_sequence_length" in m]
+
+
+def test_non_numeric_topr_coefficients_name_the_values(tmp_path):
+    """ROLL's docs_examples/example_topr.yaml writes placeholders (`x_2`)."""
+    conversion = convert(tmp_path, {"rl_loss_coef": 0.0, "use_topr_neg_loss_coef": "x_2"})
+    assert [m for m in conversion.missing if "use_topr_neg_loss_coef = 'x_2'" in m]
+
+
+def test_tag_to_template_converts_into_actor_train_data_args(tmp_path):
+    conversion, cfg = converted(tmp_path, {"tag_to_template": {"math_rule": "qwen2_5"}})
+    assert cfg.actor_train.data_args.tag_to_template == {"math_rule": "qwen2_5"}
+    unknown = convert(tmp_path, {"tag_to_template": {"math_rule": "qwen9"}})
+    assert unknown.missing  # flywheel has no template qwen9: the file does not validate

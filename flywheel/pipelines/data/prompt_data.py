@@ -171,12 +171,14 @@ class PromptEncoder:
     template: str = "native"  # a key of TEMPLATES
     system_prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    tag_to_template: dict[str, str] = field(default_factory=dict)  # tag -> template name
 
-    def __call__(self, prompt: Prompt) -> list[int]:
-        if TEMPLATES[self.template] == "native":
+    def __call__(self, prompt: Prompt, tag: str = "") -> list[int]:
+        template = self.tag_to_template.get(tag, self.template)
+        if TEMPLATES[template] == "native":
             if not isinstance(prompt, str):
-                raise DataError("template native sends text as is; a messages prompt needs "
-                                "template: chat")
+                raise DataError(f"template {template} sends text as is; a messages prompt "
+                            f"needs template: chat")
             ids = self.tokenizer.encode(prompt, add_special_tokens=False)
             bos = self.tokenizer.bos_token_id
             return ([bos] if bos is not None else []) + ids
@@ -192,7 +194,7 @@ class PromptEncoder:
 def prompt_encoder(tokenizer, args: DataArgs) -> PromptEncoder:
     """The encoder data_args describe (an unknown template is refused by the config)."""
     return PromptEncoder(tokenizer, args.template or "native", args.system_prompt,
-                         dict(args.chat_template_kwargs))
+                         dict(args.chat_template_kwargs), dict(args.tag_to_template))
 
 
 def reward_prompt(tokenizer, prompt_ids: list[int]) -> str:
@@ -214,6 +216,16 @@ def encode_prompt(tokenizer, prompt: Prompt, template: str | None) -> list[int]:
     return PromptEncoder(tokenizer, template or "native")(prompt)
 
 
+def check_template_tags(tag_to_template: dict[str, str], records: list[PromptRecord]) -> None:
+    """A tag_to_template key that no record carries is a typo or the wrong data: its
+    template would silently never apply."""
+    unused = sorted(set(tag_to_template) - {r.tag for r in records})
+    if unused:
+        raise DataError(f"actor_train.data_args.tag_to_template: no training or validation "
+                        f"record has tag {', '.join(unused)} (the records' tags: "
+                        f"{', '.join(sorted({r.tag for r in records})) or 'none'})")
+
+
 @dataclass
 class PromptSet:
     records: list[PromptRecord]  # those that fit prompt_length
@@ -227,7 +239,7 @@ def load_prompts(args: DataArgs, role: str, tokenizer, prompt_length: int) -> Pr
     encode = prompt_encoder(tokenizer, args)
     kept, longest = [], 0
     for record in records:
-        length = len(encode(record.prompt))
+        length = len(encode(record.prompt, record.tag))
         if length <= prompt_length:
             kept.append(record)
             continue

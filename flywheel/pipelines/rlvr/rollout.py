@@ -24,6 +24,7 @@ from flywheel.pipelines.data.prompt_data import (
     PromptEncoder,
     PromptOrder,
     PromptRecord,
+    check_template_tags,
     load_prompts,
     prompt_encoder,
 )
@@ -74,8 +75,10 @@ def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
         val_args = dataclasses.replace(
             cfg.validation.data_args, template=train_args.template,
             system_prompt=train_args.system_prompt,
-            chat_template_kwargs=train_args.chat_template_kwargs)
+            chat_template_kwargs=train_args.chat_template_kwargs,
+            tag_to_template=train_args.tag_to_template)
         validation = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
+    check_template_tags(train_args.tag_to_template, train + validation)
     check_routing(cfg, train, validation)
     return PromptSets(train, validation)
 
@@ -177,7 +180,7 @@ class RLVRRollout:
                 **domain_val_metrics(groups)}
 
     def encode(self, records: list[PromptRecord]) -> list[list[int]]:
-        return [self.encoder(r.prompt) for r in records]
+        return [self.encoder(r.prompt, r.tag) for r in records]
 
     def group_state(self, group: Group) -> dict:
         return group_to_dict(group)

@@ -380,6 +380,9 @@ PIPELINE_ROWS = [
                "reasoning-gym tasks", lambda cfg: "SFT trains on data files (file_name): remove it"
                if cfg.pipeline_type == "sft" else "remove it")
       for block in ("actor_train", "validation")],
+    *[ActsWhen(f"{role}.data_args.tag_to_template", RLVR, "the template of a record's tag",
+               "SFT records carry no tag: remove it") for role in ("actor_train",
+                                                                   "validation")],
     *[ActsWhen(key, RLVR, does, "agentic episodes are scored by their envs: remove it")
       for key, does in (("rewards", "the reward workers"),
                         ("reward_pretrain", "the reward model"),

@@ -78,9 +78,12 @@ def check_data_args(cfg: PipelineConfig, catalogs: Catalogs) -> None:
         blocks.append(("validation.data_args", cfg.validation.data_args))
     for key, args in blocks:
         native = "/".join(n for n, how in catalogs.templates.items() if how == "native")
-        encoding = catalogs.templates.get(args.template or "native", f"{key}.template", hint=(
-            f" (all but {native} apply the tokenizer's chat template)"))
-        if encoding == "native":
+        hint = f" (all but {native} apply the tokenizer's chat template)"
+        encoding = catalogs.templates.get(args.template or "native", f"{key}.template",
+                                          hint=hint)
+        tagged = {catalogs.templates.get(name, f"{key}.tag_to_template.{tag}", hint=hint)
+                  for tag, name in args.tag_to_template.items()}
+        if encoding == "native" and "chat" not in tagged:
             for name in ("system_prompt", "chat_template_kwargs"):
                 if getattr(args, name):
                     raise ConfigError("", f"{key}.{name}", f"is for chat templates, but "
@@ -88,7 +91,7 @@ def check_data_args(cfg: PipelineConfig, catalogs: Catalogs) -> None:
                                                            f"{args.template or 'native'}")
     if cfg.validation is not None:
         val = cfg.validation.data_args
-        for name in ("template", "system_prompt", "chat_template_kwargs"):
+        for name in ("template", "system_prompt", "chat_template_kwargs", "tag_to_template"):
             mine, theirs = getattr(val, name), getattr(train, name)
             if mine not in (None, {}) and mine != theirs:
                 raise ConfigError("", f"validation.data_args.{name}",

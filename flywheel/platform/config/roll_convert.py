@@ -34,6 +34,8 @@ from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
 from flywheel.platform.config.roll_judge import judge_settings, served_judges
 from flywheel.platform.config.roll_loss import fit_loss
+from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
+from flywheel.platform.config.roll_val_lengths import fit_val_lengths
 from flywheel.platform.config.yaml_source import load_layers
 
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
@@ -53,8 +55,10 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
     _global_template(data.get("global_template"), out)
+    _tag_to_template(data.get("tag_to_template"), out)
     _eval_steps_without_validation(out)
     fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
+    fit_val_lengths(data, out)
     finish(data, out)  # ROLL's defaults written, inert keys dropped
     if not out.missing:
         _validate(out)
@@ -84,8 +88,10 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             _reward_normalization(value, out)
         elif key in roll_loss.KEYS:
             continue  # roll_loss.fit_loss: they choose the loss together
-        elif key == "global_template":
-            continue  # _global_template, once every block is in
+        elif key in VAL_LENGTHS:
+            continue  # fit_val_lengths: the pair sets validation's response budget
+        elif key in ("global_template", "tag_to_template"):
+            continue  # _global_template / _tag_to_template, once every block is in
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
@@ -114,6 +120,21 @@ def _global_template(name: str | None, out: Conversion) -> None:
             _put(out.data, (block, "data_args", "template"), name)
     out.mapped.append(f"global_template -> actor_train.data_args.template: {name} (ROLL "
                       f"encodes every prompt with it, in place of actor_train's template)")
+
+
+def _tag_to_template(mapping: Any, out: Conversion) -> None:
+    """ROLL's top-level `tag_to_template` picks the template of a record by its tag, for
+    training and validation alike (rlvr_pipeline.py get_encode_function): flywheel's
+    actor_train.data_args.tag_to_template, which validation shares."""
+    if not mapping:
+        return
+    if not isinstance(mapping, dict):
+        out.missing.append(f"a tag_to_template that is not a mapping ({mapping!r})")
+        return
+    _put(out.data, ("actor_train", "data_args", "tag_to_template"),
+         {str(tag): name for tag, name in mapping.items()})
+    out.mapped.append(f"tag_to_template -> actor_train.data_args.tag_to_template "
+                      f"({len(mapping)} tags)")
 
 
 def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],

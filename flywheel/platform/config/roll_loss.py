@@ -84,8 +84,9 @@ def _topr_coefficients(data: dict[str, Any], out: Conversion) -> None:
         positive = float(data.get("postive_loss_coef") or 0.0)
         rl = float(1.0 if data.get("rl_loss_coef") is None else data["rl_loss_coef"])
     except (TypeError, ValueError):
-        out.missing.append("TOPR / RL loss coefficients that are not numbers "
-                           "(use_topr_neg_loss_coef, postive_loss_coef, rl_loss_coef)")
+        written = ", ".join(f"{key} = {data[key]!r}" for key in (
+            "use_topr_neg_loss_coef", "postive_loss_coef", "rl_loss_coef") if key in data)
+        out.missing.append(f"TOPR / RL loss coefficients that are not numbers ({written})")
         return
     if not (negative or positive):
         if rl != 1.0:

@@ -123,8 +123,7 @@ TOP: dict[str, Rule] = {
                                          "(is_use_additional_prompts)"),
     "user_defined_rollout_loop_cls": Missing("a user-defined rollout loop class"),
     "rollout_mock": Missing("rollout dump/mock (rollout_mock)"),
-    "val_prompt_length": Missing("a separate validation prompt length"),
-    "val_sequence_length": Missing("a separate validation sequence length"),
+    # val_prompt_length, val_sequence_length: roll_val_lengths.py converts the pair.
     "l2": Missing("an L2 penalty on the policy (l2)"),
     "use_reward_scaling": Missing("running reward scaling (use_reward_scaling)"),
     "add_len_reward": Missing("a length reward (add_len_reward)"),
@@ -138,7 +137,7 @@ TOP: dict[str, Rule] = {
     "is_pure_opd": Missing("on-policy distillation (is_pure_opd)"),
     "use_opd": Missing("on-policy distillation (use_opd)"),
     "global_template": To("/actor_train/data_args/template"),  # roll_convert._global_template
-    "tag_to_template": Missing("per-tag prompt templates (tag_to_template)"),
+    # tag_to_template: roll_convert._tag_to_template converts it.
     "dataset_filter": Missing("difficulty-based dataset filtering (dataset_filter)"),
     "reward_model": Missing("a reward model role (reward_model)"),
     "reward": Missing("an agentic reward worker (reward)"),

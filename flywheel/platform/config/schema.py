@@ -168,6 +168,11 @@ class DataArgs:
     # An unknown name is an error. Unset: native; validation: actor_train's (a validation
     # value that differs from actor_train's is refused: both encode alike).
     template: str | None = None
+    # Per-tag templates (ROLL's tag_to_template): a record whose tag (tag_key) is a key here
+    # is encoded with that template, any other with `template`. Names as for `template`; a
+    # tag that no training or validation record carries is an error (RLVR only; validation:
+    # actor_train's).
+    tag_to_template: dict[str, str] = field(default_factory=dict)
     # System message put first by the chat template (chat templates only); unset: the
     # template's own default, if any.
     system_prompt: str | None = None
