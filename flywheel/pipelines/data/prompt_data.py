@@ -32,6 +32,7 @@ from typing import Any
 from flywheel.pipelines.data.arithmetic_data import ensure_arithmetic_files
 from flywheel.pipelines.data.data_files import read_rows
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
+from flywheel.pipelines.data.records import DataError, Prompt, PromptRecord, json_row
 from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.builtin import default_cache_dir
 
@@ -40,24 +41,6 @@ log = logging.getLogger(__name__)
 BUILTIN_DATA = {"builtin://arithmetic/train": 0, "builtin://arithmetic/val": 1}
 # flywheel key -> ROLL key naming the same column
 ROLL_COLUMNS = {"prompt_key": "prompt", "answer_key": "response", "tag_key": "tag"}
-
-Prompt = str | list[dict[str, Any]]
-
-
-class DataError(ValueError):
-    pass
-
-
-@dataclass
-class PromptRecord:
-    id: str
-    prompt: Prompt  # text, or chat messages
-    answer: str
-    tag: str
-    # The whole row, every column as read (JSON values), with `id` and `tag` added when the
-    # row has no column of that name: what a reward function gets as its `record`
-    # (workers/rewards/user_function.py), so tags, ids and extra fields reach it.
-    row: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,12 +126,6 @@ def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
                           tag=str(row.get(columns.tag) or ""))
     record.row = {"id": record.id, "tag": record.tag, **json_row(row)}
     return record
-
-
-def json_row(row: dict) -> dict[str, Any]:
-    """`row` with JSON values only (a parquet date or bytes becomes its text): it travels
-    to a reward's scoring process as JSON and is checkpointed with its group."""
-    return json.loads(json.dumps(row, default=str))
 
 
 def checked_messages(value: Any, where: str) -> list[dict[str, Any]]:

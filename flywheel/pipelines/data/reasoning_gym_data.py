@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.pipelines.data.prompt_data import DataError, PromptRecord, json_row
+from flywheel.pipelines.data.records import DataError, PromptRecord, json_row
 from flywheel.platform.config.errors import did_you_mean
 from flywheel.platform.config.schema import ReasoningGymArgs
 
