@@ -72,6 +72,9 @@ REWARDS: dict[str, RewardSpec] = {
     "multiple_choice": RewardSpec("rule", "flywheel.workers.rewards.multiple_choice:build",
                                   "flywheel.workers.rewards.multiple_choice:MultipleChoiceArgs"),
     "python": RewardSpec("rule", "flywheel.workers.rewards.python_reward:build"),
+    # a sequence-classification model's scalar score (Skywork-style reward models)
+    "reward_model": RewardSpec("model", "flywheel.workers.rewards.reward_model:build",
+                               "flywheel.workers.rewards.reward_model:RewardModelArgs"),
 }
 
 
