@@ -349,8 +349,8 @@ ROLE_ROWS = [
                "this role never trains: remove it") for role in ("actor_infer", "reference")],
     *[ActsWhen(f"rewards.*.{key}", REWARD_MODEL, does, "this reward runs in a CPU process "
                "of its own wherever Ray places it: remove it")
-      for key, does in (("device_mapping", "the devices of the judge model"),
-                        ("num_threads", "the torch threads of the judge model"))],
+      for key, does in (("device_mapping", "the devices of its model"),
+                        ("num_threads", "the torch threads of its model"))],
     *[ActsWhen(f"{role}.model_args.attn_implementation", HF_MODEL, "the attention kernel "
                "of transformers' model", "this backend builds its own model: remove it")
       for role in ("actor_train", "actor_infer", "reference")],
