@@ -33,7 +33,8 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     `reward/judge_parse_failures` counts llm_judge samples whose judge gave no verdict that
     parsed (each scored 0), present when an llm_judge reward scored any of them;
     `reward/correct_rate`, among samples whose reward reports `correct` (ifeval,
-    multiple_choice: ROLL's `scores`, before penalties), the share judged correct;
+    multiple_choice: ROLL's `scores`, before penalties; math_rule), the share judged correct;
+    `reward/rm_raw_score`, the reward_model's mean score before its shift, scale and clip;
     `reward/format_rate`, among samples of rewards with a format_pattern, the share that
     matched it; `reward/fn_errors` counts samples whose user reward function (reward_type python)
     raised or answered something that is not a score, `reward/fn_unscored` those it
@@ -52,6 +53,9 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
         flags = [bool(i[key]) for i in infos if key in i]
         if flags:
             metrics[name] = sum(flags) / len(flags)
+    raw = [float(i["rm_raw_score"]) for i in infos if "rm_raw_score" in i]
+    if raw:
+        metrics["reward/rm_raw_score"] = sum(raw) / len(raw)
     for key, name in (("fn_error", "reward/fn_errors"), ("fn_unscored", "reward/fn_unscored")):
         flags = [bool(i[key]) for i in infos if key in i]
         if flags:

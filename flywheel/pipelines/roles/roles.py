@@ -27,11 +27,12 @@ from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.derived import (
     context_length,
     data_parallel_size,
+    loads_model,
     offloads_between_phases,
     reference_from_actor,
     shared_actor_devices,
 )
-from flywheel.platform.config.schema import PipelineConfig, RewardConfig, WorkerConfig
+from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
@@ -55,12 +56,6 @@ def streams(cfg: PipelineConfig) -> bool:
     """Whether actor_infer's backend takes many generate calls at once into one engine
     batch (vllm; workers/infer_worker.py's generate_stream)."""
     return strategy_spec(cfg.actor_infer.strategy_args.strategy_name).streams
-
-
-def loads_model(reward: RewardConfig) -> bool:
-    """A reward that loads a model (a local llm_judge) owns its device_mapping; the others
-    (rules, an endpoint judge) own no device and go anywhere."""
-    return reward.reward_type == "llm_judge" and reward.llm_judge.backend == "local"
 
 
 def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:

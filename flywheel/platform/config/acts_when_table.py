@@ -19,7 +19,12 @@ refused under it.
 from __future__ import annotations
 
 from flywheel.platform.config.acts_when_rule import ActsWhen, Condition, field_names
-from flywheel.platform.config.derived import infer_is_correction, lora_on, reference_from_actor
+from flywheel.platform.config.derived import (
+    infer_is_correction,
+    loads_model,
+    lora_on,
+    reference_from_actor,
+)
 from flywheel.platform.config.errors import KeyPath
 from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.platform.config.sft_checks import SFT_ACTOR_KEYS, SFT_KEYS
@@ -194,13 +199,12 @@ NEVER_BACKWARD = Condition("on actor_train",
 
 
 def _loads_model(cfg: PipelineConfig, path: KeyPath) -> bool:
-    """As pipelines/roles.py `loads_model`: only a local llm_judge owns devices and
+    """derived.loads_model: only a local llm_judge and a reward_model own devices and
     threads; rule rewards and an endpoint judge run in a CPU process placed anywhere."""
-    reward = cfg.rewards[str(path[1])]
-    return reward.reward_type == "llm_judge" and reward.llm_judge.backend == "local"
+    return loads_model(cfg.rewards[str(path[1])])
 
 
-REWARD_MODEL = Condition("on a local llm_judge reward",
+REWARD_MODEL = Condition("on a local llm_judge or a reward_model reward",
                          _loads_model)
 
 # LoRA (schema.ModelArgs lora_*): trained by hf_train and deepspeed_train on actor_train in
@@ -345,8 +349,8 @@ ROLE_ROWS = [
                "this role never trains: remove it") for role in ("actor_infer", "reference")],
     *[ActsWhen(f"rewards.*.{key}", REWARD_MODEL, does, "this reward runs in a CPU process "
                "of its own wherever Ray places it: remove it")
-      for key, does in (("device_mapping", "the devices of the judge model"),
-                        ("num_threads", "the torch threads of the judge model"))],
+      for key, does in (("device_mapping", "the devices of its model"),
+                        ("num_threads", "the torch threads of its model"))],
     *[ActsWhen(f"{role}.model_args.attn_implementation", HF_MODEL, "the attention kernel "
                "of transformers' model", "this backend builds its own model: remove it")
       for role in ("actor_train", "actor_infer", "reference")],

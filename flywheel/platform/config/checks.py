@@ -42,6 +42,7 @@ from flywheel.platform.config.key_checks import check_keys_act
 from flywheel.platform.config.lora_args import check_lora
 from flywheel.platform.config.reasoning_gym_checks import check_reasoning_gym
 from flywheel.platform.config.reward_checks import check_reward_routing
+from flywheel.platform.config.reward_model_checks import check_reward_model
 from flywheel.platform.config.schema import PipelineConfig, RewardConfig, StrategyArgs
 from flywheel.platform.config.sft_checks import check_sft
 
@@ -66,6 +67,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_reasoning_gym(cfg)
     check_import_paths(cfg)
     check_llm_judge(cfg, catalogs.backends)
+    check_reward_model(cfg)
     check_keys_act(cfg, catalogs)  # accepted keys that would do nothing here (key_checks.py)
 
 

@@ -56,6 +56,13 @@ def is_rule_reward(role: Role, rewards: Catalog[RewardEntry]) -> bool:
             and rewards.get(role.worker.reward_type, "").kind == "rule")
 
 
+def loads_model(reward: RewardConfig) -> bool:
+    """A reward that loads a model (a local llm_judge, a reward_model) owns its
+    device_mapping; the others (rules, an endpoint judge) own no device and go anywhere."""
+    return reward.reward_type == "reward_model" or (
+        reward.reward_type == "llm_judge" and reward.llm_judge.backend == "local")
+
+
 def devices(worker: WorkerConfig) -> list[int]:
     """The role's device indices; unset means one worker on slot 0."""
     return worker.device_mapping if worker.device_mapping is not None else [0]

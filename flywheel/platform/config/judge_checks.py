@@ -123,9 +123,14 @@ def check_local_role(cfg: PipelineConfig, reward: RewardConfig, key: str,
         raise ConfigError("", f"{key}.model_args.model_name_or_path",
                           "a local llm_judge needs a model: set it, or the top-level "
                           "reward_pretrain")
+    check_world_size(reward, key, "a local judge")
+
+
+def check_world_size(reward: RewardConfig, key: str, what: str) -> None:
+    """A reward with a model runs one worker per num_gpus_per_worker devices."""
     workers = len(reward.device_mapping or [0]) // reward.num_gpus_per_worker
     if reward.world_size not in (1, workers):
-        raise ConfigError("", f"{key}.world_size", f"a local judge runs one worker per "
+        raise ConfigError("", f"{key}.world_size", f"{what} runs one worker per "
                                                    f"{reward.num_gpus_per_worker} device(s) of "
                                                    f"device_mapping ({workers}); world_size "
                                                    f"{reward.world_size} disagrees")

@@ -31,6 +31,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from flywheel.platform.config.catalogs import import_object
 from flywheel.platform.models.cache import BUILTIN_PREFIX, build_once, default_cache_dir
 from flywheel.platform.models.char_tokenizer import char_vocab_and_merges
 from flywheel.platform.models.sources import converted_source
@@ -52,6 +53,9 @@ class BuiltinModel:
     description: str
     arch: TinyQwen2Spec = field(default_factory=TinyQwen2Spec)
     shipped: str | None = None  # folder under SHIPPED_DIR holding the weights
+    # "module:function" that trains it into a folder on first use, and "module:function"
+    # of the dict its cache key covers (a model too large to ship, trained from another)
+    trained: tuple[str, str] | None = None
 
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
@@ -79,6 +83,14 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         arch=GRID_ARCH,
         shipped="tiny-qwen2-frozenlake",
     ),
+    "smollm2-135m-times-rm": BuiltinModel(
+        description="SmolLM2-135M-Instruct with a scalar head (sequence classification) "
+        "trained on synthetic times-table preferences, a reward model for reward_type "
+        "reward_model; trained on first use (minutes): "
+        "flywheel/workshop/times_reward_model.py.",
+        trained=("flywheel.workshop.times_reward_model:build_times_reward_model",
+                 "flywheel.workshop.times_reward_model:recipe_key"),
+    ),
 }
 
 
@@ -86,6 +98,9 @@ def spec_hash(model: BuiltinModel) -> str:
     """Hex digest of everything that determines the built checkpoint's weights."""
     if model.shipped is not None:
         return shipped_digest(SHIPPED_DIR / model.shipped)
+    if model.trained is not None:
+        key = import_object(model.trained[1])()
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     spec = {
         "recipe_version": RECIPE_VERSION,
         "tokenizer": char_vocab_and_merges(),
@@ -139,6 +154,9 @@ def ensure_built(key: str, cache_dir: Path) -> Path:
 
 
 def _build_into(model: BuiltinModel, out_dir: Path, cache_dir: Path) -> None:
+    if model.trained is not None:
+        import_object(model.trained[0])(out_dir)
+        return
     if model.shipped is None:
         build_tiny_qwen2(out_dir, model.arch)
         return

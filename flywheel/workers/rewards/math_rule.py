@@ -95,23 +95,28 @@ def answers_equal(gold: str, pred: str) -> bool:
 
 def score(prompt: str, response: str, reference: str) -> RewardResult:
     """`parsed` in the metadata says whether any answer was found (the parse rate);
-    `answer_from` where: marked (boxed / ####), math_verify (the whole response), number."""
+    `answer_from` where: marked (boxed / ####), math_verify (the whole response), number;
+    `correct` whether it equals the reference (reward/correct_rate: the exact-answer
+    accuracy, also when math_rule is a zero-weight part of a weighted_sum)."""
     gold = reference_answer(reference)
     marked = marked_answer(response)
     if marked is not None:
-        return RewardResult(float(answers_equal(gold, marked)),
-                            {"parsed": True, "answer_from": "marked"})
+        correct = answers_equal(gold, marked)
+        return RewardResult(float(correct), {"parsed": True, "answer_from": "marked",
+                                             "correct": bool(correct)})
     found = _math_verify_parse(response)
     if found:  # [sympy expression, the text it was read from]
         pred = found[-1]
         correct = (answers_equal(gold, pred) if _as_number(pred) is not None
                    else _math_verify_equal(_math_verify_parse(f"${gold}$"), found))
-        return RewardResult(float(correct), {"parsed": True, "answer_from": "math_verify"})
+        return RewardResult(float(correct), {"parsed": True, "answer_from": "math_verify",
+                                             "correct": bool(correct)})
     numbers = _NUMBER.findall(response.replace(",", ""))
     if numbers:
-        return RewardResult(float(answers_equal(gold, numbers[-1])),
-                            {"parsed": True, "answer_from": "number"})
-    return RewardResult(0.0, {"parsed": False})
+        correct = answers_equal(gold, numbers[-1])
+        return RewardResult(float(correct), {"parsed": True, "answer_from": "number",
+                                             "correct": bool(correct)})
+    return RewardResult(0.0, {"parsed": False, "correct": False})
 
 
 def build(cfg: RewardConfig) -> Callable[[str, str, str], RewardResult]:

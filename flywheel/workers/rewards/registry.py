@@ -76,6 +76,9 @@ REWARDS: dict[str, RewardSpec] = {
     "reasoning_gym": RewardSpec(
         "rule", "flywheel.workers.rewards.reasoning_gym_reward:build",
         "flywheel.workers.rewards.reasoning_gym_reward:ReasoningGymRewardArgs"),
+    # a sequence-classification model's scalar score (Skywork-style reward models)
+    "reward_model": RewardSpec("model", "flywheel.workers.rewards.reward_model:build",
+                               "flywheel.workers.rewards.reward_model:RewardModelArgs"),
 }
 
 
