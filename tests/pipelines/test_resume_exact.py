@@ -60,10 +60,14 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     version 2, not 3) part-way through batch 4, then resumed in place from that checkpoint
     (as after a kill): the same numbers as the uninterrupted run, every group trained once.
     The checkpoint is a mid-run one: at the end of a run no batch past the last is started,
-    so a final checkpoint is never part-way through one. The resumed run stops earlier
-    (max_steps 4 of 5) on the same cosine learning-rate curve: the horizon is the run's."""
-    out, whole = tmp_path / "run", tmp_path / "whole"
+    so a final checkpoint is never part-way through one. The run that wrote it went on to
+    step 5 uninterrupted, so its own metrics are the whole run's. The resumed run stops
+    earlier (max_steps 4 of 5) on the same cosine learning-rate curve: the horizon is the
+    run's."""
+    out = tmp_path / "run"
     sim_run(out, 0.0, max_steps=5, model_update_frequency=2, save_steps=3)
+    whole = metrics(out)  # resuming in place cuts metrics.jsonl back to the checkpoint
+    assert sorted(whole) == [1, 2, 3, 4, 5]
     state = json.loads((out / "checkpoint-3" / "pipeline_state.json").read_text())
     assert (state["step"], state["version"]) == (3, 2)
     # actor_infer's weights (step 2's) are kept: sim_infer's responses depend on them
@@ -71,9 +75,8 @@ def test_sync_resume_mid_batch_restores_version_and_equals_the_whole_run(
     assert state["next_seq"] >= 3 * BATCH  # usually part-way into batch 4 (its first chunks)
     sim_run(out, 0.0, max_steps=4, model_update_frequency=2,
             resume_from_checkpoint=str(out / "checkpoint-3"))
-    sim_run(whole, 0.0, max_steps=5, model_update_frequency=2)
     assert sorted(metrics(out)) == [1, 2, 3, 4]  # one row per step, none repeated
-    assert metrics(out) == {s: m for s, m in metrics(whole).items() if s <= 4}
+    assert metrics(out) == {s: m for s, m in whole.items() if s <= 4}
     assert metrics(out)[4]["actor/lr"] < metrics(out)[3]["actor/lr"]  # it decays
     assert_each_group_trained_once(out, 4)
 
