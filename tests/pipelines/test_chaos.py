@@ -7,6 +7,7 @@ Ray; `make chaos` runs the longer version (more seeds, 3 kills a run, each run i
 from __future__ import annotations
 
 import json
+import random
 import signal
 import sys
 import time
@@ -36,10 +37,13 @@ def address(ray_session, tiny_model_path) -> str:
     return ray_session.get_runtime_context().gcs_address
 
 
-def test_sigterm_mid_step_leaves_a_checkpoint_and_resumes(tmp_path, address):
-    out = tmp_path / "run"
-    config = write_config(tmp_path / "c.yaml", out, 1.0, max_steps=4)
-    log = tmp_path / "run.log"
+def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
+    """One synchronous run stopped twice: SIGTERM mid-step (the step finishes, a checkpoint
+    is written, exit 130 with the resume command), then, resumed, SIGKILL at a seeded
+    random moment; resumed again with an override, it equals the uninterrupted run number
+    for number and trains every group once."""
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    config = write_config(tmp_path / "c.yaml", out, 0.0, max_steps=4)
     proc = start(["--config", str(config)], log, address)
     try:
         wait_for_step(proc, out, 1, 120)
@@ -56,25 +60,49 @@ def test_sigterm_mid_step_leaves_a_checkpoint_and_resumes(tmp_path, address):
     # the resume reads RUN_DIR/config.yaml, which this config wrote with max_new_tokens
     # only (no response_length), and takes an override on top
     assert "response_length" not in yaml.safe_load(config.read_text())
+
+    proc = start(["--resume", str(out)], log, address)
+    try:
+        wait_for_step(proc, out, step + 1, 120)
+        time.sleep(random.Random(0).uniform(0.0, 0.6))  # a random moment of a later step
+    finally:
+        kill_run(proc)
+    assert steps_logged(out) < 4, "the run finished before it could be killed"
+
+    # constant learning rate: a longer horizon changes no number of steps 1..4
     proc = start(["--resume", str(out), "max_steps=5"], log, address)
     assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
     check_ledger(out, 5)
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5]
+    whole = tmp_path / "whole"
+    run(load_config(write_config(tmp_path / "whole.yaml", whole, 0.0, max_steps=5)))
+    assert sorted(metrics_by_step(out)) == [1, 2, 3, 4, 5]
+    assert metrics_by_step(out) == metrics_by_step(whole)
 
 
-# ratio 1 (~1 min) runs with `make test-long` and `make chaos`; ratio 0 stays in the suite
-@pytest.mark.parametrize("ratio", [0.0, pytest.param(1.0, marks=pytest.mark.long)])
-def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, address, ratio):
-    t0 = time.monotonic()
-    out, events = chaos_run(tmp_path, ratio, seed=int(ratio), kills=1, max_steps=4,
-                            address=address)
+@pytest.mark.long  # ~1 min each (make test-long, make chaos): the suite's run above is r=0
+def test_sigterm_of_an_asynchronous_run_leaves_a_checkpoint_and_resumes(tmp_path, address):
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", out, 1.0, max_steps=4)
+    log = tmp_path / "run.log"
+    proc = start(["--config", str(config)], log, address)
+    try:
+        wait_for_step(proc, out, 1, 120)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        kill_run(proc)
+    assert rc == 130, log.read_text()[-2000:]
+    assert (out / f"checkpoint-{steps_logged(out)}" / "COMPLETE").exists()
+    proc = start(["--resume", str(out), "max_steps=5"], log, address)
+    assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
+    check_ledger(out, 5)
+
+
+@pytest.mark.long
+def test_sigkill_of_an_asynchronous_run_loses_and_repeats_nothing(tmp_path, address):
+    out, events = chaos_run(tmp_path, 1.0, seed=1, kills=1, max_steps=4, address=address)
     assert events, "the run finished before it could be killed"
-    if ratio == 0:  # the resumed synchronous run is the uninterrupted one, number for number
-        whole = tmp_path / "whole"
-        run(load_config(write_config(tmp_path / "whole.yaml", whole, ratio, max_steps=4)))
-        assert metrics_by_step(out) == metrics_by_step(whole)
-    print(f"r={ratio}: {events}, {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    print(f"r=1: {events}", file=sys.stderr)
 
 
 @pytest.mark.long  # ~2 min (vLLM starts with every resume): make test-long and make chaos
