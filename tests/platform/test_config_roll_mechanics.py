@@ -113,3 +113,18 @@ def test_convert_cli_writes_a_config_that_validates(tmp_path, capsys):
     assert cli.main(["convert", "--from", "roll", str(ROLL_RLVR), "-o", str(out)]) == 0
     assert "ROLL ignores these keys too" in capsys.readouterr().out
     assert cli.main(["validate", "--config", str(out)]) == 0
+
+
+@pytest.mark.parametrize("block,expected", [
+    ("rollout_mock: {enable: true, mode: dump, dump_dir: ./dumps/v1}\n",
+     {"mode": "dump", "dump_dir": "./dumps/v1"}),
+    ("rollout_mock: {enable: false, mode: mock, dump_dir: ./dumps/v1}\n", None),
+])
+def test_rollout_mock_converts_without_its_switch(tmp_path, block, expected):
+    source = tmp_path / "mock.yaml"
+    source.write_text(ROLL_RLVR.read_text() + block)
+    conversion = convert_roll(source)
+    assert conversion.missing == []
+    cfg = load_config_dict(conversion.data)
+    got = cfg.rollout_mock
+    assert (None if got is None else {"mode": got.mode, "dump_dir": got.dump_dir}) == expected

@@ -45,6 +45,7 @@ from flywheel.pipelines.loop.phase_switch import PhaseSwitch, describe
 from flywheel.pipelines.loop.policy_sync import PolicySync
 from flywheel.pipelines.loop.prefetch import PrefetchGenerator, PrefetchSettings
 from flywheel.pipelines.loop.replay_buffer import ReplayBuffer
+from flywheel.pipelines.loop.rollout_mock import Recorded, ReplayedSource, RolloutDump
 from flywheel.pipelines.loop.sample_ledger import SampleLedger
 from flywheel.pipelines.loop.seams import G, Rollout, W
 from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metrics
@@ -93,6 +94,8 @@ class StepLoop(Generic[W, G]):
     step: int = 0  # train steps completed
     # Asked after every step; true: checkpoint and return early (launch: SIGINT/SIGTERM).
     stop_requested: Callable[[], bool] = lambda: False
+    # rollout_mock mode mock: the dump whose groups replace generation (rollout_mock.py)
+    recorded: Recorded | None = None
     # -- built from cfg ------------------------------------------------------------------
     window: AsyncWindow = field(init=False)
     kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
@@ -101,6 +104,7 @@ class StepLoop(Generic[W, G]):
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
     switch: PhaseSwitch = field(init=False)  # colocated roles take turns (loop/phase_switch.py)
     policy: PolicySync = field(init=False)  # step 5
+    dump: RolloutDump[G] | None = field(init=False)  # rollout_mock mode dump
     # -- what a checkpoint keeps ---------------------------------------------------------
     buffer: ReplayBuffer[G] = field(init=False)
     ledger: SampleLedger = field(init=False)
@@ -127,6 +131,9 @@ class StepLoop(Generic[W, G]):
         self.switch = PhaseSwitch(self.roles.actor_train, self.roles.actor_infer,
                                   offloads_between_phases(cfg))
         self.policy = PolicySync(self.roles, self.switch, cfg.model_update_frequency)
+        mock = cfg.rollout_mock
+        self.dump = (RolloutDump(Path(mock.dump_dir), self.rollout.group_state)
+                     if mock is not None and mock.mode == "dump" else None)
 
     @property
     def version(self) -> int:
@@ -141,7 +148,11 @@ class StepLoop(Generic[W, G]):
             score_timeout_s=cfg.timeouts.score_s, cpu_affinity=cfg.prefetch_cpu_affinity,
             first_batch=self.first_batch, first_seq=self.next_seq,
             started_groups=len(self.buffer))
-        return PrefetchGenerator(self.roles.actor_infer, self.rollout.source(), self.buffer,
+        source = self.rollout.source()
+        if self.recorded is not None:  # rollout_mock: groups from the dump, nothing generated
+            source = ReplayedSource(source, self.recorded, self.rollout.group_from_state,
+                                    cfg.rollout_mock.dump_dir)
+        return PrefetchGenerator(self.roles.actor_infer, source, self.buffer,
                                  settings, on_generated=self.generated,
                                  on_dropped=self.on_dropped)
 
@@ -154,6 +165,8 @@ class StepLoop(Generic[W, G]):
     def on_dropped(self, groups: list[G], reason: str) -> None:
         """Groups the source dropped as they arrived (failed envs; generator thread)."""
         self.ledger.dropped(groups, reason, self.step + 1)
+        if self.dump is not None:
+            self.dump.source_dropped(groups, reason)
         with self._dropped_lock:
             self._dropped[reason] = self._dropped.get(reason, 0) + sum(
                 g.num_samples for g in groups)
@@ -197,6 +210,8 @@ class StepLoop(Generic[W, G]):
             self.step += 1
             if self.step == cfg.max_steps:
                 generator.no_more_batches()
+            if self.dump is not None:
+                self.dump.write(self.step, taken)
             self.ledger.dropped(taken.stale, "stale", self.step)
             self.ledger.dropped(taken.filtered, "filtered", self.step)
             with self.training_phase(generator):  # colocated: the engine sleeps meanwhile

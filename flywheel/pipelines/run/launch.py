@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import yaml
 
 from flywheel.pipelines.agentic import rollout as agentic
+from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.loop.seams import Rollout
 from flywheel.pipelines.loop.step_loop import StepLoop
@@ -121,6 +122,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
                                             config_path)
     kind = ROLLOUTS[cfg.pipeline_type]
     data = kind.prepare(cfg, tokenizer)
+    recorded = recorded_for(cfg)  # rollout_mock: the dump is read before workers start
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     owns_ray, roles, tracker, log_dir = False, None, None, None
@@ -147,7 +149,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default),
                                resumed_at=checkpoint_step(checkpoint) if checkpoint else None)
         rollout = kind.start(cfg, roles, tokenizer, data, model_path, log_dir)
-        pipeline = StepLoop(cfg, roles, rollout, tracker, output_dir)
+        pipeline = StepLoop(cfg, roles, rollout, tracker, output_dir, recorded=recorded)
         pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
         if checkpoint is not None:
             pipeline.load_checkpoint(checkpoint)

@@ -54,6 +54,16 @@ _PERF = "a memory/speed knob; flywheel's backends choose their own"
 _FILES = "where ROLL writes files; flywheel writes everything under output_dir"
 
 
+def rollout_mock(value: Any) -> Any:
+    """ROLL's block less its `enable` switch (off: flywheel's default, none); mode and
+    dump_dir are checked by flywheel's loader like any written key."""
+    if not isinstance(value, dict):
+        return value  # refused by the loader with the key's expected shape
+    if not value.get("enable", False):
+        return None
+    return {k: v for k, v in value.items() if k != "enable"}
+
+
 def as_list(value: Any) -> Any:
     """ROLL accepts a string where flywheel wants a list of strings."""
     return [value] if isinstance(value, str) else value
@@ -122,7 +132,7 @@ TOP: dict[str, Rule] = {
     "is_use_additional_prompts": Missing("additional prompts in flight "
                                          "(is_use_additional_prompts)"),
     "user_defined_rollout_loop_cls": Missing("a user-defined rollout loop class"),
-    "rollout_mock": Missing("rollout dump/mock (rollout_mock)"),
+    "rollout_mock": To("rollout_mock", rollout_mock),
     # val_prompt_length, val_sequence_length: roll_val_lengths.py converts the pair.
     "l2": Missing("an L2 penalty on the policy (l2)"),
     "use_reward_scaling": Missing("running reward scaling (use_reward_scaling)"),

@@ -549,6 +549,19 @@ class TimeoutsConfig:
 
 
 @dataclass
+class RolloutMockConfig:
+    """Record the training batches of a run, or train on those of a recorded one
+    (pipelines/loop/rollout_mock.py; ROLL's rollout_mock)."""
+
+    # dump: write every training step's generated, scored groups to
+    # <dump_dir>/train/step_<step>.json. mock: take them from there instead of generating
+    # and scoring (actor_infer still validates); the dump run's batch sizes, and at most
+    # its max_steps.
+    mode: Literal["dump", "mock"]
+    dump_dir: str
+
+
+@dataclass
 class TrackingConfig:
     # Where metrics go besides the run directory's metrics.jsonl (always written: plots and
     # `platform runs` read it). mlflow: a local sqlite store (runs/mlruns.db) unless
@@ -628,6 +641,8 @@ class PipelineConfig:
     # may change only what is safe (max_steps, logging, eval, checkpoints, tracking,
     # timeouts). null or `false` (ROLL's spelling): start fresh.
     resume_from_checkpoint: str | None = None
+    # Train on recorded batches: see RolloutMockConfig (RLVR and agentic).
+    rollout_mock: RolloutMockConfig | None = None
 
     # Policy model for every role that does not name its own.
     pretrain: str = "builtin://tiny-qwen2-arith"
