@@ -35,8 +35,6 @@ from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.registry import Sample, SampleReward
 from flywheel.workers.rewards.result import RewardResult
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
 
 @dataclass
 class RewardModelArgs:
@@ -115,12 +113,13 @@ def shaped(raw: float, args: RewardModelArgs) -> float:
 def load(path: str, dtype: str = "fp32"):
     """The sequence-classification model at `path` (eval mode, on the role's device) and
     its tokenizer, with pad_token_id set on the config."""
-    import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from flywheel.workers.strategies.hf_model import TORCH_DTYPES, pick_device
+
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path, dtype=getattr(torch, DTYPES[dtype]))
+    model = AutoModelForSequenceClassification.from_pretrained(path,
+                                                               dtype=TORCH_DTYPES[dtype])
     if model.config.num_labels != 1:
         raise ValueError(f"reward_model: {path} has {model.config.num_labels} labels; a "
                          f"reward model has one scalar output (num_labels 1)")
@@ -130,8 +129,7 @@ def load(path: str, dtype: str = "fp32"):
         if pad is None:
             raise ValueError(f"reward_model: {path} names no pad, nor eos, token")
         model.config.pad_token_id = pad
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return model.to(device).eval(), tokenizer
+    return model.to(pick_device()).eval(), tokenizer
 
 
 def raw_scores(model, batch: list[list[int]]) -> list[float]:
