@@ -116,6 +116,15 @@ class TestOneSetOfRoles:
         assert seen and all(cores == {0} for cores in seen)  # the generator thread's
         assert len(os.sched_getaffinity(0)) >= 2  # the trainer thread stays unpinned
 
+    @pytest.mark.skipif(not TWO_CORES, reason="needs two cores")
+    def test_a_split_that_idles_a_role_is_named_once(self, sim_pipeline, capsys):
+        """The loop's layout hint (loop/layout_hint.py) at step 4, not again."""
+        for step in range(1, 7):
+            sim_pipeline.step = step
+            sim_pipeline.hint_layout({"idle/actor_train": 0.1, "idle/actor_infer": 0.8})
+        printed = capsys.readouterr().out
+        assert printed.count("layout: actor_infer (cores [0]) idled 80% of steps 2-4") == 1
+
     def test_dead_reward_worker_is_reported_within_seconds(self, sim_pipeline):
         gen = sim_pipeline.make_generator()
         gen.start()

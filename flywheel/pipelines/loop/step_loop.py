@@ -41,6 +41,7 @@ from flywheel.algorithms import AdaptiveKLController, FixedKLController, Mismatc
 from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.group_filter import group_filter
+from flywheel.pipelines.loop.layout_hint import LAST, idle_split_hint
 from flywheel.pipelines.loop.phase_switch import PhaseSwitch, describe
 from flywheel.pipelines.loop.policy_sync import PolicySync
 from flywheel.pipelines.loop.prefetch import PrefetchGenerator, PrefetchSettings
@@ -115,6 +116,7 @@ class StepLoop(Generic[W, G]):
     # -- this step's groups dropped by the source as they arrived (generator thread) ----
     _dropped: dict[str, int] = field(default_factory=dict)  # reason -> samples
     _dropped_lock: threading.Lock = field(default_factory=threading.Lock)
+    _layout_rows: dict[int, dict[str, float]] = field(default_factory=dict)  # layout_hint
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -189,6 +191,7 @@ class StepLoop(Generic[W, G]):
                 except WorkerError as error:  # a diverged loss, a dead worker: name the step
                     raise error.at_step(step) from None
                 self.tracker.log(self.step, metrics)
+                self.hint_layout(metrics)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     self.save_checkpoint(generator)
             if not (cfg.save_steps and self.step % cfg.save_steps == 0):
@@ -198,6 +201,15 @@ class StepLoop(Generic[W, G]):
             self.ledger.close(self.step)
             with contextlib.suppress(Exception):  # never hide the error that got us here
                 self.switch.write_events(self.output_dir / PHASE_EVENTS)
+
+    def hint_layout(self, metrics: dict[str, float]) -> None:
+        """Once, at step layout_hint.LAST: say whether the CPU split idles a role."""
+        if self.step > LAST:
+            return
+        self._layout_rows[self.step] = metrics
+        hint = idle_split_hint(self.cfg, self._layout_rows) if self.step == LAST else None
+        if hint:
+            print(hint, flush=True)
 
     def train_step(self, generator: PrefetchGenerator[W, G]) -> dict[str, float]:
         cfg = self.cfg
