@@ -19,12 +19,13 @@ from flywheel.pipelines.run.launch import run
 
 from .sim_config import sim_config
 
-# ratio 1 (the shipped async default) and ratio 2 with slow training (the most stale
-# samples) run in make test; the rest of the sweep in make test-long (suite budget)
+# ratio 2 with slow training (the most stale samples) runs in make test, and the two runs
+# of test_ratio_one_overlaps_generation_with_training (ratios 0 and 1) are accounted the
+# same way there; the rest of the sweep in make test-long (suite budget)
 SWEEP = [  # (ratio, generation s/prompt, train s/step, jitter, seed)
     pytest.param(0.0, 0.004, 0.02, 0.9, 1, marks=pytest.mark.long),
     pytest.param(0.5, 0.002, 0.05, 0.9, 2, marks=pytest.mark.long),
-    (1.0, 0.008, 0.02, 0.9, 3),
+    pytest.param(1.0, 0.008, 0.02, 0.9, 3, marks=pytest.mark.long),
     (2.0, 0.001, 0.06, 0.9, 4),
     pytest.param(2.0, 0.010, 0.01, 0.9, 5, marks=pytest.mark.long),
 ]
@@ -43,7 +44,13 @@ def test_staleness_bound_and_accounting(tmp_path, ray_session, tiny_model_path,
                                         ratio, gen_s, train_s, jitter, seed):
     cfg = load_config_dict(sim_config(tmp_path, ratio, gen_s=gen_s, train_s=train_s,
                                       jitter=jitter, seed=seed))
-    run_dir = run(cfg)
+    assert_accounted(run(cfg), cfg)
+
+
+def assert_accounted(run_dir, cfg) -> None:
+    """Staleness within ceil(r), every group once in the ledger, one batch per step, the
+    step metrics agreeing with the ledger, nothing left running."""
+    ratio = cfg.async_generation_ratio
     rows = ledger(run_dir)
     bound = math.ceil(ratio)
 
@@ -82,7 +89,9 @@ def test_ratio_one_overlaps_generation_with_training(tmp_path, ray_session, tiny
         out = tmp_path / str(ratio)
         cfg = load_config_dict(sim_config(out, ratio, gen_s=0.02, train_s=0.16, max_steps=6,
                                           eval_steps=6 if ratio == 0 else 0))
-        rows = [r for r in metrics(run(cfg)) if r["step"] >= 3]  # skip start-up steps
+        run_dir = run(cfg)
+        assert_accounted(run_dir, cfg)
+        rows = [r for r in metrics(run_dir) if r["step"] >= 3]  # skip start-up steps
         waits[ratio] = sum(r["time/wait_for_batch"] for r in rows) / len(rows)
     assert waits[0.0] > 0.1  # sync waits for a whole generation each step (~0.16 s)
     assert waits[1.0] < waits[0.0] / 3, waits
