@@ -37,13 +37,12 @@ def address(ray_session, tiny_model_path) -> str:
     return ray_session.get_runtime_context().gcs_address
 
 
-def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
-    """One synchronous run stopped twice: SIGTERM mid-step (the step finishes, a checkpoint
-    is written, exit 130 with the resume command), then, resumed, SIGKILL at a seeded
-    random moment; resumed again with an override, it equals the uninterrupted run number
-    for number and trains every group once."""
+def sigterm_after_a_step(tmp_path, ratio: float, address: str):
+    """A 4-step run sent SIGTERM once step 1 is checkpointed: the step it was in finishes,
+    a checkpoint is written, it exits 130 naming the resume command. Its directory, log
+    and the last step it logged."""
     out, log = tmp_path / "run", tmp_path / "run.log"
-    config = write_config(tmp_path / "c.yaml", out, 0.0, max_steps=4)
+    config = write_config(tmp_path / "c.yaml", out, ratio, max_steps=4)
     proc = start(["--config", str(config)], log, address)
     try:
         wait_for_step(proc, out, 1, 120)
@@ -60,7 +59,14 @@ def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
     # the resume reads RUN_DIR/config.yaml, which this config wrote with max_new_tokens
     # only (no response_length), and takes an override on top
     assert "response_length" not in yaml.safe_load(config.read_text())
+    return out, log, step
 
+
+def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
+    """One synchronous run stopped twice: SIGTERM mid-step, then, resumed, SIGKILL at a
+    seeded random moment; resumed again with an override, it equals the uninterrupted run
+    number for number and trains every group once."""
+    out, log, step = sigterm_after_a_step(tmp_path, 0.0, address)
     proc = start(["--resume", str(out)], log, address)
     try:
         wait_for_step(proc, out, step + 1, 120)
@@ -81,18 +87,7 @@ def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
 
 @pytest.mark.long  # ~1 min each (make test-long, make chaos): the suite's run above is r=0
 def test_sigterm_of_an_asynchronous_run_leaves_a_checkpoint_and_resumes(tmp_path, address):
-    out = tmp_path / "run"
-    config = write_config(tmp_path / "c.yaml", out, 1.0, max_steps=4)
-    log = tmp_path / "run.log"
-    proc = start(["--config", str(config)], log, address)
-    try:
-        wait_for_step(proc, out, 1, 120)
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=60)
-    finally:
-        kill_run(proc)
-    assert rc == 130, log.read_text()[-2000:]
-    assert (out / f"checkpoint-{steps_logged(out)}" / "COMPLETE").exists()
+    out, log, _ = sigterm_after_a_step(tmp_path, 1.0, address)
     proc = start(["--resume", str(out), "max_steps=5"], log, address)
     assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
     check_ledger(out, 5)
