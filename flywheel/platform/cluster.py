@@ -22,7 +22,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from flywheel.platform.backend_logs import WORKER_LOG_ENV, worker_log_path
+from flywheel.platform.backend_logs import worker_log_path
 from flywheel.platform.liveness import PROGRESS_GROUP, ProgressClock
 from flywheel.platform.resources import DevicePlacement, RoleDevices
 
@@ -101,11 +101,11 @@ class Cluster:
                 device = devices.worker_device(rank)
                 options = dict(scheduling_strategy=placement.scheduling(device),
                                **placement.actor_resources(device))
-            worker_env = dict(env_vars or {})
-            if log_dir is not None:
-                worker_env[WORKER_LOG_ENV] = worker_log_path(log_dir, role, rank)
-            if worker_env:  # merged by Ray with the job's env_vars (ray_runtime.WORKER_ENV)
-                options["runtime_env"] = {"env_vars": worker_env}
+            if env_vars:  # merged by Ray with the job's env_vars (ray_runtime.WORKER_ENV)
+                options["runtime_env"] = {"env_vars": dict(env_vars)}
+            if log_dir is not None:  # an argument, not an env var (backend_logs.py)
+                init_kwargs = {**init_kwargs,
+                               "log_path": worker_log_path(log_dir, role, rank)}
             actor = remote_cls.options(max_concurrency=1, **options).remote(
                 role=role, rank=rank, world_size=devices.num_workers, **init_kwargs)
             actors.append(actor)

@@ -148,8 +148,8 @@ class EnvWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  infer_actors: list[Any], user_envs: dict[str, str] | None = None,
                  env_import_allowlist: Sequence[str] = (), num_threads: int = 1,
-                 infer_streams: bool = False):
-        super().__init__(role, rank, world_size, num_threads)
+                 infer_streams: bool = False, log_path: str | None = None):
+        super().__init__(role, rank, world_size, num_threads, log_path=log_path)
         self.infer_actors = infer_actors
         # A streaming actor_infer (vllm) decodes the turns of every env worker in one
         # batch when they come through generate_stream (workers/infer_worker.py).

@@ -54,8 +54,9 @@ class InferWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None, context_length: int | None = None,
-                 sleep_mode: bool = False, in_flight_updates: bool = False):
-        super().__init__(role, rank, world_size, num_threads, cpu_affinity)
+                 sleep_mode: bool = False, in_flight_updates: bool = False,
+                 log_path: str | None = None):
+        super().__init__(role, rank, world_size, num_threads, cpu_affinity, log_path)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         extra = {"context_length": context_length} if context_length is not None else {}
         if sleep_mode:  # a colocated run: the engine must be able to sleep (loop/phase_switch.py)

@@ -22,8 +22,8 @@ class RewardWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, reward_type: str,
                  num_threads: int | None = 1, cpu_affinity: list[int] | None = None,
                  cfg: RewardConfig | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                 build: str | None = None):
-        super().__init__(role, rank, world_size, num_threads, cpu_affinity)
+                 build: str | None = None, log_path: str | None = None):
+        super().__init__(role, rank, world_size, num_threads, cpu_affinity, log_path)
         # start_timeout_s: each scoring process's start (a judge model loads there); build:
         # the reward's builder by import path, looked up where it was registered (the
         # driver), since this process never ran a user's register_reward

@@ -49,8 +49,8 @@ PHASE_EVENTS_KEPT = 1000
 
 class RoleWorker:
     def __init__(self, role: str, rank: int, world_size: int, num_threads: int | None = None,
-                 cpu_affinity: list[int] | None = None):
-        redirect_output_to_log()  # before the backend's first line (backend_logs.py)
+                 cpu_affinity: list[int] | None = None, log_path: str | None = None):
+        redirect_output_to_log(log_path)  # before the backend's first line (backend_logs.py)
         self.role = role
         self.rank = rank
         self.world_size = world_size

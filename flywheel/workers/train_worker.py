@@ -53,8 +53,9 @@ class TrainWorker(RoleWorker):
                  cfg: WorkerConfig, seed: int, total_steps: int, trainable: bool,
                  num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None, head: ModelHead = POLICY,
-                 weight_sync_bucket_mb: int = PipelineConfig.weight_sync_bucket_mb):
-        super().__init__(role, rank, world_size, num_threads, cpu_affinity)
+                 weight_sync_bucket_mb: int = PipelineConfig.weight_sync_bucket_mb,
+                 log_path: str | None = None):
+        super().__init__(role, rank, world_size, num_threads, cpu_affinity, log_path)
         self.weight_sync_bucket_mb = weight_sync_bucket_mb
         self.shared_writer: SharedWeightWriter | None = None  # share_weights_in_memory
         self.broadcasts_weights = False  # join_weight_group, on every rank

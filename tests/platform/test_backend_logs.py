@@ -18,8 +18,8 @@ from flywheel.workers.role_worker import RoleWorker
 class ChattyWorker(RoleWorker):
     """Writes the way backends do: print, a C-level write to fd 2, warnings.warn."""
 
-    def __init__(self, role: str, rank: int, world_size: int):
-        super().__init__(role, rank, world_size, num_threads=1)
+    def __init__(self, role: str, rank: int, world_size: int, log_path: str | None = None):
+        super().__init__(role, rank, world_size, num_threads=1, log_path=log_path)
         print(f"INFO engine started on rank {rank}", flush=True)
         os.write(2, b"WARNING 11-25 13:02:01 [cpu.py:7] Pin memory is not supported on CPU.\n")
         warnings.warn("a deprecated knob", UserWarning, stacklevel=1)
