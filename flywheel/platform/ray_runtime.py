@@ -49,13 +49,17 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
     if ray.is_initialized():
         return False
     address = cluster_address(cfg, address)
-    runtime_env = {"env_vars": {**WORKER_ENV, **_passthrough_env()}}
-    if address:
+    if address:  # other nodes' workers get the environment through the job's runtime env
         log.info("joining Ray cluster at %s", address)
         if address != "auto":
             _token_auth_as_for_auto()
+        runtime_env = {"env_vars": {**WORKER_ENV, **_passthrough_env()}}
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
         return True
+    # A local Ray's processes inherit this one's environment. A job runtime env would
+    # send every worker through Ray's runtime-env setup instead (measured: 4 actors
+    # 3.5-3.8 s with one, 1.9-2.3 s without), so the variables are set here.
+    os.environ.update(WORKER_ENV)
     ray.init(
         # "local": a new Ray of its own. Without it ray.init joins whatever cluster
         # /tmp/ray/ray_current_cluster names (a `ray start --head` on this machine), and
@@ -65,7 +69,6 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
         resources={SLOT_RESOURCE: float(num_slots)},
         object_store_memory=object_store_bytes(cfg, weight_bytes),
         include_dashboard=False,
-        runtime_env=runtime_env,
         logging_level=logging.WARNING,
         log_to_driver=forward_worker_output,
     )
