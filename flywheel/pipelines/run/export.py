@@ -87,10 +87,13 @@ def run_config(checkpoint: Path) -> PipelineConfig:
 def export(source: Path, out: Path, dtype: str | None = None) -> Path:
     """The merged model folder of `source`'s checkpoint at `out` (written beside, then
     renamed, so a killed export leaves no half folder); returns the checkpoint exported."""
+    from transformers.utils import logging as hf_logging
+
     from flywheel.pipelines.roles.roles import actor_train_model
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_tokenizer
 
+    hf_logging.disable_progress_bar()  # the command prints one line of its own
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out}: exists and is not empty; pick a new output folder")
     checkpoint = find_checkpoint_dir(source)
