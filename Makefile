@@ -51,7 +51,8 @@ ci-configs: setup
 
 # Runs killed with SIGKILL at seeded random moments (r=0 and r=1, 3 kills a run, 8 steps)
 # and resumed each time; every prompt group must be trained exactly once. The suite runs a
-# short form (tests/pipelines/test_chaos.py). CHAOS_ROUNDS: seeds (default 5).
+# short form (tests/pipelines/test_chaos.py). CHAOS_ROUNDS: seeds (default 5). Kinds: rlvr,
+# agentic, vllm, lora (hf_train with an adapter); `--kinds lora` in chaos_runs runs one.
 chaos: setup
 	$(PY) -m tests.pipelines.chaos_runs --rounds $(or $(CHAOS_ROUNDS),5)
 

@@ -10,6 +10,9 @@
     platform ui [--runs-dir runs] [--port P] the mlflow UI on 127.0.0.1 for those runs
     platform plot RUN_DIR [RUN_DIR ...] [-o out.png]   one run's plots, or runs overlaid
     platform examples                        the shipped example configs, a line each
+    platform export CHECKPOINT_OR_RUN_DIR -o OUT_DIR [--dtype D]
+                                             a checkpoint (LoRA: adapter merged) as one HF
+                                             model folder for serving or as a `pretrain`
     platform ci configs/ci [--only NAME ...] [--fast] [--set key.path=value ...]
                                              regression configs: runs, pass/fail table
 
@@ -108,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     examples = commands.add_parser("examples", help="list the shipped example configs")
     examples.set_defaults(handler=cmd_examples)
+
+    export = commands.add_parser(
+        "export", help="write a checkpoint as a Hugging Face model folder (a LoRA adapter "
+                       "merged into the run's base model) for serving or as a pretrain")
+    export.add_argument("source", type=Path, metavar="CHECKPOINT_OR_RUN_DIR",
+                        help="a checkpoint-<step> folder, or a run directory (its newest "
+                             "complete checkpoint)")
+    export.add_argument("-o", "--output", type=Path, required=True, metavar="OUT_DIR",
+                        help="the folder to write (new, or empty)")
+    export.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None,
+                        help="weights' dtype (default: the run's actor_train "
+                             "model_args.dtype, the one it served)")
+    export.set_defaults(handler=cmd_export)
 
     convert = commands.add_parser("convert", help="turn a ROLL config into a flywheel config "
                                                   "and report what did not carry over")
@@ -252,6 +268,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = args.output or (args.run_dirs[0] / PLOT_FILE if single
                           else Path("plots_overlay.png"))
     print(f"wrote {draw(args.run_dirs, out).as_posix()}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from flywheel.pipelines.run.export import export  # imports torch, transformers, peft
+
+    checkpoint = export(args.source, args.output, args.dtype)
+    print(f"wrote {args.output.as_posix()} from {checkpoint.as_posix()}")
     return 0
 
 

@@ -3,8 +3,11 @@
 Used by test_chaos.py (short, in the suite) and `make chaos` (`python -m
 tests.pipelines.chaos_runs --rounds N`, longer). Each run is a sim RLVR config (latency-only
 backends, several chunks per infer worker; with `vllm=True` the tiny model on hf_train and a
-streaming vllm that loads weights while responses run) in its own session, so a kill can
-take the driver alone (SIGKILL, as a node's OOM killer would) and then the run's local Ray with it.
+streaming vllm that loads weights while responses run; with `lora=True` the tiny model on
+hf_train with a LoRA adapter, whose checkpoints hold only the adapter and its optimizer
+state, synced merged to hf_infer: a kill must lose nothing of what the base does not hold)
+in its own session, so a kill can take the driver alone (SIGKILL, as a node's OOM killer
+would) and then the run's local Ray with it.
 """
 
 from __future__ import annotations
@@ -32,8 +35,15 @@ ROOT = Path(__file__).parents[2]
 
 
 def write_config(path: Path, out: Path, ratio: float, max_steps: int, agentic: bool = False,
-                 vllm: bool = False, **top) -> Path:
-    if vllm:  # the real path: hf_train, and vllm streaming with updates in flight
+                 vllm: bool = False, lora: bool = False, **top) -> Path:
+    if lora:  # the adapter on the train side; hf_infer (starts in seconds) gets it merged
+        cfg = sim_config(out, ratio, max_steps=max_steps, eval_steps=0, save_steps=1, **top)
+        cfg["actor_train"]["strategy_args"] = {"strategy_name": "hf_train"}
+        cfg["actor_train"]["model_args"] = {"lora_target": "all-linear", "lora_rank": 4}
+        cfg["actor_train"]["training_args"] = {"learning_rate": 1e-3}  # the adapter moves
+        cfg["actor_infer"]["strategy_args"] = {"strategy_name": "hf_infer"}
+        cfg["actor_infer"]["generating_args"]["max_new_tokens"] = 16
+    elif vllm:  # the real path: hf_train, and vllm streaming with updates in flight
         cfg = sim_config(out, ratio, max_steps=max_steps, eval_steps=0, save_steps=1,
                          partial_rollout=True, **top)
         cfg["actor_train"]["strategy_args"] = {"strategy_name": "hf_train"}
@@ -108,14 +118,15 @@ def metrics_by_step(out: Path) -> dict[int, dict]:
 
 def chaos_run(work: Path, ratio: float, seed: int, kills: int, max_steps: int = 6,
               limit_s: float = 120, address: str | None = None,
-              agentic: bool = False, vllm: bool = False) -> tuple[Path, list[str]]:
+              agentic: bool = False, vllm: bool = False,
+              lora: bool = False) -> tuple[Path, list[str]]:
     """One run killed `kills` times at random moments (seeded) and resumed each time;
     returns its directory and what happened (for the report)."""
     rng = random.Random(seed)
-    kind = "agentic-" if agentic else "vllm-" if vllm else ""
+    kind = "agentic-" if agentic else "vllm-" if vllm else "lora-" if lora else ""
     out = work / f"chaos-{kind}r{ratio:g}-s{seed}"
     config = write_config(work / f"{out.name}.yaml", out, ratio, max_steps, agentic=agentic,
-                          vllm=vllm)
+                          vllm=vllm, lora=lora)
     log = work / f"{out.name}.log"
     events = []
     args = ["--config", str(config)]
@@ -133,21 +144,34 @@ def chaos_run(work: Path, ratio: float, seed: int, kills: int, max_steps: int = 
     rc = proc.wait(timeout=limit_s)
     assert rc == 0, f"resumed run failed (rc {rc}); see {log}"
     check_ledger(out, max_steps, AGENTIC_GROUPS if agentic else BATCH)
+    if lora:  # LoRA was on: the checkpoint holds the adapter, not the model
+        held = sorted(p.name for p in (out / f"checkpoint-{max_steps}" / "actor_train").iterdir())
+        assert "adapter" in held and "model" not in held, f"not a LoRA checkpoint: {held}"
     return out, events
+
+
+# (async_generation_ratio, kind) of each run of a `make chaos` round
+KINDS_RUN = ((0.0, "rlvr"), (1.0, "rlvr"), (1.0, "agentic"), (1.0, "vllm"), (1.0, "lora"))
+KINDS = dict.fromkeys(kind for _, kind in KINDS_RUN)
 
 
 def main() -> None:  # `make chaos`
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("/tmp/flywheel-chaos"))
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS),
+                        help="which kinds of run (default: all)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     for seed in range(args.rounds):
-        for ratio, kind in ((0.0, "rlvr"), (1.0, "rlvr"), (1.0, "agentic"), (1.0, "vllm")):
+        for ratio, kind in KINDS_RUN:
+            if kind not in args.kinds:
+                continue
             t0 = time.monotonic()
             out, events = chaos_run(args.work, ratio, seed, kills=3, max_steps=8,
                                     agentic=kind == "agentic", vllm=kind == "vllm",
-                                    limit_s=300 if kind == "vllm" else 120)
+                                    lora=kind == "lora",
+                                    limit_s=300 if kind in ("vllm", "lora") else 120)
             print(f"{kind} r={ratio:g} seed={seed}: {', '.join(events)}; every group trained "
                   f"once ({time.monotonic() - t0:.0f}s)", flush=True)
 

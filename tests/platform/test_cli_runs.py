@@ -148,7 +148,7 @@ def test_ui_without_a_store_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("line", "expected"), [
-    ("platform ex", {"examples"}),
+    ("platform ex", {"examples", "export"}),
     ("platform run --config x.yaml max_st", {"max_steps="}),
     ("platform validate --config x.yaml tracking.back", {"tracking.backends="}),
     ("platform run --add", {"--address"}),

@@ -183,7 +183,7 @@ CASES = [
      {"pipeline_type": "rlvr"}, "one device"),
     ("actor_train.pg_variant", merged(SFT, variant("ppo")), {"pipeline_type": "rlvr"},
      "SFT trains with cross-entropy"),
-    # LoRA (schema.ModelArgs lora_*): on actor_train, on hf_train, in RL, with lora_target
+    # LoRA (schema.ModelArgs lora_*): on actor_train, on hf_train, with lora_target
     ("actor_train.model_args.lora_rank", {"actor_train": {"model_args": {"lora_rank": 16}}},
      LORA, "with actor_train.model_args.lora_target set"),
     ("actor_train.model_args.adapter_name_or_path",
@@ -193,8 +193,6 @@ CASES = [
      merged(LORA, {"actor_train": {"strategy_args": {"strategy_name": "megatron_train"}}}),
      {"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}}},
      "megatron_train trains no LoRA adapter yet: use deepspeed_train"),
-    ("actor_train.model_args.lora_target", merged(SFT, LORA), {"pipeline_type": "rlvr"},
-     "SFT with LoRA is not built yet"),
     ("actor_infer.model_args.lora_target",
      merged(LORA, {"actor_infer": {"model_args": {"lora_target": "q_proj,v_proj"}}}), None,
      "with the adapter merged in"),

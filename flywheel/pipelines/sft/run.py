@@ -19,7 +19,10 @@ What a run does, in order:
    responses) and `val/accuracy` (greedy decoding up to response_length tokens, cut at
    eos, equal to the response once whitespace is stripped).
 4. Every save_steps and at the end: `checkpoint-<step>/`, an HF model folder with its
-   tokenizer (atomic, platform/checkpoint.py), usable as an RL run's `pretrain`.
+   tokenizer (atomic, platform/checkpoint.py), usable as an RL run's `pretrain`. With
+   LoRA (`actor_train.model_args.lora_target`, as in RL: only the adapter trains) it holds
+   `adapter/` and the tokenizer: `platform export` makes the merged model folder, or an RL
+   run on the same pretrain continues the adapter (`model_args.adapter_name_or_path`).
 
 Metrics go to the run's tracker (metrics.jsonl, the configured backends, the console
 progress line), status.json and plots.png as for RL runs.
@@ -61,6 +64,7 @@ from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 
 log = logging.getLogger(__name__)
+SFT_ADAPTER = "adapter"  # a LoRA run's checkpoint-<step>/adapter/
 
 
 @dataclass
@@ -167,9 +171,14 @@ def validate(strategy: HFTrainStrategy, tokenizer, val: EncodedRecords,
 
 def save_checkpoint(output_dir: Path, step: int, strategy: HFTrainStrategy, tokenizer,
                     keep: int | None) -> Path:
-    """checkpoint-<step>/: the model and tokenizer as one HF folder (a `pretrain`)."""
+    """checkpoint-<step>/: the model and tokenizer as one HF folder (a `pretrain`); with
+    LoRA the adapter (`adapter/`, a PEFT folder: an RL run's `adapter_name_or_path`, or
+    `platform export` merges it into the run's pretrain) and the tokenizer."""
     with writing_checkpoint(output_dir, step) as tmp:
-        strategy.model.save_pretrained(tmp)
+        if strategy.adapter is not None:
+            strategy.adapter.save_pretrained(tmp / SFT_ADAPTER)
+        else:
+            strategy.model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     prune_checkpoints(output_dir, keep)
     return output_dir / f"checkpoint-{step}"

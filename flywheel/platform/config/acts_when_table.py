@@ -208,7 +208,7 @@ REWARD_MODEL = Condition("on a local llm_judge or a reward_model reward",
                          _loads_model)
 
 # LoRA (schema.ModelArgs lora_*): trained by hf_train and deepspeed_train on actor_train in
-# RL runs (workers/strategies/lora.py); megatron_train and SFT are issue 27's later slices
+# RL and SFT runs (workers/strategies/lora.py); megatron_train is issue 27's later slice
 # (`platform convert` maps a ROLL megatron_train LoRA actor onto deepspeed_train:
 # roll_lora.py).
 LORA_KEYS = {"lora_target": "turns LoRA on and names its modules",
@@ -239,9 +239,6 @@ _INSIDE_ACTOR = ("device_mapping", "num_gpus_per_worker", "strategy_args", "infe
                  "num_threads", "cpu_affinity", "model_args.dtype",
                  "model_args.attn_implementation")
 LORA_ROWS = [
-    *[ActsWhen(f"actor_train.model_args.{key}", RL, does, "SFT with LoRA is not built "
-               "yet (an SFT checkpoint is a whole model): remove it")
-      for key, does in LORA_KEYS.items()],
     *[ActsWhen(f"{role}.model_args.{key}", NEVER_LORA, does, f"{why}: remove it")
       for role, why in LORA_ELSEWHERE.items() for key, does in LORA_KEYS.items()],
     *[ActsWhen(f"actor_train.model_args.{key}", LORA, does, "write lora_target to turn "
