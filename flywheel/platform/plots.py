@@ -57,7 +57,7 @@ PANELS = (
           ylim=(-0.02, 1.02)),
     Panel("seconds per phase", "s", ("time/step", "time/generate", "time/train",
                                      "time/wait_for_batch", "time/weight_sync",
-                                     "time/logprobs"),
+                                     "time/logprobs", "time/score"),
           secondary=("time/validate",), secondary_label="validation s (x)"),
 )
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import time
 
 import ray
 import torch
@@ -118,7 +119,7 @@ class TrainWorker(RoleWorker):
         batch and a round trip on the training path. When the step is one optimizer step
         on a backend that allows it, they are taken from the training forwards instead of
         a separate pass (strategies/fused_old_logprobs.py); `actor/old_logprobs_fused`
-        says which.
+        says which, and `time/actor_old_logprobs` times a separate pass.
         """
         self.require_onloaded("train_step", "all")
         metrics = {}
@@ -128,10 +129,13 @@ class TrainWorker(RoleWorker):
             metrics = self.strategy.train_step(batch, fused, ppo_epochs)
             return fused.metrics() | {"actor/old_logprobs_fused": 1.0} | metrics
         if old_log_probs is not None:
+            start = time.perf_counter()
             batch.old_log_probs = self.strategy.forward_logprobs(batch)
+            seconds = time.perf_counter() - start
             batch.is_weights, metrics = old_log_probs(batch.old_log_probs,
                                                       batch.infer_log_probs, batch.response_mask)
             metrics["actor/old_logprobs_fused"] = 0.0
+            metrics["time/actor_old_logprobs"] = seconds
         return metrics | self.strategy.train_step(batch, loss_fn, ppo_epochs)
 
     def share_weights_in_memory(self, readers: int) -> None:

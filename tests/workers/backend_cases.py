@@ -31,6 +31,11 @@ LR = 1e-3
 PARITY_ATOL = 1e-4  # fp32 log-probs of the same weights, any two backends
 
 
+def untimed(metrics: dict[str, float]) -> dict[str, float]:
+    """A train step's metrics without its phase times (time/...), which differ run to run."""
+    return {k: v for k, v in metrics.items() if not k.startswith("time/")}
+
+
 def training_args(per_device: int, accum: int) -> TrainingArgs:
     return TrainingArgs(learning_rate=LR, per_device_train_batch_size=per_device,
                         gradient_accumulation_steps=accum, max_grad_norm=1.0)

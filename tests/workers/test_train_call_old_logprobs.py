@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from backend_cases import untimed
 
 from flywheel.algorithms import MismatchCorrection, PolicyLossParams
 from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
@@ -48,7 +49,8 @@ def test_fused_train_call_equals_forward_then_train(tiny_model_path):
 
     # two epochs: the separate pass is run (test_fused_old_logprobs.py has the fused one)
     assert got.pop("actor/old_logprobs_fused") == 0.0
-    assert got == want  # mismatch metrics, then the train step's, number for number
+    # mismatch metrics, then the train step's, number for number (phase times aside)
+    assert untimed(got) == untimed(want)
     assert "offpolicy/k3_kl" in got and "actor/grad_norm" in got
     for (name, a), (_, b) in zip(two_calls.strategy.model.state_dict().items(),
                                  fused.strategy.model.state_dict().items()):

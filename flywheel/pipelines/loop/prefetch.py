@@ -114,6 +114,10 @@ class _State(Generic[W, G]):
     released_groups: int = 0  # consumed by finished steps, or dropped
     busy: list[tuple[int, float, float]] = field(default_factory=list)  # rank, t0, t1
     loads: list[tuple[int, float, float]] = field(default_factory=list)  # weight loads, too
+    # scoring requests, from submission until the driver took their scores (one key: their
+    # union is the time some scoring was in flight)
+    scores: list[tuple[int, float, float]] = field(default_factory=list)
+    scoring_since: dict[ray.ObjectRef, float] = field(default_factory=dict)
     pending: list[W] = field(default_factory=list)  # items of the drawn batch not yet sent
     continuations: list[W] = field(default_factory=list)  # started items' next requests
     weights: tuple[SyncedWeights, int] | None = None  # (weights, version) to publish
@@ -229,6 +233,12 @@ class PrefetchGenerator(Generic[W, G]):
             self._s.loads = [b for b in self._s.loads if b[2] > since]
             return _overlap(self._s.loads, since, until)
 
+    def score_seconds(self, since: float, until: float) -> float:
+        """Seconds inside [since, until] during which some reward scoring was in flight."""
+        with self._cond:
+            self._s.scores = [b for b in self._s.scores if b[2] > since]
+            return _overlap(self._s.scores, since, until)
+
     def queue_depth(self) -> int:
         with self._cond:
             return len(self.buffer)
@@ -341,11 +351,13 @@ class PrefetchGenerator(Generic[W, G]):
                 self._put(done.scoring.finish())
             for cluster, rank, part_ref, _ in done.scoring.parts:
                 self._s.scoring[part_ref] = done.scoring
+                self._s.scoring_since[part_ref] = time.time()
                 self._s.scoring_clocks[part_ref] = (cluster, rank,
                                                   ProgressClock(self.settings.score_timeout_s))
         elif ref in self._s.scoring:
             scoring = self._s.scoring.pop(ref)
             self._s.scoring_clocks.pop(ref, None)
+            self._s.scores.append((0, self._s.scoring_since.pop(ref), time.time()))
             if not any(r in self._s.scoring for r in scoring.refs):
                 self._put(scoring.finish())
         else:

@@ -248,6 +248,7 @@ class StepLoop(Generic[W, G]):
         metrics.update({
             "time/generate": infer_busy / infer_workers,
             "time/weight_load": generator.load_seconds(started, time.time()) / infer_workers,
+            "time/score": generator.score_seconds(started, time.time()),
             "idle/actor_infer": 1 - infer_busy / (seconds["step"] * infer_workers),
             "idle/actor_train": 1 - (seconds["logprobs"] + seconds["train"]) / seconds["step"],
         })

@@ -27,6 +27,14 @@ scaler (mixed_precision.py) may skip a step whose gradients overflowed: the sche
 not stepped for it, its norm is left out of the mean, and `<prefix>/skipped_steps` and
 `<prefix>/loss_scale` (the scale after the last step) are reported.
 
+Phase times, summed over the step's micro-batches and optimizer steps, so a user sees
+where the driver's time/train goes: `time/<prefix>_forward` (forward and objective),
+`time/<prefix>_backward` and `time/<prefix>_optimizer` (clip and step), in the time/
+namespace so that comparisons of a step's numbers leave them out with the driver's. A
+backend whose schedule interleaves forward and backward (megatron_train) reports their
+sum as `time/<prefix>_forward_backward` instead. On a GPU, `accumulate` synchronises the device
+around each backward, so kernels still running are counted in the phase that queued them.
+
 Liveness: every micro-batch and optimizer step ticks the worker's progress counter
 (platform/liveness.py), so a long but progressing update is never reported as stalled.
 """
@@ -34,6 +42,7 @@ Liveness: every micro-batch and optimizer step ticks the worker's progress count
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -99,6 +108,16 @@ class UpdateHooks(Protocol):
         last stage's); most backends return them unchanged."""
 
 
+BACKWARD_SECONDS = "_backward_s"  # a micro-batch's backward seconds, from `accumulate`
+
+
+def synchronized_clock(device: torch.device | None = None) -> float:
+    """perf_counter once the device's queued kernels are done (a no-op wait off GPU)."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class DivergenceError(RuntimeError):
     """A non-finite loss or gradient norm: training stops before bad weights spread."""
 
@@ -124,19 +143,29 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
     micro_steps = steps = skipped = 0
     grad_norms = 0.0
     loss_scale = None
+    seconds = {"forward_backward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    split = False  # whether the backend timed its backward passes apart (accumulate)
     hooks.set_training(True)
     try:
         for _ in range(ppo_epochs):
             for mini in batch.chunks(mini_rows):
                 counts = hooks.global_counts(mini)
-                for metrics in hooks.forward_backward(
-                        mini.chunks(args.per_device_train_batch_size), objective, counts):
+                start = synchronized_clock()
+                results = hooks.forward_backward(
+                    mini.chunks(args.per_device_train_batch_size), objective, counts)
+                opt_start = time.perf_counter()
+                seconds["forward_backward"] += opt_start - start
+                for metrics in results:
                     tick()
+                    if BACKWARD_SECONDS in metrics:
+                        split = True
+                        seconds["backward"] += metrics.pop(BACKWARD_SECONDS)
                     check_finite(metrics, steps + 1)
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + v
                     micro_steps += 1
                 step = hooks.optimizer_step(args.max_grad_norm)
+                seconds["optimizer"] += synchronized_clock() - opt_start
                 tick()
                 steps += 1
                 loss_scale = step.loss_scale
@@ -156,7 +185,17 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
     if loss_scale is not None:
         metrics[f"{prefix}/skipped_steps"] = float(skipped)
         metrics[f"{prefix}/loss_scale"] = loss_scale
+    metrics |= phase_metrics(seconds, split, prefix)
     return metrics
+
+
+def phase_metrics(seconds: dict[str, float], split: bool, prefix: str) -> dict[str, float]:
+    """The update's phase times by name (module docstring)."""
+    times = {f"time/{prefix}_optimizer": seconds["optimizer"]}
+    if not split:
+        return times | {f"time/{prefix}_forward_backward": seconds["forward_backward"]}
+    return times | {f"time/{prefix}_forward": seconds["forward_backward"] - seconds["backward"],
+                    f"time/{prefix}_backward": seconds["backward"]}
 
 
 def check_finite(metrics: dict[str, float], optimizer_step: int) -> None:
@@ -172,13 +211,17 @@ def accumulate(micros: list[TokenBatch], objective: Objective, counts: Counts,
                backward: Callable[[torch.Tensor, bool], None], device: torch.device
                ) -> list[dict[str, float]]:
     """`forward_backward` for backends that run one micro-batch at a time (hf, deepspeed):
-    `backward(loss, last)` is told whether this micro-batch ends the accumulation."""
+    `backward(loss, last)` is told whether this micro-batch ends the accumulation. Each
+    micro-batch's backward seconds ride in its metrics under BACKWARD_SECONDS, which
+    run_update takes out again."""
     results = []
     for i, micro in enumerate(micros):
         micro = micro.trimmed()
         outputs, entropy = forward(micro, objective.needs_entropy)
         loss, metrics = objective(outputs, entropy, micro.to(device), counts)
+        start = synchronized_clock(device)
         backward(loss, i == len(micros) - 1)
+        metrics[BACKWARD_SECONDS] = synchronized_clock(device) - start
         results.append(metrics)
     return results
 
