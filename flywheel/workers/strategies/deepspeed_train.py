@@ -181,7 +181,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         chunked = self.zero_stage != 3  # see hf_model.sequence_logprobs
         return accumulate(micros, objective, counts,
                           lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent,
-                                                                  chunked),
+                                                                  chunked, response_only=True),
                           backward, self.device)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:

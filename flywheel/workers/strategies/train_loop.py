@@ -69,7 +69,9 @@ class OptimizerStep:
 class Objective(Protocol):
     """What the loop minimises, per micro-batch: the actor's policy loss, the critic's value
     loss or SFT's cross-entropy. `outputs` are the model head's per-token outputs ([b, L]
-    log-probs or values), `entropy` is given when `needs_entropy`."""
+    log-probs or values), `entropy` is given when `needs_entropy`. An objective reads them
+    under `micro.response_mask` only: the policy head leaves 0 elsewhere (it computes the
+    vocabulary-wide head only at response positions, `hf_model.sequence_logprobs`)."""
 
     needs_entropy: bool
 
