@@ -111,8 +111,9 @@ class TrainingArgs:
     # over other cuts. hf_train and deepspeed_train (ROLL: use_dynamic_batching_in_train).
     dynamic_batching: bool = False
     # The token budget of one micro-batch under dynamic_batching (padded tokens: rows x
-    # width), >= 1 (ROLL: max_tokens_per_microbatch_in_train).
-    max_tokens_per_micro_batch: int = 0
+    # width), >= 1 (ROLL: max_tokens_per_microbatch_in_train). Larger: fewer, bigger
+    # forwards and more activation memory.
+    max_tokens_per_micro_batch: int = 4096
 
 
 @dataclass
