@@ -64,3 +64,19 @@ def test_token_budget_gives_the_fixed_row_gradient(tiny_model_path, rl_batch):
     assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-5)
     for name, grad in fixed_grads[0].items():
         assert torch.allclose(grads[0][name], grad, atol=1e-7, rtol=1e-4), name
+
+
+@pytest.mark.long  # two DeepSpeed ranks: minutes on a busy 2-core machine (make test-long)
+def test_zero_ranks_that_cut_differently_run_as_many_micro_batches(train_cluster,
+                                                                   tiny_model_path, rl_batch):
+    """Two ZeRO-1 ranks, one holding the short rows: their budgets cut different numbers of
+    micro-batches, and every rank must run the most (ZeRO's backward is a collective);
+    the step is hf_train's fixed-row step."""
+    pytest.importorskip("deepspeed")
+    batch = uneven(rl_batch).select(slice(8, 24))  # rank 0: 8 rows cut short; rank 1: whole
+    loss = actor_loss()
+    ref = trainer(tiny_model_path).train_step(batch, loss)
+    cluster = train_cluster("deepspeed_train", tiny_model_path, 2, {"zero_stage": 1},
+                            per_device=4, accum=2, token_budget=40)
+    got = cluster.scatter("train_step", batch.shard(2), loss_fn=loss, ppo_epochs=1)
+    assert got[0]["actor/grad_norm"] == pytest.approx(ref["actor/grad_norm"], rel=1e-5)
