@@ -160,3 +160,18 @@ def test_megatrons_precision_flag_becomes_the_roles_dtype(tmp_path, flags, dtype
     expected = f"{key}: true -> actor_train.model_args.dtype: bf16" if flags[flag] else (
         f"{key}: false")
     assert any(line.startswith(expected) for line in report), report
+
+
+def test_dynamic_batching_keys_act_where_the_backend_cuts_by_tokens(tmp_path):
+    """ROLL's use_dynamic_batching_in_train / max_tokens_per_microbatch_in_train become
+    training_args.dynamic_batching / max_tokens_per_micro_batch (train_loop.py); on
+    megatron_train, which cuts by rows, they are dropped with the reason."""
+    roll = {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 2048}
+    conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "actor_train": roll})
+    args = cfg.actor_train.training_args
+    assert (args.dynamic_batching, args.max_tokens_per_micro_batch) == (True, 2048)
+    conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "actor_train": {
+        **roll, "strategy_args": {"strategy_name": "megatron_train"}}})
+    assert not cfg.actor_train.training_args.dynamic_batching
+    assert any(d.startswith("actor_train.training_args.dynamic_batching: not read here")
+               for d in conversion.dropped)

@@ -130,9 +130,13 @@ def start_train_cluster(strategy: str, model_path: str, world_size: int,
                         strategy_config: dict, per_device: int, accum: int,
                         worker_cls: type = TrainWorker,
                         env_vars: dict[str, str] | None = None, head: ModelHead = POLICY,
-                        dtype: str = "fp32", model_args: ModelArgs | None = None) -> Cluster:
+                        dtype: str = "fp32", model_args: ModelArgs | None = None,
+                        token_budget: int = 0) -> Cluster:
+    """`token_budget` > 0: micro-batches cut by that budget (training_args.dynamic_batching)."""
+    args = training_args(per_device, accum)
+    args.dynamic_batching, args.max_tokens_per_micro_batch = token_budget > 0, token_budget
     cfg = WorkerConfig(strategy_args=StrategyArgs(strategy, dict(strategy_config)),
-                       training_args=training_args(per_device, accum),
+                       training_args=args,
                        model_args=model_args or ModelArgs(dtype=dtype))
     cluster = Cluster.create(
         "actor_train", worker_cls, RoleDevices("actor_train", tuple(range(world_size))),

@@ -192,6 +192,12 @@ HF_MODEL = Condition("on hf_train, deepspeed_train and hf_infer",
                      lambda cfg, path: _backend(path, cfg) in HF_MODEL_BACKENDS)
 HF_BACKWARD = Condition("on actor_train with hf_train or deepspeed_train",
                         lambda cfg, path: _backend(path, cfg) in ("hf_train", "deepspeed_train"))
+# the token-budget cut of train_loop.micro_batches: megatron's pipeline schedule runs
+# micro-batches of one shape (per_device_train_batch_size rows)
+TOKEN_BUDGET = Condition("on hf_train or deepspeed_train",
+                         lambda cfg, path: _backend(path, cfg) in ("hf_train", "deepspeed_train"))
+DYNAMIC_BATCHING = Condition("with training_args.dynamic_batching: true", lambda cfg, path: (
+    getattr(cfg, str(path[0])).training_args.dynamic_batching))
 NEVER_CRITIC_MODEL = Condition("on actor_train, actor_infer and reference",
                                lambda cfg, _: False)
 NEVER_BACKWARD = Condition("on actor_train",
@@ -358,6 +364,13 @@ ROLE_ROWS = [
              "gradient checkpointing of transformers' model",
              "this backend has its own (megatron: strategy_config.recompute_granularity): "
              "remove it"),
+    *[ActsWhen(f"{role}.training_args.{key}", TOKEN_BUDGET, "micro-batches cut by a token "
+               "budget", "megatron_train cuts micro-batches of per_device_train_batch_size "
+               "rows: remove it") for role in ("actor_train", "critic")
+      for key in ("dynamic_batching", "max_tokens_per_micro_batch")],
+    *[ActsWhen(f"{role}.training_args.max_tokens_per_micro_batch", DYNAMIC_BATCHING,
+               "the token budget of a micro-batch", "set dynamic_batching: true, or remove it")
+      for role in ("actor_train", "critic")],
     *[ActsWhen(f"{role}.model_args.disable_gradient_checkpointing", NEVER_BACKWARD,
                "gradient checkpointing", "this role's model never runs it: remove it")
       for role in ("actor_infer", "reference", "critic")],

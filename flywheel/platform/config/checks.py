@@ -90,6 +90,9 @@ def check_positive(cfg: PipelineConfig) -> None:
             args.per_device_train_batch_size)
         counts[f"{role.key_path}.training_args.gradient_accumulation_steps"] = (
             args.gradient_accumulation_steps)
+        if args.dynamic_batching:  # the budget each micro-batch is cut to
+            counts[f"{role.key_path}.training_args.max_tokens_per_micro_batch"] = (
+                args.max_tokens_per_micro_batch)
         if isinstance(role.worker, RewardConfig):
             counts[f"{role.key_path}.world_size"] = role.worker.world_size
     for key_path, value in counts.items():

@@ -185,8 +185,10 @@ WORKER: dict[str, Rule] = {
     "worker_cls": Drop("flywheel picks the worker from the role"),
     "backend_timeout": Drop(_PERF), "system_envs": Drop("flywheel sets no environment "
                                                         "variables from a config"),
-    "max_concurrency": Drop(_PERF), "use_dynamic_batching_in_train": Drop(_PERF),
-    "max_tokens_per_microbatch_in_train": Drop(_PERF),
+    "max_concurrency": Drop(_PERF),
+    "use_dynamic_batching_in_train": To("training_args/dynamic_batching"),
+    "max_tokens_per_microbatch_in_train": To("training_args/max_tokens_per_micro_batch",
+                                             lambda v: v or 0),
     "sequence_length_round_in_train": Drop(_PERF), "use_dynamic_batching_in_infer": Drop(_PERF),
     "max_tokens_per_microbatch_in_infer": Drop(_PERF),
     "sequence_length_round_in_infer": Drop(_PERF), "offload_nccl": Drop(_PERF),

@@ -103,6 +103,17 @@ class TrainingArgs:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_epsilon: float = 1.0e-8
+    # Cut each mini-batch into micro-batches by a token budget instead of by
+    # per_device_train_batch_size rows: rows sorted by length, each micro-batch as many
+    # rows as keep rows x its longest row's length <= max_tokens_per_micro_batch (a longer
+    # row alone). Less padding, fewer and fuller forwards; the gradient is the same (the
+    # loss divides by the mini-batch's counts), the per-micro-batch loss metrics are means
+    # over other cuts. hf_train and deepspeed_train (ROLL: use_dynamic_batching_in_train).
+    dynamic_batching: bool = False
+    # The token budget of one micro-batch under dynamic_batching (padded tokens: rows x
+    # width), >= 1 (ROLL: max_tokens_per_microbatch_in_train). Larger: fewer, bigger
+    # forwards and more activation memory.
+    max_tokens_per_micro_batch: int = 4096
 
 
 @dataclass

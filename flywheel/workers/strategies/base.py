@@ -130,6 +130,9 @@ class TrainStrategy(ABC):
                             ) -> tuple[dict[str, float], int]:
         return sums, micro_steps
 
+    def agreed_micro_batches(self, n: int) -> int:
+        return n  # one rank (data-parallel backends agree over their ranks)
+
     # ---- the phase switch of a colocated run (pipelines/loop/phase_switch.py) --------------
     @abstractmethod
     def offload(self, part: str) -> str:

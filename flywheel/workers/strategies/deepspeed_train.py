@@ -172,6 +172,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def global_counts(self, mini: TokenBatch) -> Counts:
         return summed_counts(mini, self.device)
 
+    def agreed_micro_batches(self, n: int) -> int:
+        most = torch.tensor([n], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most)
+
     def forward_backward(self, micros: list[TokenBatch], objective: Objective,
                          counts: Counts) -> list[dict[str, float]]:
         def backward(loss: torch.Tensor, last: bool) -> None:
@@ -181,7 +186,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         chunked = self.zero_stage != 3  # see hf_model.sequence_logprobs
         return accumulate(micros, objective, counts,
                           lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent,
-                                                                  chunked),
+                                                                  chunked, response_only=True),
                           backward, self.device)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:

@@ -81,6 +81,7 @@ SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def sequence_logprobs(
     model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False,
     distribution: SampledDistribution = RAW, chunked: bool = True,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(x_t | x_<t) for every position, aligned with input_ids; column 0 is 0.
 
@@ -91,23 +92,40 @@ def sequence_logprobs(
     runs the model's own forward and takes its whole logits instead: DeepSpeed ZeRO-3
     gathers parameters through the top-level module's hooks, and calling the decoder and
     the head one by one gave wrong gradients there (measured against hf_train).
+
+    `positions` ([B, L], nonzero where a log-prob is wanted; None: everywhere) restricts
+    the head and the vocabulary-wide log-softmax to those positions and leaves 0 (and
+    entropy 0) elsewhere. The training forward passes the response mask: a policy loss
+    reads no prompt position, and on a short-response RL batch (SmolLM2's example: ~60
+    prompt tokens, 16 response tokens) the head over 49k words is most of the work.
     """
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
     attention_mask = batch.attention_mask.to(device)
     targets = input_ids[:, 1:]  # [B, L-1]
+    rows, width = targets.shape
+    # [N] flat indices (into [B * (L-1)]) of the positions computed; None: all of them
+    wanted = (None if positions is None
+              else positions.to(device)[:, 1:].reshape(-1).nonzero().squeeze(1))
     if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
                           for k in SCALED_LOGITS):
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-        log_probs, entropy = _token_logprobs(logits, targets, distribution, with_entropy)
+        flat_logits, flat_targets = logits.reshape(rows * width, -1), targets.reshape(-1)
+        if wanted is not None:
+            flat_logits, flat_targets = flat_logits[wanted], flat_targets[wanted]
+        log_probs, entropy = _token_logprobs(flat_logits, flat_targets, distribution,
+                                             with_entropy)
     else:
         hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
                                   use_cache=False).last_hidden_state[:, :-1]  # [B, L-1, H]
         head = model.get_output_embeddings()
-        rows, width = targets.shape
         flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
+        if wanted is not None:
+            flat_hidden, flat_targets = flat_hidden[wanted], flat_targets[wanted]
         parts = []
-        for start in range(0, rows * width, LOGIT_CHUNK_POSITIONS):
+        # at least one (maybe empty) chunk: a micro-batch with no wanted position still
+        # gives outputs attached to the graph, so its (zero) loss back-propagates
+        for start in range(0, max(1, flat_targets.shape[0]), LOGIT_CHUNK_POSITIONS):
             tick()  # a long forward is progress (platform/liveness.py)
             piece = (flat_hidden[start:start + LOGIT_CHUNK_POSITIONS],
                      flat_targets[start:start + LOGIT_CHUNK_POSITIONS])
@@ -116,11 +134,19 @@ def sequence_logprobs(
                                         with_entropy, use_reentrant=False))
             else:
                 parts.append(_head_logprobs(head, *piece, distribution, with_entropy))
-        log_probs = torch.cat([lp for lp, _ in parts]).view(rows, width)
-        entropy = (torch.cat([e for _, e in parts]).view(rows, width) if with_entropy
-                   else None)
-    log_probs = F.pad(log_probs, (1, 0))  # [B, L]
-    return log_probs, (F.pad(entropy, (1, 0)) if entropy is not None else None)
+        log_probs = torch.cat([lp for lp, _ in parts])
+        entropy = torch.cat([e for _, e in parts]) if with_entropy else None
+    log_probs = F.pad(_scattered(log_probs, wanted, rows * width).view(rows, width), (1, 0))
+    if entropy is not None:
+        entropy = F.pad(_scattered(entropy, wanted, rows * width).view(rows, width), (1, 0))
+    return log_probs, entropy  # [B, L] each
+
+
+def _scattered(values: torch.Tensor, wanted: torch.Tensor | None, size: int) -> torch.Tensor:
+    """[size]: `values` [N] at the flat indices `wanted`, 0 elsewhere (all: `values`)."""
+    if wanted is None:
+        return values.reshape(size)
+    return values.new_zeros(size).index_put((wanted,), values)
 
 
 def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,

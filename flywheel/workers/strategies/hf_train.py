@@ -86,7 +86,7 @@ class HFTrainStrategy(TrainStrategy):
 
         def forward(micro: TokenBatch, entropy: bool):
             with self.precision.autocast():  # backward follows the forward's dtypes
-                return self.head.hf_outputs(self.model, micro, entropy)
+                return self.head.hf_outputs(self.model, micro, entropy, response_only=True)
 
         return accumulate(micros, objective, counts, forward,
                           lambda loss, last: self.precision.scaled(loss).backward(),

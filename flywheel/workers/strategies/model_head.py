@@ -55,9 +55,17 @@ class ModelHead:
         return model.to(device)
 
     def hf_outputs(self, model: torch.nn.Module, batch: TokenBatch, with_entropy: bool,
-                   chunked: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   chunked: bool = True, response_only: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, L] outputs (and entropies). `response_only`: the policy head computes
+        log-probs on the response mask only, 0 elsewhere (`sequence_logprobs`
+        `positions`): what the training forward asks, since every `Objective` reads its
+        outputs under the response mask. The value head is one number per position and
+        computes them all."""
         if self.kind == "policy":
-            return sequence_logprobs(model, batch, with_entropy, self.distribution, chunked)
+            positions = batch.response_mask if response_only else None
+            return sequence_logprobs(model, batch, with_entropy, self.distribution, chunked,
+                                     positions)
         return token_values(model, batch), None
 
 

@@ -2,7 +2,9 @@
 
 A train step is `ppo_epochs` passes over the rank's shard of the batch. One mini-batch is
 one optimizer step and holds per_device_train_batch_size * gradient_accumulation_steps
-rows, cut into micro-batches of per_device_train_batch_size rows.
+rows, cut into micro-batches of per_device_train_batch_size rows, or, under
+`training_args.dynamic_batching`, into micro-batches of at most
+`max_tokens_per_micro_batch` padded tokens (`micro_batches`).
 
 The invariant the loop exists for: a mini-batch's gradient does not depend on how it is
 cut, into micro-batches or across data-parallel ranks. The objective is handed the
@@ -78,7 +80,9 @@ class OptimizerStep:
 class Objective(Protocol):
     """What the loop minimises, per micro-batch: the actor's policy loss, the critic's value
     loss or SFT's cross-entropy. `outputs` are the model head's per-token outputs ([b, L]
-    log-probs or values), `entropy` is given when `needs_entropy`."""
+    log-probs or values), `entropy` is given when `needs_entropy`. An objective reads them
+    under `micro.response_mask` only: the policy head leaves 0 elsewhere (it computes the
+    vocabulary-wide head only at response positions, `hf_model.sequence_logprobs`)."""
 
     needs_entropy: bool
 
@@ -97,6 +101,10 @@ class UpdateHooks(Protocol):
                          counts: Counts) -> list[dict[str, float]]:
         """From zero gradients, accumulate the gradient of every micro-batch's loss; each
         one's metrics (a pipeline-parallel stage that computes no loss returns none)."""
+
+    def agreed_micro_batches(self, n: int) -> int:
+        """The most micro-batches any data-parallel rank cut its mini-batch into, this one
+        cutting `n` (dynamic batching: every rank then runs that many; one rank: `n`)."""
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         """Clip (when max_grad_norm > 0) and step; the gradient norm before clipping, and
@@ -150,9 +158,9 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
         for _ in range(ppo_epochs):
             for mini in batch.chunks(mini_rows):
                 counts = hooks.global_counts(mini)
+                micros = micro_batches(mini, args, hooks)
                 start = synchronized_clock()
-                results = hooks.forward_backward(
-                    mini.chunks(args.per_device_train_batch_size), objective, counts)
+                results = hooks.forward_backward(micros, objective, counts)
                 opt_start = time.perf_counter()
                 seconds["forward_backward"] += opt_start - start
                 for metrics in results:
@@ -196,6 +204,46 @@ def phase_metrics(seconds: dict[str, float], split: bool, prefix: str) -> dict[s
         return times | {f"time/{prefix}_forward_backward": seconds["forward_backward"]}
     return times | {f"time/{prefix}_forward": seconds["forward_backward"] - seconds["backward"],
                     f"time/{prefix}_backward": seconds["backward"]}
+
+
+def micro_batches(mini: TokenBatch, args: TrainingArgs, hooks: UpdateHooks
+                  ) -> list[TokenBatch]:
+    """How one mini-batch is cut: per_device_train_batch_size rows at a time, or, under
+    `dynamic_batching`, by the token budget (`by_token_budget`) into as many micro-batches
+    as the rank that needs most (`UpdateHooks.agreed_micro_batches`: ZeRO's forwards and
+    backwards are collectives, so every rank runs the same number). Either cut gives the
+    same gradient: the objective divides by the mini-batch's counts, not the micro-batch's."""
+    if not args.dynamic_batching:
+        return mini.chunks(args.per_device_train_batch_size)
+    cut = token_budget_rows(mini.attention_mask.sum(dim=1), args.max_tokens_per_micro_batch)
+    cut = split_to(cut, mini.attention_mask.sum(dim=1), hooks.agreed_micro_batches(len(cut)))
+    return [mini.select(rows) for rows in cut]
+
+
+def token_budget_rows(lengths: torch.Tensor, max_tokens: int) -> list[torch.Tensor]:
+    """Row indices of each micro-batch: rows sorted longest first ([B] `lengths`, the
+    attention-mask sums of right-padded rows), then cut greedily: a micro-batch takes rows
+    while rows x its first (longest) row's length <= `max_tokens`; a longer row goes alone.
+    Sorted rows are alike in length, so trimming (TokenBatch.trimmed) leaves little padding."""
+    order = torch.argsort(lengths, descending=True, stable=True)  # [B]
+    cut, start = [], 0
+    while start < len(order):
+        rows = max(1, max_tokens // max(1, int(lengths[order[start]])))
+        cut.append(order[start:start + rows])
+        start += rows
+    return cut
+
+
+def split_to(cut: list[torch.Tensor], lengths: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """`cut` with its largest micro-batches (padded tokens) halved until there are `n`
+    (every rank holds as many rows as the one that cut `n`, so n <= rows)."""
+    cut = list(cut)
+    while len(cut) < n:
+        i = max((j for j in range(len(cut)) if len(cut[j]) > 1),
+                key=lambda j: len(cut[j]) * int(lengths[cut[j][0]]))
+        half = (len(cut[i]) + 1) // 2
+        cut[i:i + 1] = [cut[i][:half], cut[i][half:]]
+    return cut
 
 
 def check_finite(metrics: dict[str, float], optimizer_step: int) -> None:
