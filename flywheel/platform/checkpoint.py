@@ -5,8 +5,9 @@ only after every file (and a `COMPLETE` marker) is fsynced to disk, so killing t
 (or losing power) at any moment leaves the previous complete checkpoint as the newest
 loadable one. `prune_checkpoints` keeps the newest N (save_total_limit). What goes
 inside is the caller's business (model, optimizer, pipeline cursor). Once a checkpoint is
-complete the run's plots.png is redrawn (`plots.refresh_run_plots`), so a long run's
-pictures are never older than its newest checkpoint.
+complete the run's plots.png is redrawn (`plots.refresh_run_plots`) if its last drawing
+is older than PLOT_REFRESH_S, so a long run's pictures are at most that much older than its
+newest checkpoint (the end of a run draws them whatever their age).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from flywheel.platform.plots import refresh_run_plots
 MARKER = "COMPLETE"
 PIPELINE_STATE = "pipeline_state.json"  # the step loop's own state (pipelines/loop/step_loop.py)
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+PLOT_REFRESH_S = 60.0
 
 
 @contextlib.contextmanager
@@ -43,7 +45,7 @@ def writing_checkpoint(output_dir: Path, step: int) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    refresh_run_plots(output_dir)
+    refresh_run_plots(output_dir, min_age_s=PLOT_REFRESH_S)
 
 
 def prune_checkpoints(output_dir: Path, keep: int | None) -> list[Path]:

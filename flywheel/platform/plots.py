@@ -1,7 +1,7 @@
 """Pictures of a run, drawn from its metrics.jsonl: `plots.png` in the run directory.
 
 One figure of six panels: reward, validation, staleness, throughput, idle fractions and
-seconds per phase. A run draws it at every checkpoint and at its end
+seconds per phase. A run draws it at checkpoints (at most once a minute) and at its end
 (`refresh_run_plots`, called by `writing_checkpoint` and `launch.run`); `platform plot
 RUN_DIR [RUN_DIR ...]` overlays runs on the same panels (one colour per run, one line
 style per metric) to compare, say, a synchronous and an asynchronous run. A panel whose
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,15 +206,19 @@ def _grey_like(line):
                   marker=line.get_marker(), markersize=line.get_markersize())
 
 
-def refresh_run_plots(run_dir: Path) -> Path | None:
+def refresh_run_plots(run_dir: Path, min_age_s: float = 0.0) -> Path | None:
     """Redraw `plots.png` of a run that has metrics, unless it is newer than them (the end
-    of a run follows its final checkpoint's drawing); never fails the run (a warning)."""
+    of a run follows its final checkpoint's drawing) or younger than `min_age_s` (a
+    checkpoint every few seconds would spend more time drawing than training: one drawing
+    is 1-2 s of CPU); never fails the run (a warning)."""
     run_dir = Path(run_dir)
     metrics, picture = run_dir / "metrics.jsonl", run_dir / PLOT_FILE
     if not metrics.exists():
         return None
-    if picture.exists() and picture.stat().st_mtime_ns > metrics.stat().st_mtime_ns:
-        return picture
+    if picture.exists():
+        drawn = picture.stat().st_mtime_ns
+        if drawn > metrics.stat().st_mtime_ns or time.time_ns() - drawn < min_age_s * 1e9:
+            return picture
     try:
         return draw([run_dir], picture)
     except Exception as error:  # noqa: BLE001 (a picture must not stop training)

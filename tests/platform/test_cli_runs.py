@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.cli import main
-from flywheel.platform.checkpoint import writing_checkpoint
+from flywheel.platform.checkpoint import PLOT_REFRESH_S, writing_checkpoint
 from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address
@@ -107,6 +107,27 @@ def test_checkpoint_redraws_the_plots(tmp_path):
         f.write(json.dumps({"step": 5, "reward/mean": 0.5}) + "\n")
     refresh_run_plots(run)
     assert (run / "plots.png").stat().st_mtime_ns > drawn
+
+
+def test_a_checkpoint_soon_after_a_drawing_does_not_redraw(tmp_path):
+    """One drawing per PLOT_REFRESH_S at most from checkpoints; the end of a run draws."""
+    run = make_run(tmp_path / "run", "running", 4)
+    with writing_checkpoint(run, 4):
+        pass
+    picture = run / "plots.png"
+    drawn = picture.stat().st_mtime_ns
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 5, "reward/mean": 0.5}) + "\n")
+    with writing_checkpoint(run, 5):
+        pass
+    assert picture.stat().st_mtime_ns == drawn  # younger than PLOT_REFRESH_S
+    old = drawn - int((PLOT_REFRESH_S + 1) * 1e9)  # as if drawn a while ago
+    os.utime(picture, ns=(old, old))
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 6, "reward/mean": 0.5}) + "\n")
+    with writing_checkpoint(run, 6):
+        pass
+    assert picture.stat().st_mtime_ns > old
 
 
 def test_examples_lists_every_shipped_config(capsys):
