@@ -24,10 +24,14 @@ from .sim_config import sim_config
 
 
 def thread_cores(pid: int) -> dict[int, str]:
-    """tid -> Cpus_allowed_list of every thread of a process."""
+    """tid -> Cpus_allowed_list of every thread of a process (a thread that ends while
+    they are read is left out)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except FileNotFoundError:
+            continue
         out[int(tid)] = next(line.split(":")[1].strip() for line in status.splitlines()
                              if line.startswith("Cpus_allowed_list"))
     return out
