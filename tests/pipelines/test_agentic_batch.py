@@ -12,6 +12,7 @@ from flywheel.envs import EnvManager, Trajectory
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
+    fit_rows,
     pack_steps,
     pack_trajectories,
 )
@@ -212,3 +213,36 @@ def test_trajectory_defaults_keep_failed_episodes_out():
     t = Trajectory(env_id=0, group_id=0, seed=1, env_type="frozen_lake", tag="FrozenLake",
                    error="env 0 raised")
     assert t.failed
+
+
+def test_gigpo_anchors_and_advantages_on_played_episodes():
+    cfg = agentic_cfg(step_level_samples=True, adv_estimator="gigpo", gamma=0.5,
+                      norm_mean_type="group", norm_std_type="none", step_reward_weight=0.5)
+    groups = played_groups(cfg, ["Right", "Right", "Down", "Down"])
+    group = groups[0]
+    a, b = group.trajectories
+    # same seed, same replies: both episodes saw the same observations turn by turn;
+    # give them different rewards and let B stop a turn early
+    a.rewards, b.rewards = [0.0, 1.0], [0.0]
+    a.turn_spans, b.turn_spans = a.turn_spans[:2], b.turn_spans[:1]
+    batch = pack_steps([group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=4,
+                       episode_gamma=1.0)
+    assert batch.anchor.tolist() == [0, 1, 0, -1]  # turn 0s share the start; one pad row
+    agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
+    # episode part (mean only): scores 1, 0 -> +.5, -.5. G: A (.5, 1), B (0).
+    # anchor 0: (.5, 0) -> +.25, -.25; anchor 1: A alone -> 0. A = ep + .5 * step
+    first = [batch.advantages[r][batch.response_mask[r] == 1][0].item() for r in range(3)]
+    assert first == pytest.approx([0.5 + 0.125, 0.5, -0.5 - 0.125], abs=1e-5)
+    assert batch.advantages[3].abs().sum() == 0
+
+
+def test_fit_rows_drops_padding_then_fills_whole_optimizer_steps():
+    cfg = agentic_cfg(step_level_samples=True, adv_estimator="step_reinforce")
+    groups = played_groups(cfg, ["Right", "Right", "Down", "Down"])
+    turns = sum(len(t.turn_spans) for g in groups for t in g.trajectories)
+    batch = pack_steps(groups, pad_id=0, gamma=1.0, turn_level=True, multiple_of=5)
+    agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
+    metrics = fit_rows(batch, "copy", 3, seed=0)
+    assert len(batch) == turns + (-turns % 3) and (batch.episode >= 0).all()
+    assert metrics["rollout/batch_rows_added"] == -turns % 3
+    assert len(batch.advantages) == len(batch.scores) == len(batch)
