@@ -228,6 +228,9 @@ def test_gigpo_anchors_and_advantages_on_played_episodes():
     batch = pack_steps([group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=4,
                        episode_gamma=1.0)
     assert batch.anchor.tolist() == [0, 1, 0, -1]  # turn 0s share the start; one pad row
+    # an anchor never spans two groups, even where they saw the same observation
+    both = pack_steps([group, group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=1)
+    assert both.anchor.tolist() == [0, 1, 0, 2, 3, 2]
     agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
     # episode part (mean only): scores 1, 0 -> +.5, -.5. G: A (.5, 1), B (0).
     # anchor 0: (.5, 0) -> +.25, -.25; anchor 1: A alone -> 0. A = ep + .5 * step
