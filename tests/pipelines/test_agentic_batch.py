@@ -249,3 +249,23 @@ def test_fit_rows_drops_padding_then_fills_whole_optimizer_steps():
     assert len(batch) == turns + (-turns % 3) and (batch.episode >= 0).all()
     assert metrics["rollout/batch_rows_added"] == -turns % 3
     assert len(batch.advantages) == len(batch.scores) == len(batch)
+
+
+@pytest.mark.parametrize("groups, group_size, cap, per_job, workers", [
+    (1, 1, 16, 1, 1),   # ROLL's FrozenLake node demos: a cap above the pool is one worker
+    (5, 2, 8, 4, 2),    # 4 whole groups fit under 8 envs: 4 + 1 groups
+    (3, 4, 6, 1, 3),    # 6 is not a multiple of 4: one group (4 envs) per worker
+    (4, 2, 0, 4, 1),    # 0: every env in one worker
+])
+def test_max_env_num_per_worker_is_a_cap(groups, group_size, cap, per_job, workers):
+    from flywheel.pipelines.agentic.env_jobs import groups_per_job, num_env_workers
+    cfg = agentic_cfg(rollout_batch_size=groups * group_size, val_batch_size=1,
+                      train_env_manager={"num_env_groups": groups, "group_size": group_size,
+                                         "max_env_num_per_worker": cap},
+                      val_env_manager={"num_env_groups": 1, "group_size": 1},
+                      actor_train={"training_args": {"per_device_train_batch_size": 1}})
+    assert groups_per_job(cfg.train_env_manager) == per_job
+    assert num_env_workers(cfg) == workers
+    jobs = train_jobs(cfg, batch_index=0, infer_workers=1)
+    assert sum(j.num_groups for j in jobs) == groups
+    assert max(j.num_groups * group_size for j in jobs) <= (cap or groups * group_size)

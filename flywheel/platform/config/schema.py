@@ -514,9 +514,10 @@ class EnvManagerArgs:
     actor_infer for every turn, so env stepping runs beside generation. A group is
     `group_size` envs reset with one seed: GRPO compares their episodes."""
 
-    # Envs per env worker (one Ray actor, one CPU process); workers = num_env_groups *
-    # group_size / max_env_num_per_worker. 0: every env in one worker (ROLL's default).
-    # A multiple of group_size (a group never straddles two workers).
+    # At most this many envs per env worker (one Ray actor, one CPU process), as in ROLL:
+    # a cap, not a divisor. Each worker holds the whole groups that fit (a group never
+    # straddles two workers, so at least group_size); workers = ceil(num_env_groups /
+    # groups per worker). 0: every env in one worker (ROLL's default).
     max_env_num_per_worker: int = 0
     # Groups in the pool, i.e. played at a time. Training: a step takes
     # rollout_batch_size / group_size groups (more than the pool: envs play several episodes).
