@@ -61,6 +61,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
     fit_val_lengths(data, out)
     step_credit.fit_step_credit(data, out)  # per-turn rows, step estimators, templates
+    step_credit.fit_rollout_only(data, out)
     finish(data, out)  # ROLL's defaults written, inert keys dropped
     step_credit.fit_batch_adjust(data, out)
     if not out.missing:

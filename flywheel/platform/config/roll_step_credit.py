@@ -163,3 +163,32 @@ def _step_templates(out: Conversion) -> None:
             out.mapped.append(f"custom_envs.{tag}.agent_template: {{current_observation}} "
                               f"-> {{observation}}, {{history}} -> '' (the row's prompt "
                               f"holds every earlier turn)")
+
+
+SAMPLING_KEYS = ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
+                 "stop_strings")
+
+
+def fit_rollout_only(data: dict[str, Any], out: Conversion) -> None:
+    """ROLL's rollout-only agentic pipeline (agentic_rollout_pipeline.py: an agentic file
+    without actor_train) plays rollout_batch_size episodes of the train pool per step for
+    max_steps steps, logs their metrics and trains nothing. flywheel's equivalent: a run of
+    0 training steps whose step-0 validation plays the same rollout_batch_size x max_steps
+    episodes on that pool with the file's sampling, logged once under val/env/. The
+    advantage estimator is inert (ROLL's default gae needs a critic only to train)."""
+    if out.pipeline_type != "agentic" or data.get("actor_train") is not None:
+        return
+    steps = int(data.get("max_steps", 0) or 0)
+    episodes = int(data.get("rollout_batch_size", 128)) * max(steps, 1)
+    pool = copy.deepcopy(out.data.get("train_env_manager") or {})
+    sampling = (out.data.get("actor_infer") or {}).get("generating_args") or {}
+    out.data.update(max_steps=0, eval_steps=1, val_batch_size=episodes,
+                    val_env_manager=pool, adv_estimator="grpo")
+    out.data["validation"] = {"generating_args": {
+        "do_sample": True, **{k: v for k, v in sampling.items() if k in SAMPLING_KEYS}}}
+    out.mapped.append(f"rollout-only pipeline (no actor_train) -> max_steps: 0 with a "
+                      f"step-0 validation of rollout_batch_size x max_steps = {episodes} "
+                      f"episodes on train_env_manager's pool, sampled as actor_infer "
+                      f"samples; nothing is trained, so adv_estimator "
+                      f"{data.get('adv_estimator', ROLL_DEFAULTS['adv_estimator'])} is not "
+                      f"read")
