@@ -237,6 +237,14 @@ def test_gigpo_anchors_and_advantages_on_played_episodes():
     first = [batch.advantages[r][batch.response_mask[r] == 1][0].item() for r in range(3)]
     assert first == pytest.approx([0.5 + 0.125, 0.5, -0.5 - 0.125], abs=1e-5)
     assert batch.advantages[3].abs().sum() == 0
+    clipped = pack_steps([group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=4,
+                         episode_gamma=1.0)
+    agentic_advantages(clipped, agentic_cfg(step_level_samples=True, adv_estimator="gigpo",
+                                            norm_mean_type="group", norm_std_type="none",
+                                            step_reward_weight=0.5, reward_clip=0.55),
+                       group_size=2, kl_coef=0.0)
+    first = [clipped.advantages[r][clipped.response_mask[r] == 1][0].item() for r in range(3)]
+    assert first == pytest.approx([0.55, 0.5, -0.55], abs=1e-5)  # reward_clip acts here too
 
 
 def test_fit_rows_drops_padding_then_fills_whole_optimizer_steps():

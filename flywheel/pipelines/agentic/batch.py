@@ -156,6 +156,8 @@ def _step_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int) ->
     else:
         mean_sets, std_sets = _scopes(episode, cfg, group_size)
         row = normalize_within(returns, mean_sets, center, scale, EPS, std_sets)
+    if cfg.reward_clip is not None:  # ROLL clips these response-level values (utils.py)
+        row = row.clamp(-cfg.reward_clip, cfg.reward_clip)
     per_row = torch.zeros(len(batch))  # [B]
     per_row[real] = row
     return per_row[:, None].expand_as(batch.response_mask)  # [B, L]
