@@ -133,7 +133,7 @@ def test_sokoban_sandbox_and_agent_runner_play_the_local_sokoban(tmp_path):
                          drop=("batch_adjust_mode", "step_reward_gamma"))
     assert conversion.missing == []
     env = load_config_dict(conversion.data).custom_envs["Guess"]
-    assert env.env_type == "sokoban" and env.env_config == {}
+    assert env.env_type == "sokoban" and env.env_config == {"step_penalty": -0.1}
     assert env.agent_template == "{observation}\nTurn {turn_idx}: "
     report = "\n".join(conversion.mapped + conversion.dropped)
     assert "sokoban_sandbox -> sokoban (ROLL plays Sokoban in its remote sandbox" in report
@@ -155,3 +155,27 @@ def test_rollout_only_file_becomes_a_step_zero_validation(tmp_path):
     gen = cfg.validation.generating_args
     assert gen.do_sample and gen.temperature == 0.9 and gen.top_p == 0.99
     assert cfg.adv_estimator == "grpo"  # ROLL's default gae is not read: nothing trains
+
+
+def test_rolls_sokoban_env_config_becomes_the_local_envs(tmp_path):
+    from flywheel.envs import make
+    sokoban = {"env_type": "sokoban", "max_steps": 5, "max_tokens_per_step": 16,
+               "agent_template": "{observation}",
+               "env_config": {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 30,
+                              "max_steps": 5,
+                              "grid_lookup": {0: "W", 1: ".", 2: "G", 3: "C", 4: "B",
+                                              5: "A", 6: "@"}}}
+    conversion = convert(tmp_path, {"adv_estimator": "grpo", "reward_normalization": None,
+                                    "custom_envs": {"Guess": sokoban}},
+                         drop=("batch_adjust_mode", "step_reward_gamma"))
+    assert conversion.missing == []
+    config = load_config_dict(conversion.data).custom_envs["Guess"].env_config
+    assert config["size"] == 6 and config["step_penalty"] == -0.1
+    assert "dim_room" not in config and "search_depth" not in config
+    observation, _ = make("sokoban", **config).reset(seed=0)  # builds: every key accepted
+    assert "W" in observation and "#" not in observation.splitlines()[-1]
+    square = {**sokoban, "env_config": {"dim_room": [6, 8]}}
+    assert any("not square" in m for m in convert(
+        tmp_path, {"adv_estimator": "grpo", "reward_normalization": None,
+                   "custom_envs": {"Guess": square}},
+        drop=("batch_adjust_mode", "step_reward_gamma")).missing)

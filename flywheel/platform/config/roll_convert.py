@@ -33,6 +33,7 @@ from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
 from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
+from flywheel.platform.config.roll_envs import fit_env_config
 from flywheel.platform.config.roll_judge import judge_settings, served_judges
 from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
@@ -397,7 +398,8 @@ def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> N
     if "max_steps" in env_config:  # ROLL repeats the turn limit inside env_config
         env_config.pop("max_steps")
         out.mapped.append(f"{where}.env_config.max_steps -> {where}.max_steps")
-    if "env_config" in target:
+    env_config = fit_env_config(target.get("env_type"), env_config, f"{where}.env_config", out)
+    if env_config or "env_config" in target:
         target["env_config"] = env_config
     out.data.setdefault("custom_envs", {})[tag] = target
 
