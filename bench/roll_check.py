@@ -11,7 +11,9 @@ configs are other pipelines), reports:
 - native: whether flywheel's strict loader reads it, or would with only its unknown keys
   removed ("unknown keys only"), or fails for another reason (named);
 - convert: whether `platform convert --from roll` turns it into a config that validates, or
-  which flywheel-missing features stop it (counted by feature over all files).
+  which flywheel-missing features stop it (counted by feature over all files);
+- envs (agentic, converted): whether every env tag the converted file plays builds with its
+  env_config (a key the env does not take validates but fails when the run starts).
 
 Figures, not a test: ROLL's files change, so this prints counts and writes JSON. The test
 suite exercises each mechanism on small fixtures under tests/data/configs/roll/.
@@ -127,9 +129,27 @@ def check(root: Path) -> dict:
             continue
         row.update(roll_loads=True, converted=not conversion.missing,
                    missing=conversion.missing, ignored=conversion.ignored)
+        if kind == "agentic" and row["converted"]:
+            row["env_errors"] = env_errors(conversion.data)
         row["native"], row["native_detail"] = native(path)
         rows.append(row)
     return {"rows": rows, "summary": summarize(rows)}
+
+
+def env_errors(data: dict) -> list[str]:
+    """"tag: error" for each played env tag of a converted agentic config that fails to
+    build (flywheel.envs.make with its env_config)."""
+    from flywheel.envs import make  # the envs only this check needs
+    tags = {t for m in ("train_env_manager", "val_env_manager")
+            for t in ((data.get(m) or {}).get("tags") or [])}
+    errors = []
+    for tag in sorted(tags):
+        env = (data.get("custom_envs") or {}).get(tag) or {}
+        try:
+            make(env.get("env_type", "frozen_lake"), **(env.get("env_config") or {}))
+        except Exception as error:  # noqa: BLE001 - reported per tag
+            errors.append(f"{tag}: {error}")
+    return errors
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -145,6 +165,8 @@ def summarize(rows: list[dict]) -> dict:
         "converted_and_valid": sum(r["converted"] for r in loads),
         "converted_by_kind": {k: sum(1 for r in loads if r["kind"] == k and r["converted"])
                               for k in ("rlvr", "agentic")},
+        "agentic_converted_envs_build": sum(1 for r in loads if r.get("converted") and
+                                            r["kind"] == "agentic" and not r["env_errors"]),
         "not_converted_missing_features": dict(features.most_common()),
     }
 

@@ -28,6 +28,7 @@ from flywheel.envs.env_manager import (
     group_seed,
 )
 from flywheel.envs.frozen_lake import FrozenLakeEnv
+from flywheel.envs.gem_adapter import GEM_ENVS, GemEnv
 from flywheel.envs.guess_number import GuessNumberEnv
 from flywheel.envs.registry import make, register, register_from_import_path, registered_envs
 from flywheel.envs.sokoban import SokobanEnv
@@ -43,6 +44,8 @@ from flywheel.envs.trajectory import (
 register("frozen_lake", FrozenLakeEnv)
 register("sokoban", SokobanEnv)
 register("guess_number", GuessNumberEnv)
+for _name, _factory in GEM_ENVS.items():  # GEM (gem-llm) envs by their GEM ids
+    register(_name, _factory)
 
 __all__ = [
     "DEFAULT_ACTION_PATTERN",
@@ -50,6 +53,7 @@ __all__ = [
     "EnvManager",
     "EnvManagerConfig",
     "FrozenLakeEnv",
+    "GemEnv",
     "GenerateFn",
     "GuessNumberEnv",
     "SokobanEnv",

@@ -10,6 +10,10 @@ tests and debugging; it is never shown to the model and is not necessarily the s
 
 Rendering, one row per line:
     # wall   _ floor   O target   X box   √ box on target   P player   S player on target
+Other symbols by `grid_lookup` (ROLL's Sokoban key and cell codes: 0 wall, 1 floor,
+2 target, 3 box on target, 4 box, 5 player, 6 player on target) and their meanings in
+the instruction by `grid_vocab` (symbol -> words), as ROLL's SokobanDifferentGridVocab tag
+renders the same game with another vocabulary.
 Actions: Up, Down, Left, Right (case-insensitive). Walking into a wall, or pushing a box
 into a wall or another box, is a legal move that changes nothing.
 Rewards: `reward_box_on_target` for each box pushed onto a target (its negative for each
@@ -40,6 +44,11 @@ Cell = tuple[int, int]
 MOVES: dict[str, Cell] = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 OPPOSITE = {"Up": "Down", "Down": "Up", "Left": "Right", "Right": "Left"}
 
+# ROLL's cell codes -> flywheel's symbols, and the words the instruction gives each symbol
+DEFAULT_GRID_LOOKUP = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
+DEFAULT_GRID_VOCAB = {"#": "wall", "_": "floor", "O": "target", "X": "box",
+                      "√": "box on target", "P": "you", "S": "you on a target"}
+WALL, FLOOR, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
 FLOOR_FRACTION = 0.75  # share of the interior carved into floor
 MAX_GENERATION_ATTEMPTS = 1000
 
@@ -132,6 +141,9 @@ class SokobanEnv(TextEnv):
         step_penalty: added on every legal move (usually <= 0).
         action_pattern: regex that extracts the action from the reply (see base.py).
         format_penalty: reward for an unparseable action, <= 0.
+        grid_lookup: cell code (0-6, module docstring) -> symbol; None: # _ O √ X P S.
+        grid_vocab: symbol -> its meaning in the instruction; None: the default words for
+            the symbols grid_lookup gives.
     """
 
     def __init__(
@@ -145,7 +157,11 @@ class SokobanEnv(TextEnv):
         step_penalty: float = 0.0,
         action_pattern: str = DEFAULT_ACTION_PATTERN,
         format_penalty: float = DEFAULT_FORMAT_PENALTY,
+        grid_lookup: dict[int, str] | None = None,
+        grid_vocab: dict[str, str] | None = None,
     ) -> None:
+        self.grid_lookup = _check_grid_lookup(grid_lookup)
+        self.grid_vocab = _grid_vocab(self.grid_lookup, grid_vocab)
         if not isinstance(size, int) or size < 5:
             raise ValueError(f"size must be an int >= 5, got {size!r}")
         if not isinstance(num_boxes, int) or not 1 <= num_boxes <= (size - 2) ** 2 // 8:
@@ -182,8 +198,7 @@ class SokobanEnv(TextEnv):
         return (
             "Sokoban: push every box onto a target. You can push one box at a time and "
             "cannot pull.\n"
-            "Symbols: # wall, _ floor, O target, X box, √ box on target, P you, "
-            "S you on a target.\n"
+            f"Symbols: {', '.join(f'{k} {v}' for k, v in self.grid_vocab.items())}.\n"
             f"Actions: {', '.join(MOVES)}."
         )
 
@@ -238,13 +253,14 @@ class SokobanEnv(TextEnv):
                 cell = (r, c)
                 on_target = cell in level.targets
                 if cell in level.walls:
-                    row.append("#")
+                    code = WALL
                 elif cell == self._player:
-                    row.append("S" if on_target else "P")
+                    code = PLAYER_ON_TARGET if on_target else PLAYER
                 elif cell in self._boxes:
-                    row.append("√" if on_target else "X")
+                    code = BOX_ON_TARGET if on_target else BOX
                 else:
-                    row.append("O" if on_target else "_")
+                    code = TARGET if on_target else FLOOR
+                row.append(self.grid_lookup[code])
             rows.append("".join(row))
         return "\n".join(rows)
 
@@ -252,6 +268,34 @@ class SokobanEnv(TextEnv):
         if self.level is None:
             raise RuntimeError("SokobanEnv: call reset() before step() or render_text()")
         return self.level
+
+
+def _check_grid_lookup(grid_lookup: dict[int, str] | None) -> dict[int, str]:
+    if grid_lookup is None:
+        return dict(DEFAULT_GRID_LOOKUP)
+    try:
+        lookup = {int(k): v for k, v in dict(grid_lookup).items()}
+    except (TypeError, ValueError):
+        lookup = {}
+    symbols = list(lookup.values())
+    if (set(lookup) != set(DEFAULT_GRID_LOOKUP) or not all(
+            isinstance(v, str) and len(v) == 1 and not v.isspace() for v in symbols)
+            or len(set(symbols)) != len(symbols)):
+        raise ValueError(f"grid_lookup must map each cell code 0-6 to its own one-character "
+                         f"symbol, got {grid_lookup!r}")
+    return lookup
+
+
+def _grid_vocab(lookup: dict[int, str], grid_vocab: dict[str, str] | None) -> dict[str, str]:
+    """Symbol -> meaning, in the default order (wall, floor, target, box, box on target,
+    you, you on a target)."""
+    if grid_vocab is None:
+        words = dict(zip(DEFAULT_GRID_LOOKUP.values(), range(7)))
+        return {lookup[words[sym]]: meaning for sym, meaning in DEFAULT_GRID_VOCAB.items()}
+    if not isinstance(grid_vocab, dict) or set(grid_vocab) != set(lookup.values()):
+        raise ValueError(f"grid_vocab must give a meaning to each symbol of grid_lookup "
+                         f"({sorted(lookup.values())}), got {grid_vocab!r}")
+    return {str(k): str(v) for k, v in grid_vocab.items()}
 
 
 def _info(action_is_valid: bool, success: bool) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class TokenBatch:
     version: torch.Tensor | None = None  # policy version that started the sample (long)
     episode: torch.Tensor | None = None  # agentic per-turn rows: episode index, -1 = padding
     episode_return: torch.Tensor | None = None  # agentic: the episode's discounted return
+    anchor: torch.Tensor | None = None  # agentic per-turn rows: GiGPO anchor state, -1 = pad
     truncated: torch.Tensor | None = None  # RLVR: bool, the length limit cut the response
 
     def __len__(self) -> int:
@@ -79,7 +80,8 @@ class TokenBatch:
         return self.map(lambda t: t[:, :length], lambda t: t)
 
 
-SAMPLE_FIELDS = frozenset({"scores", "version", "episode", "episode_return", "truncated"})
+SAMPLE_FIELDS = frozenset({"scores", "version", "episode", "episode_return", "anchor",
+                           "truncated"})
 
 
 def pack_sequences(

@@ -93,29 +93,42 @@ def _tiny_roles(strategy_train: str = "hf_train") -> dict:
 
 @pytest.mark.slow
 def test_an_agentic_run_logs_only_explained_metrics(tmp_path, ray_session, site_generate):
+    """Also the real agentic run of a GEM env (gem-llm's game:GuessTheNumber-v0 through
+    envs/gem_adapter.py) on per-turn rows with GiGPO credit, and of batch_adjust_mode
+    fitting 6 episodes' rows to optimizer steps of 4 (issue 26)."""
     cfg = load_config_dict({
         "pipeline_type": "agentic", "exp_name": "docs_metrics_agentic",
         "output_dir": str(tmp_path / "agentic"),
         "pretrain": "builtin://tiny-qwen2-h4",  # random init with a vocabulary for grids
-        "max_steps": 1, "logging_steps": 100, "rollout_batch_size": 4,
+        "max_steps": 1, "logging_steps": 100, "rollout_batch_size": 6,
         "tracking": {"backends": ["jsonl"], "sample_text_steps": 0},
         "actor_train": {**_tiny_roles(), "training_args": {"per_device_train_batch_size": 4}},
         "actor_infer": {"device_mapping": [0]},
-        "train_env_manager": {"num_env_groups": 2, "group_size": 2,
-                              "tags": ["FrozenLake", "GuessNumber"]},
-        "val_env_manager": {"num_env_groups": 2, "group_size": 1,
-                            "tags": ["FrozenLake", "GuessNumber"]},
+        "step_level_samples": True, "adv_estimator": "gigpo", "norm_std_type": "none",
+        "batch_adjust_mode": "copy",
+        "train_env_manager": {"num_env_groups": 3, "group_size": 2,
+                              "tags": ["FrozenLake", "GuessNumber", "Gem"]},
+        "val_env_manager": {"num_env_groups": 3, "group_size": 1,
+                            "tags": ["FrozenLake", "GuessNumber", "Gem"]},
         "custom_envs": {
             "FrozenLake": {"env_type": "frozen_lake", "max_steps": 1, "max_tokens_per_step": 2,
                            "env_config": {"size": 3, "is_slippery": False}},
             "GuessNumber": {"env_type": "guess_number", "max_steps": 1,
                             "max_tokens_per_step": 2},
+            "Gem": {"env_type": "game:GuessTheNumber-v0", "max_steps": 2,
+                    "max_tokens_per_step": 2, "env_config": {"max_turns": 2}},
         },
     })
-    keys = _logged_keys(run(cfg))
+    out = run(cfg)
+    keys = _logged_keys(out)
     for expected in ("env/success", "env/FrozenLake/success", "env/GuessNumber/success",
-                     "rollout/dropped_env_error"):
+                     "env/Gem/success", "env/Gem/action_is_valid", "rollout/dropped_env_error",
+                     "rollout/batch_rows_added"):
         assert expected in keys, expected
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    turns = round(record["env/episode_length"] * 6)
+    assert (turns + record["rollout/batch_rows_added"]) % 4 == 0  # whole optimizer steps
+    assert record["actor/optimizer_steps"] == (turns + record["rollout/batch_rows_added"]) / 4
     _assert_explained(site_generate, keys)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flywheel.envs import SokobanEnv
+from flywheel.envs import SokobanEnv, make
 from flywheel.envs.sokoban import generate_level
 
 
@@ -127,3 +127,18 @@ def test_bad_arguments() -> None:
         SokobanEnv(size=6, num_boxes=3)
     with pytest.raises(ValueError, match="size"):
         SokobanEnv(size=4)
+
+
+def test_grid_lookup_renders_the_same_level_with_rolls_other_vocabulary() -> None:
+    plain = make("sokoban")
+    lookup = {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
+    vocab = {"W": "wall", ".": "empty", "G": "target", "C": "box on target", "B": "box",
+             "A": "player", "@": "player on target"}
+    other = make("sokoban", grid_lookup=lookup, grid_vocab=vocab)
+    first, _ = plain.reset(seed=4)
+    second, _ = other.reset(seed=4)
+    table = str.maketrans("#_OX√PS", "W.GBCA@")
+    assert second.splitlines()[-6:] == [row.translate(table) for row in first.splitlines()[-6:]]
+    assert "Symbols: W wall, . empty, G target, C box on target, B box, A player" in second
+    with pytest.raises(ValueError, match="grid_lookup"):
+        make("sokoban", grid_lookup={0: "W", 1: "W", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"})

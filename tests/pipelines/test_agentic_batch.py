@@ -12,6 +12,7 @@ from flywheel.envs import EnvManager, Trajectory
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
+    fit_rows,
     pack_steps,
     pack_trajectories,
 )
@@ -212,3 +213,67 @@ def test_trajectory_defaults_keep_failed_episodes_out():
     t = Trajectory(env_id=0, group_id=0, seed=1, env_type="frozen_lake", tag="FrozenLake",
                    error="env 0 raised")
     assert t.failed
+
+
+def test_gigpo_anchors_and_advantages_on_played_episodes():
+    cfg = agentic_cfg(step_level_samples=True, adv_estimator="gigpo", gamma=0.5,
+                      norm_mean_type="group", norm_std_type="none", step_reward_weight=0.5)
+    groups = played_groups(cfg, ["Right", "Right", "Down", "Down"])
+    group = groups[0]
+    a, b = group.trajectories
+    # same seed, same replies: both episodes saw the same observations turn by turn;
+    # give them different rewards and let B stop a turn early
+    a.rewards, b.rewards = [0.0, 1.0], [0.0]
+    a.turn_spans, b.turn_spans = a.turn_spans[:2], b.turn_spans[:1]
+    batch = pack_steps([group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=4,
+                       episode_gamma=1.0)
+    assert batch.anchor.tolist() == [0, 1, 0, -1]  # turn 0s share the start; one pad row
+    # an anchor never spans two groups, even where they saw the same observation
+    both = pack_steps([group, group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=1)
+    assert both.anchor.tolist() == [0, 1, 0, 2, 3, 2]
+    agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
+    # episode part (mean only): scores 1, 0 -> +.5, -.5. G: A (.5, 1), B (0).
+    # anchor 0: (.5, 0) -> +.25, -.25; anchor 1: A alone -> 0. A = ep + .5 * step
+    first = [batch.advantages[r][batch.response_mask[r] == 1][0].item() for r in range(3)]
+    assert first == pytest.approx([0.5 + 0.125, 0.5, -0.5 - 0.125], abs=1e-5)
+    assert batch.advantages[3].abs().sum() == 0
+    clipped = pack_steps([group], pad_id=0, gamma=0.5, turn_level=True, multiple_of=4,
+                         episode_gamma=1.0)
+    agentic_advantages(clipped, agentic_cfg(step_level_samples=True, adv_estimator="gigpo",
+                                            norm_mean_type="group", norm_std_type="none",
+                                            step_reward_weight=0.5, reward_clip=0.55),
+                       group_size=2, kl_coef=0.0)
+    first = [clipped.advantages[r][clipped.response_mask[r] == 1][0].item() for r in range(3)]
+    assert first == pytest.approx([0.55, 0.5, -0.55], abs=1e-5)  # reward_clip acts here too
+
+
+def test_fit_rows_drops_padding_then_fills_whole_optimizer_steps():
+    cfg = agentic_cfg(step_level_samples=True, adv_estimator="step_reinforce")
+    groups = played_groups(cfg, ["Right", "Right", "Down", "Down"])
+    turns = sum(len(t.turn_spans) for g in groups for t in g.trajectories)
+    batch = pack_steps(groups, pad_id=0, gamma=1.0, turn_level=True, multiple_of=5)
+    agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
+    metrics = fit_rows(batch, "copy", 3, seed=0)
+    assert len(batch) == turns + (-turns % 3) and (batch.episode >= 0).all()
+    assert metrics["rollout/batch_rows_added"] == -turns % 3
+    assert len(batch.advantages) == len(batch.scores) == len(batch)
+
+
+@pytest.mark.parametrize("groups, group_size, cap, per_job, workers", [
+    (1, 1, 16, 1, 1),   # ROLL's FrozenLake node demos: a cap above the pool is one worker
+    (5, 2, 8, 4, 2),    # 4 whole groups fit under 8 envs: 4 + 1 groups
+    (3, 4, 6, 1, 3),    # 6 is not a multiple of 4: one group (4 envs) per worker
+    (4, 2, 0, 4, 1),    # 0: every env in one worker
+])
+def test_max_env_num_per_worker_is_a_cap(groups, group_size, cap, per_job, workers):
+    from flywheel.pipelines.agentic.env_jobs import groups_per_job, num_env_workers
+    cfg = agentic_cfg(rollout_batch_size=groups * group_size, val_batch_size=1,
+                      train_env_manager={"num_env_groups": groups, "group_size": group_size,
+                                         "max_env_num_per_worker": cap},
+                      val_env_manager={"num_env_groups": 1, "group_size": 1},
+                      actor_train={"training_args": {"per_device_train_batch_size": 1}})
+    assert groups_per_job(cfg.train_env_manager) == per_job
+    assert num_env_workers(cfg) == workers
+    jobs = train_jobs(cfg, batch_index=0, infer_workers=1)
+    assert sum(j.num_groups for j in jobs) == groups
+    assert max(j.num_groups * group_size for j in jobs) <= (cap or groups * group_size)

@@ -94,13 +94,21 @@ BASE = {"pipeline_type": "agentic", "rollout_batch_size": 8,
                             "num_groups_partition": [1]}},
      "train_env_manager.num_groups_partition", "one group count"),
     ({"train_env_manager": {"num_env_groups": 2, "group_size": 4,
-                            "max_env_num_per_worker": 6}},
-     "train_env_manager.max_env_num_per_worker", "multiple of group_size"),
+                            "max_env_num_per_worker": 3}},
+     "train_env_manager.max_env_num_per_worker", "less than group_size=4"),
     ({"custom_envs": {"FrozenLake": {"agent_template": "{state}"}}},
      "custom_envs.FrozenLake.agent_template", "unknown placeholder"),
     ({"num_return_sequences_in_group": 4}, "num_return_sequences_in_group", "group_size"),
     ({"turn_level_returns": True, "init_kl_coef": 0.1,
       "reference": {"device_mapping": [0]}}, "turn_level_returns", "use_kl_loss"),
+    ({"adv_estimator": "gigpo"}, "adv_estimator", "step_level_samples: true"),
+    ({"step_level_samples": True, "adv_estimator": "grpo", "step_reward_weight": 0.5},
+     "step_reward_weight", "with adv_estimator gigpo"),
+    ({"step_level_samples": True, "adv_estimator": "step_reinforce",
+      "turn_level_returns": True}, "turn_level_returns", "with adv_estimator grpo or reinforce"),
+    ({"rollout_batch_size": 4, "train_env_manager": {"num_env_groups": 1, "group_size": 4},
+      "actor_train": {"training_args": {"per_device_train_batch_size": 8}}},
+     "rollout_batch_size", "not a multiple of actor_train's global batch"),
 ])
 def test_agentic_mistakes_name_the_key(change, key_path, message):
     raw = {**BASE, "actor_train": {"training_args": {"per_device_train_batch_size": 4}},
@@ -108,6 +116,20 @@ def test_agentic_mistakes_name_the_key(change, key_path, message):
     with pytest.raises(ConfigError) as info:
         load_config_dict(raw)
     assert info.value.key_path == key_path and message in str(info.value)
+
+
+def test_step_credit_keys_load_and_batch_adjust_mode_lifts_the_batch_rule():
+    raw = {**BASE, "rollout_batch_size": 4, "train_env_manager": {"num_env_groups": 1,
+                                                                  "group_size": 4},
+           "actor_train": {"training_args": {"per_device_train_batch_size": 8}},
+           "step_level_samples": True, "adv_estimator": "gigpo", "norm_std_type": "none",
+           "episode_reward_weight": 1.0, "step_reward_weight": 0.5, "gamma": 0.95}
+    for mode in ("copy", "delete", "auto", "random_sample"):
+        cfg = load_config_dict({**raw, "batch_adjust_mode": mode})
+        assert (cfg.adv_estimator, cfg.batch_adjust_mode) == ("gigpo", mode)
+    with pytest.raises(ConfigError) as info:
+        load_config_dict({"rollout_batch_size": 8, "adv_estimator": "step_reinforce"})
+    assert info.value.key_path == "adv_estimator"
 
 
 def test_rlvr_configs_ignore_agentic_defaults():

@@ -18,13 +18,29 @@ Advantages:
   over the episodes of the group; zero where the group's std is below eps, like GRPO.
   Step-level rows use the same formula with their own G_t (or the episode score when
   turn_level_returns is off).
+- `step_reinforce` / `gigpo` (step rows only): algorithms/step_credit.py. A turn's anchor
+  state (GiGPO) is its env group plus the observation tokens it saw (the env text between
+  the previous turn's response and this turn, the whole first prompt for turn 0), as ROLL's
+  StepEnvManager hashes the current observation.
+
+`fit_rows` then applies `batch_adjust_mode`: rows dropped or repeated so a step's rows fill
+whole optimizer steps; after the advantages, so their statistics see every episode played
+(ROLL adjusts before, so a dropped row leaves its group's statistics there).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from flywheel.algorithms import advantage_clip, whiten_advantages
+from flywheel.algorithms.step_credit import (
+    anchor_ids,
+    fitted_rows,
+    gigpo_advantages,
+    normalize_within,
+)
 from flywheel.envs import aggregate_metrics, discounted_returns, to_step_samples
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
 from flywheel.pipelines.rlvr.train_batch import add_advantages
@@ -61,14 +77,19 @@ def pack_trajectories(groups: list[EpisodeGroup], pad_id: int, gamma: float) -> 
 
 
 def pack_steps(groups: list[EpisodeGroup], pad_id: int, gamma: float, turn_level: bool,
-               multiple_of: int) -> TokenBatch:
-    """One row per turn, padded with loss-free rows to a multiple of `multiple_of`."""
+               multiple_of: int, episode_gamma: float | None = None) -> TokenBatch:
+    """One row per turn, padded with loss-free rows to a multiple of `multiple_of`.
+    `episode_return` is G_0 discounted by `episode_gamma` (default `gamma`; 1.0 gives the
+    episode's total reward, GiGPO's episode score)."""
     prompts, responses, logprobs, scores, episode, versions = [], [], [], [], [], []
+    anchors: list[tuple] = []
     index = 0
-    for g in groups:
+    for g_index, g in enumerate(groups):
         for t in g.trajectories:
             steps = to_step_samples(t, gamma)
-            for step in steps:
+            ends = [0] + [end for _, end in t.turn_spans]
+            for step, (start, _) in zip(steps, t.turn_spans):
+                anchors.append((g_index, tuple(t.input_ids[ends[step.turn_idx]:start])))
                 prompts.append(step.prompt_ids)
                 responses.append(step.response_ids)
                 logprobs.append(step.response_logprobs)
@@ -85,8 +106,9 @@ def pack_steps(groups: list[EpisodeGroup], pad_id: int, gamma: float, turn_level
     batch.scores = torch.tensor(scores + [0.0] * padding)
     batch.version = torch.tensor(versions + [versions[0]] * padding)
     batch.episode = torch.tensor(episode + [-1] * padding)
-    batch.episode_return = _episode_returns(groups, gamma)[
-        batch.episode.clamp(min=0)]
+    batch.episode_return = _episode_returns(
+        groups, gamma if episode_gamma is None else episode_gamma)[batch.episode.clamp(min=0)]
+    batch.anchor = torch.tensor(anchor_ids(anchors) + [-1] * padding)
     return batch
 
 
@@ -99,6 +121,8 @@ def _episode_returns(groups: list[EpisodeGroup], gamma: float) -> torch.Tensor:
 def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                        kl_coef: float) -> dict[str, float]:
     """Fill batch.advantages [B, L] (see the module docstring); metrics out."""
+    if cfg.adv_estimator in ("step_reinforce", "gigpo"):
+        return _finish(batch, cfg, _step_advantages(batch, cfg, group_size))
     if not cfg.turn_level_returns and not cfg.step_level_samples:
         return add_advantages(batch, cfg, group_size, kl_coef)
     mask = batch.response_mask  # [B, L]
@@ -114,6 +138,43 @@ def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
         value = batch.returns  # [B, L]
     mu, sigma = mean[episode][:, None], std[episode][:, None]  # [B, 1]
     advantages = torch.where(sigma < EPS, torch.zeros_like(value), (value - mu) / (sigma + EPS))
+    return _finish(batch, cfg, advantages)
+
+
+def _step_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int) -> torch.Tensor:
+    """step_reinforce / gigpo advantages [B, L] of per-turn rows (algorithms/step_credit.py);
+    0 on padding rows. batch.scores holds each row's G_t (pack_steps with turn_level)."""
+    real = batch.episode >= 0  # [B]
+    episode = batch.episode[real]  # [R]
+    returns = batch.scores.float()[real]  # [R]
+    center, scale = cfg.norm_mean_type != "none", cfg.norm_std_type != "none"
+    if cfg.adv_estimator == "gigpo":
+        scores = _episode_returns_by_episode(batch)  # [E] total reward (episode_gamma 1)
+        sets = _scopes(torch.arange(len(scores)), cfg, group_size)
+        row = gigpo_advantages(scores, sets, returns, episode, batch.anchor[real], center,
+                               scale, cfg.episode_reward_weight, cfg.step_reward_weight)
+    else:
+        mean_sets, std_sets = _scopes(episode, cfg, group_size)
+        row = normalize_within(returns, mean_sets, center, scale, EPS, std_sets)
+    if cfg.reward_clip is not None:  # ROLL clips these response-level values (utils.py)
+        row = row.clamp(-cfg.reward_clip, cfg.reward_clip)
+    per_row = torch.zeros(len(batch))  # [B]
+    per_row[real] = row
+    return per_row[:, None].expand_as(batch.response_mask)  # [B, L]
+
+
+def _scopes(episode: torch.Tensor, cfg: PipelineConfig,
+            group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sets norm_mean_type and norm_std_type normalise over, as ids per row of
+    `episode` (episode indices): its env group, or one set for the batch ("none": either)."""
+    group = episode // group_size
+    batch = torch.zeros_like(episode)
+    return (group if cfg.norm_mean_type == "group" else batch,
+            group if cfg.norm_std_type == "group" else batch)
+
+
+def _finish(batch: TokenBatch, cfg: PipelineConfig, advantages: torch.Tensor) -> dict[str, float]:
+    mask = batch.response_mask  # [B, L]
     if cfg.whiten_advantages:
         advantages = whiten_advantages(advantages, mask)
     if cfg.advantage_clip is not None:
@@ -122,6 +183,24 @@ def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     valid = mask.bool()
     return {"advantages/mean": float(batch.advantages[valid].mean()),
             "advantages/abs_mean": float(batch.advantages[valid].abs().mean())}
+
+
+def fit_rows(batch: TokenBatch, mode: str, multiple: int, seed: int) -> dict[str, float]:
+    """`batch_adjust_mode` (schema; algorithms/step_credit.py fitted_rows): the batch's
+    rows replaced in place by a multiple of `multiple` of its real rows (the step view's
+    loss-free padding rows go first). Metrics: rows added (copies) and removed."""
+    if mode == "none":
+        return {}
+    real = (torch.arange(len(batch)) if batch.episode is None
+            else (batch.episode >= 0).nonzero().flatten())  # [n]
+    picked = real[fitted_rows(len(real), multiple, mode,
+                              torch.Generator().manual_seed(seed))]
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        if value is not None:
+            setattr(batch, f.name, value[picked])
+    return {"rollout/batch_rows_added": float(max(len(picked) - len(real), 0)),
+            "rollout/batch_rows_removed": float(max(len(real) - len(picked), 0))}
 
 
 def _episode_returns_by_episode(batch: TokenBatch) -> torch.Tensor:

@@ -123,8 +123,10 @@ def group_tags(pool: EnvManagerArgs, num_groups: int) -> list[str]:
 
 
 def groups_per_job(pool: EnvManagerArgs) -> int:
+    """Whole groups per worker: as many as max_env_num_per_worker (a cap, as in ROLL's
+    agentic_config.py) allows, and never more than the pool."""
     envs = pool.num_env_groups * pool.group_size
-    return (pool.max_env_num_per_worker or envs) // pool.group_size
+    return max(1, min(pool.max_env_num_per_worker or envs, envs) // pool.group_size)
 
 
 def plan_jobs(cfg: PipelineConfig, pool: EnvManagerArgs, num_groups: int, batch_index: int,
@@ -221,9 +223,8 @@ def run_jobs(pool: EnvRole, jobs: list[EnvJob]) -> list[tuple[EnvJob, EnvJobResu
 # ---- env workers ------------------------------------------------------------------------
 def num_env_workers(cfg: PipelineConfig) -> int:
     """One pool serves training and validation (validation pauses training's jobs)."""
-    def workers(pool: EnvManagerArgs) -> int:
-        envs = pool.num_env_groups * pool.group_size
-        return envs // (pool.max_env_num_per_worker or envs)
+    def workers(pool: EnvManagerArgs) -> int:  # ceil(groups / groups per worker), as ROLL
+        return -(-pool.num_env_groups // groups_per_job(pool))
     return max(workers(cfg.train_env_manager), workers(cfg.val_env_manager))
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
+    fit_rows,
     pack_steps,
     pack_trajectories,
 )
@@ -51,6 +52,7 @@ from flywheel.pipelines.agentic.env_jobs import (
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import Roles
+from flywheel.platform.config.derived import data_parallel_size
 from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
 from flywheel.workers.batch import TokenBatch
 
@@ -90,12 +92,32 @@ class AgenticRollout:
     def pack(self, groups: list[EpisodeGroup]) -> TokenBatch:
         cfg = self.cfg
         if cfg.step_level_samples:
+            step_credit = cfg.adv_estimator in ("step_reinforce", "gigpo")
             return pack_steps(groups, self.tokenizer.pad_token_id, cfg.gamma,
-                              cfg.turn_level_returns, self._data_parallel_rows())
+                              cfg.turn_level_returns or step_credit,
+                              self._data_parallel_rows(),
+                              episode_gamma=1.0 if cfg.adv_estimator == "gigpo" else None)
         return pack_trajectories(groups, self.tokenizer.pad_token_id, cfg.gamma)
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
-        return agentic_advantages(batch, self.cfg, self.group_size, kl_coef)
+        """Advantages over every episode played, then the rows fitted to whole optimizer
+        steps (batch_adjust_mode), seeded by the run's seed and the batch's versions."""
+        metrics = agentic_advantages(batch, self.cfg, self.group_size, kl_coef)
+        seed = self.cfg.seed * 1_000_003 + int(batch.version.sum()) + len(batch)
+        return metrics | fit_rows(batch, self.cfg.batch_adjust_mode,
+                                  self._rows_per_optimizer_step(), seed)
+
+    def _rows_per_optimizer_step(self) -> int:
+        """The global batch of every training role (per-device rows x accumulation x
+        data-parallel size), and the data-parallel split of every role."""
+        sizes = [self._data_parallel_rows()]
+        for key in ("actor_train", "critic"):
+            worker = getattr(self.cfg, key)
+            if worker is not None:
+                args = worker.training_args
+                sizes.append(args.per_device_train_batch_size * args.gradient_accumulation_steps
+                             * data_parallel_size(worker, key))
+        return math.lcm(*sizes)
 
     def step_metrics(self, taken: Taken[EpisodeGroup], step: int) -> dict[str, float]:
         return env_metrics(taken.groups, "env/")  # envs score episodes: no reward/*

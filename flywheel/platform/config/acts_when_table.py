@@ -109,8 +109,12 @@ SYMMETRIC_CLIP = Condition("with use_pg_clip_range: false",
 DUAL_CLIP = Condition("with dual_clip_loss: true",
                       lambda cfg, _: cfg.dual_clip_loss or bool(_unlisted(cfg)))
 GAE = Condition("with adv_estimator gae", lambda cfg, _: cfg.adv_estimator == "gae")
-REINFORCE = Condition("with adv_estimator reinforce",
-                      lambda cfg, _: cfg.adv_estimator == "reinforce")
+STEP_ESTIMATORS = ("step_reinforce", "gigpo")  # algorithms/step_credit.py
+REINFORCE = Condition("with adv_estimator reinforce, step_reinforce or gigpo",
+                      lambda cfg, _: cfg.adv_estimator in ("reinforce", *STEP_ESTIMATORS))
+GIGPO = Condition("with adv_estimator gigpo", lambda cfg, _: cfg.adv_estimator == "gigpo")
+EPISODE_BASELINE = Condition("with adv_estimator grpo or reinforce",
+                             lambda cfg, _: cfg.adv_estimator not in STEP_ESTIMATORS)
 KL_PENALTY = Condition("with init_kl_coef > 0", lambda cfg, _: cfg.init_kl_coef > 0)
 ADAPTIVE_KL = Condition("with target_kl set", lambda cfg, _: cfg.target_kl is not None)
 KL_LOSS = Condition("with use_kl_loss: true", lambda cfg, _: cfg.use_kl_loss)
@@ -122,8 +126,10 @@ def _per_turn(cfg: PipelineConfig) -> bool:
     return cfg.pipeline_type == "agentic" and (cfg.turn_level_returns or cfg.step_level_samples)
 
 
-EPISODE_SCORE = Condition("without agentic turn_level_returns / step_level_samples",
-                          lambda cfg, _: not _per_turn(cfg))
+EPISODE_SCORE = Condition("without agentic turn_level_returns / step_level_samples, or "
+                          "with adv_estimator step_reinforce / gigpo",
+                          lambda cfg, _: not _per_turn(cfg)
+                          or cfg.adv_estimator in STEP_ESTIMATORS)
 DISCOUNTED = Condition("with adv_estimator gae or agentic turn_level_returns / "
                        "step_level_samples", lambda cfg, _: cfg.adv_estimator == "gae"
                        or _per_turn(cfg))
@@ -421,7 +427,16 @@ PIPELINE_ROWS = [
                         ("val_env_manager", "the validation env pool"),
                         ("custom_envs", "the env tags"),
                         ("turn_level_returns", "per-turn returns"),
-                        ("step_level_samples", "per-turn samples"))],
+                        ("step_level_samples", "per-turn samples"),
+                        ("batch_adjust_mode", "fitting a step's rows to whole optimizer "
+                                              "steps"))],
+    ActsWhen("turn_level_returns", EPISODE_BASELINE, "per-turn returns against the group's "
+             "episode returns", "step_reinforce and gigpo always credit each turn with its "
+             "discounted return: remove it"),
+    *[ActsWhen(key, GIGPO, does, "remove it, or use adv_estimator: gigpo")
+      for key, does in (("episode_reward_weight", "the weight of GiGPO's episode advantage"),
+                        ("step_reward_weight", "the weight of GiGPO's anchor-state "
+                                               "advantage"))],
     # SFT trains actor_train in the driver process: no Ray, no other role, one device
     ActsWhen("ray", RL, "the Ray cluster", "SFT runs in this process, without Ray: remove it"),
     ActsWhen("actor_train.device_mapping", RL, "the devices of actor_train's workers",

@@ -71,11 +71,11 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
     per_worker = manager.max_env_num_per_worker
     if per_worker < 0:
         raise ConfigError("", f"{key}.max_env_num_per_worker", f"must be >= 0, got {per_worker}")
-    if per_worker and (per_worker % manager.group_size or envs % per_worker):
+    if per_worker and per_worker < manager.group_size:
         raise ConfigError("", f"{key}.max_env_num_per_worker",
-                          f"{per_worker} envs per worker must be a multiple of group_size="
-                          f"{manager.group_size} (a group lives in one worker) and divide "
-                          f"num_env_groups x group_size = {envs}")
+                          f"{per_worker} envs per worker is less than group_size="
+                          f"{manager.group_size}: a group lives in one worker (the pool of "
+                          f"{envs} envs needs at least group_size per worker)")
     if not manager.tags:
         raise ConfigError("", f"{key}.tags", "needs at least one tag (a key of custom_envs)")
     for i, tag in enumerate(manager.tags):

@@ -199,6 +199,8 @@ def check_batch_sizes(cfg: PipelineConfig) -> None:
     """One step's samples must fill whole optimizer steps of every training role."""
     if cfg.pipeline_type == "sft":  # a step is one optimizer step; no rollout batch
         return
+    if cfg.pipeline_type == "agentic" and cfg.batch_adjust_mode != "none":
+        return  # the rows are fitted to whole optimizer steps each step (agentic/batch.py)
     samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
     trainers = [r for r in roles(cfg) if r.kind in ("actor_train", "critic")]
     for role in trainers:

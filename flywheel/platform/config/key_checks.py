@@ -49,6 +49,12 @@ def check_keys_act(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_data_args(cfg, catalogs)
     check_generating_args(cfg)
     check_lengths(cfg)
+    if cfg.adv_estimator in ("step_reinforce", "gigpo") and not (
+            cfg.pipeline_type == "agentic" and cfg.step_level_samples):
+        raise ConfigError("", "adv_estimator", f"{cfg.adv_estimator} credits each turn of an "
+                                               f"agentic episode on its own row: it needs "
+                                               f"pipeline_type: agentic with "
+                                               f"step_level_samples: true")
     if cfg.adv_estimator == "grpo" and (cfg.norm_mean_type, cfg.norm_std_type) != (
             "group", "group"):
         raise ConfigError("", "norm_mean_type", f"grpo always normalises by the group mean "

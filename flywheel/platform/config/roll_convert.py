@@ -24,6 +24,7 @@ from typing import Any
 from flywheel.platform.config import roll_keys as keys
 from flywheel.platform.config import roll_loss
 from flywheel.platform.config import roll_rules as rules
+from flywheel.platform.config import roll_step_credit as step_credit
 from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
@@ -32,6 +33,7 @@ from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.loader import load_config_dict
 from flywheel.platform.config.roll_conversion import Conversion
 from flywheel.platform.config.roll_defaults import finish
+from flywheel.platform.config.roll_envs import fit_env_config
 from flywheel.platform.config.roll_judge import judge_settings, served_judges
 from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
@@ -59,7 +61,10 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     _eval_steps_without_validation(out)
     fit_loss(data, out)  # importance_sampling, TOPR coefficients, train_infer_correction
     fit_val_lengths(data, out)
+    step_credit.fit_step_credit(data, out)  # per-turn rows, step estimators, templates
+    step_credit.fit_rollout_only(data, out)
     finish(data, out)  # ROLL's defaults written, inert keys dropped
+    step_credit.fit_batch_adjust(data, out)
     if not out.missing:
         _validate(out)
     return out
@@ -90,6 +95,8 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             continue  # roll_loss.fit_loss: they choose the loss together
         elif key in VAL_LENGTHS:
             continue  # fit_val_lengths: the pair sets validation's response budget
+        elif key in step_credit.KEYS:
+            continue  # fit_step_credit / fit_batch_adjust
         elif key in ("global_template", "tag_to_template"):
             continue  # _global_template / _tag_to_template, once every block is in
         else:
@@ -329,10 +336,37 @@ def _custom_envs(value: Any, data: dict[str, Any], out: Conversion) -> None:
             continue
         env = env or {}
         env_type = env.get("env_type")
+        if env_type in rules.CUSTOM_ENV_TYPES:
+            env = _local_env(env, where, out)
+            env_type = env["env_type"]
         if env_type not in out.catalogs.envs.builtin:
-            out.missing.append(f"the {env_type} environment ({where}.env_type = {env_type})")
+            why = rules.CUSTOM_ENV_MISSING.get(env_type)
+            out.missing.append(f"the {env_type} environment ({where}.env_type = {env_type}"
+                               f"{': ' + why if why else ''})")
             continue
         _custom_env(env, tag, where, out)
+
+
+def _local_env(env: dict[str, Any], where: str, out: Conversion) -> dict[str, Any]:
+    """A ROLL env type played by a flywheel env (rules.CUSTOM_ENV_TYPES), said; its
+    service-only env_config keys and the {suffix} placeholder (ROLL's service state line;
+    the local env's observation shows the state) go."""
+    ours, why, service_keys = rules.CUSTOM_ENV_TYPES[env["env_type"]]
+    out.mapped.append(f"{where}.env_type: {env['env_type']} -> {ours} ({why})")
+    env = {**env, "env_type": ours}
+    config = dict(env.get("env_config") or {})
+    for key in service_keys:
+        if key in config:
+            out.dropped.append(f"{where}.env_config.{key}: {config.pop(key)!r} addresses "
+                               f"ROLL's service; the local env needs none")
+    if "env_config" in env:
+        env["env_config"] = config
+    for name in ("agent_template", "agent_system_template"):
+        if isinstance(env.get(name), str) and "{suffix}" in env[name]:
+            env[name] = env[name].replace("{suffix}", "")
+            out.mapped.append(f"{where}.{name}: {{suffix}} -> '' (the local env's "
+                              f"observation shows the state)")
+    return env
 
 
 def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> None:
@@ -341,10 +375,19 @@ def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> N
         if key in rules.CUSTOM_ENV_SAME:
             if item is not None:
                 target[key] = item
-        elif key == "env_manager_cls" and str(item).rsplit(".", 1)[-1] != "TrajEnvManager":
+        elif key == "env_manager_cls" and not step_credit.supported_manager(
+                step_credit.manager_name(item)):
             out.missing.append(f"the env manager {item} ({where}.{key})")
-        elif key == "agent_runner_cls" and item is not None:
+        elif key == "env_manager_cls" and step_credit.manager_name(item) != "TrajEnvManager":
+            out.dropped.append(f"{where}.{key}: {step_credit.manager_name(item)}: "
+                               f"{step_credit.MANAGER_NOTES[step_credit.manager_name(item)]}")
+        elif key == "agent_runner_cls" and item is not None and (
+                str(item).rsplit(".", 1)[-1] not in step_credit.RUNNERS):
             out.missing.append(f"an agent runner ({where}.{key} = {item})")
+        elif key == "agent_runner_cls" and item is not None:
+            out.dropped.append(f"{where}.{key}: GEMRunner plays a gym-like env turn by turn "
+                               f"with the whole message history, as flywheel's env manager "
+                               f"does")
         elif key in rules.CUSTOM_ENV_DROPS:
             out.dropped.append(f"{where}.{key}: {rules.CUSTOM_ENV_DROPS[key]}")
         else:
@@ -355,7 +398,8 @@ def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> N
     if "max_steps" in env_config:  # ROLL repeats the turn limit inside env_config
         env_config.pop("max_steps")
         out.mapped.append(f"{where}.env_config.max_steps -> {where}.max_steps")
-    if "env_config" in target:
+    env_config = fit_env_config(target.get("env_type"), env_config, f"{where}.env_config", out)
+    if env_config or "env_config" in target:
         target["env_config"] = env_config
     out.data.setdefault("custom_envs", {})[tag] = target
 

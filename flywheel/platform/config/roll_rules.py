@@ -169,10 +169,9 @@ TOP: dict[str, Rule] = {
     "dirty_data_mask": Missing("dirty data masking (dirty_data_mask)"),
     "open_feedback_turn": Missing("feedback turns (open_feedback_turn)"),
     "use_token_reward": Missing("token-level env rewards (use_token_reward)"),
-    "batch_adjust_mode": Missing("batch size adjustment (batch_adjust_mode)"),
-    "episode_reward_weight": Missing("episode/step reward weighting"),
-    "step_reward_weight": Missing("episode/step reward weighting"),
-    "step_reward_gamma": Missing("step reward discounting (step_reward_gamma)"),
+    # batch_adjust_mode, step_reward_gamma: roll_step_credit.py converts them.
+    "episode_reward_weight": SAME,
+    "step_reward_weight": SAME,
     "ratio_type": Missing("segment-level ratios (ratio_type)"),
     "parse_tool_call_parameter_to_dict": Missing("tool calls"),
     "skip_mock_system_prompt": Missing("skip_mock_system_prompt"),
@@ -325,6 +324,22 @@ CUSTOM_ENV_DROPS: dict[str, str] = {
     "use_thread_lock": _PERF, "max_env_step_concurrent": _PERF,
     "env_manager_cls": "flywheel's env manager plays every env (TrajEnvManager's behaviour)",
     "agent_runner_cls": "flywheel's env manager plays every env",
+}
+# ROLL env types flywheel plays with one of its own envs: env_type -> (flywheel's, why it is
+# the same game, env_config keys that only address ROLL's service).
+CUSTOM_ENV_TYPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "sokoban_sandbox": ("sokoban", "ROLL plays Sokoban in its remote sandbox service; "
+                        "flywheel's local Sokoban is the same game", ("base_url",)),
+    "sokoban_native_env": ("sokoban", "ROLL's native mode hands the conversation over as "
+                           "messages; flywheel's env manager builds the same conversation "
+                           "from the local Sokoban's text observations", ()),
+}
+# ROLL env types that need what flywheel does not have yet: env_type -> why.
+CUSTOM_ENV_MISSING: dict[str, str] = {
+    "roll_math": "GEM's math env with local data files (and its python tool): flywheel's "
+                 "episode tools (issue 26 item 1) are not merged yet",
+    "roll_qa": "GEM's QA env with local data files (and its search tool): flywheel's "
+               "episode tools and local search (issue 26 item 1) are not merged yet",
 }
 CUSTOM_ENV_SAME = ("env_type", "max_steps", "max_tokens_per_step", "env_config",
                    "agent_system_template", "agent_template")

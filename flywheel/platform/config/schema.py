@@ -514,9 +514,10 @@ class EnvManagerArgs:
     actor_infer for every turn, so env stepping runs beside generation. A group is
     `group_size` envs reset with one seed: GRPO compares their episodes."""
 
-    # Envs per env worker (one Ray actor, one CPU process); workers = num_env_groups *
-    # group_size / max_env_num_per_worker. 0: every env in one worker (ROLL's default).
-    # A multiple of group_size (a group never straddles two workers).
+    # At most this many envs per env worker (one Ray actor, one CPU process), as in ROLL:
+    # a cap, not a divisor. Each worker holds the whole groups that fit (a group never
+    # straddles two workers, so at least group_size); workers = ceil(num_env_groups /
+    # groups per worker). 0: every env in one worker (ROLL's default).
     max_env_num_per_worker: int = 0
     # Groups in the pool, i.e. played at a time. Training: a step takes
     # rollout_batch_size / group_size groups (more than the pool: envs play several episodes).
@@ -780,8 +781,12 @@ class PipelineConfig:
     ppo_epochs: int = 1
 
     # Advantages: grpo (group mean/std), reinforce (REINFORCE/REINFORCE++ with the
-    # normalisation below) or gae (needs a critic).
-    adv_estimator: Literal["grpo", "reinforce", "gae"] = "grpo"
+    # normalisation below) or gae (needs a critic). Agentic with step_level_samples only
+    # (algorithms/step_credit.py): step_reinforce (each turn's discounted return G_t,
+    # normalised as reinforce's scores) and gigpo (GiGPO: the episode's normalised reward
+    # plus G_t normalised among the group's turns that saw the same observation, weighted
+    # by episode_reward_weight / step_reward_weight).
+    adv_estimator: Literal["grpo", "reinforce", "gae", "step_reinforce", "gigpo"] = "grpo"
     # reinforce: subtract the batch or group mean score (norm_mean_type) and divide by the
     # batch or group std (norm_std_type), or skip either with none; batch/batch is
     # REINFORCE++, group/none Dr. GRPO. grpo always uses group/group: other values
@@ -890,6 +895,19 @@ class PipelineConfig:
     # true trains one sample per turn whose prompt is the history before it (step-wise
     # credit; more, shorter rows; needs turn_level_returns for per-turn advantages).
     step_level_samples: bool = False
+    # adv_estimator gigpo: A = episode_reward_weight * (episode part) + step_reward_weight
+    # * (anchor-state part) (ROLL's names; GiGPO's omega is step_reward_weight).
+    episode_reward_weight: float = 1.0
+    step_reward_weight: float = 1.0
+    # Fitting the rows of a step's batch to whole optimizer steps of actor_train (a
+    # multiple of per_device_train_batch_size x gradient_accumulation_steps x dp size), by
+    # ROLL's batch_adjust_mode, after advantages are computed over every episode played:
+    # copy (random rows repeated), delete (random rows dropped), auto (copy when the
+    # remainder is at least half the batch, else delete), random_sample (exactly one
+    # global batch of random rows). none: the trajectory view needs rollout_batch_size to
+    # be a multiple of the global batch, and the step view pads loss-free rows to the
+    # data-parallel size (its last optimizer step may be short).
+    batch_adjust_mode: Literal["none", "copy", "delete", "auto", "random_sample"] = "none"
 
     # Where metrics go besides metrics.jsonl (mlflow).
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
