@@ -29,6 +29,7 @@ from flywheel.envs.env_manager import (
 )
 from flywheel.envs.frozen_lake import FrozenLakeEnv
 from flywheel.envs.guess_number import GuessNumberEnv
+from flywheel.envs.multiply import MultiplyEnv
 from flywheel.envs.registry import make, register, register_from_import_path, registered_envs
 from flywheel.envs.sokoban import SokobanEnv
 from flywheel.envs.trajectory import (
@@ -43,6 +44,7 @@ from flywheel.envs.trajectory import (
 register("frozen_lake", FrozenLakeEnv)
 register("sokoban", SokobanEnv)
 register("guess_number", GuessNumberEnv)
+register("multiply", MultiplyEnv)
 
 __all__ = [
     "DEFAULT_ACTION_PATTERN",
@@ -52,6 +54,7 @@ __all__ = [
     "FrozenLakeEnv",
     "GenerateFn",
     "GuessNumberEnv",
+    "MultiplyEnv",
     "SokobanEnv",
     "StepResult",
     "StepSample",
