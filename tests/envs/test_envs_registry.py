@@ -34,7 +34,7 @@ def test_unknown_env_type_suggests_close_names_and_lists_known() -> None:
         make("frozenlake")
     message = str(err.value)
     assert "Did you mean 'frozen_lake'" in message
-    assert "frozen_lake, guess_number, sokoban" in message
+    assert "frozen_lake, guess_number, multiply, sokoban" in message
     with pytest.raises(ValueError, match="Known env types") as err:
         make("chess")
     assert "Did you mean" not in str(err.value)
