@@ -20,6 +20,7 @@ from flywheel.envs.base import (
     extract_action,
     parse_action,
 )
+from flywheel.envs.chat_turns import ChatTurns
 from flywheel.envs.env_manager import (
     EnvManager,
     EnvManagerConfig,
@@ -49,6 +50,7 @@ register("multiply", MultiplyEnv)
 __all__ = [
     "DEFAULT_ACTION_PATTERN",
     "DEFAULT_FORMAT_PENALTY",
+    "ChatTurns",
     "EnvManager",
     "EnvManagerConfig",
     "FrozenLakeEnv",
