@@ -45,7 +45,8 @@ For each function call, return a json object with function name and arguments wi
 message.role == 'assistant' %}<|im_start|>{{ message.role }}
 {{ message.content }}<|im_end|>
 {% elif message.role == 'tool' %}
-{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}\
+{{- '<|im_start|>user' }}{%- endif %}
 {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
 {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
 {%- endif %}
@@ -112,13 +113,23 @@ def play(tokenizer, replies, close_reply=True, max_tool_output_tokens=0):
 
 
 def call(a, b):
-    return ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "%d * %d"}}\n'
-            "</tool_call>" % (a, b))
+    arguments = '{"expression": "%s"}' % f"{a} * {b}"  # noqa: UP031 (braces of JSON)
+    return f'<tool_call>\n{{"name": "calculator", "arguments": {arguments}}}\n</tool_call>'
 
 
 REPLIES = [lambda f: "I think it is big.",  # no answer: the env asks again (a user turn)
            lambda f: call(*f),  # a tool call: its result comes back as a tool message
            lambda f: f"<answer>{f[0] * f[1]}</answer>"]
+
+
+def as_user(result):
+    """A tool result as SmolLM2 gets it: a user message in <tool_response> tags."""
+    return {"role": "user", "content": f"<tool_response>\n{result}\n</tool_response>"}
+
+
+def as_user(result):
+    """A tool result as SmolLM2 gets it: a user message in <tool_response> tags."""
+    return {"role": "user", "content": f"<tool_response>\n{result}\n</tool_response>"}
 
 
 def reference(tokenizer, factors, tools, tool_role, system):
@@ -146,9 +157,7 @@ def test_smollm2_template_tools_in_system_results_as_user_messages(smollm2_token
     assert trajectory.metrics["success"] == 1.0 and trajectory.metrics["tool_calls"] == 1
     chat = ChatTurns(tok, tools)
     assert not chat.native_tools and '"name": "calculator"' in chat.tool_text
-    ref = reference(tok, factors, None,
-                    lambda r: {"role": "user", "content": f"<tool_response>\n{r}\n</tool_response>"},
-                    SYSTEM + "\n\n" + chat.tool_text)
+    ref = reference(tok, factors, None, as_user, SYSTEM + "\n\n" + chat.tool_text)
     # Equal to the template's rendering of the same conversation, but for the template's
     # "\n" after the last <|im_end|>: the episode ended there, nothing follows the reply.
     assert trajectory.input_ids == ref[:-1] and tok.decode(ref[-1:]) == "\n"
@@ -191,9 +200,7 @@ def test_a_reply_cut_by_the_budget_is_closed_with_unmasked_template_tokens(
     assert all(trajectory.input_ids[e] == im_end and trajectory.response_mask[e] == 0
                for e in ends)
     chat = ChatTurns(tok, tools)
-    ref = reference(tok, factors, None,
-                    lambda r: {"role": "user", "content": f"<tool_response>\n{r}\n</tool_response>"},
-                    SYSTEM + "\n\n" + chat.tool_text)
+    ref = reference(tok, factors, None, as_user, SYSTEM + "\n\n" + chat.tool_text)
     # the same conversation; the last reply has no <|im_end|>, nothing closed it
     assert trajectory.input_ids == ref[:-2]
 
