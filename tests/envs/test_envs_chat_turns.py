@@ -127,11 +127,6 @@ def as_user(result):
     return {"role": "user", "content": f"<tool_response>\n{result}\n</tool_response>"}
 
 
-def as_user(result):
-    """A tool result as SmolLM2 gets it: a user message in <tool_response> tags."""
-    return {"role": "user", "content": f"<tool_response>\n{result}\n</tool_response>"}
-
-
 def reference(tokenizer, factors, tools, tool_role, system):
     a, b = factors
     messages = [{"role": "system", "content": system},
