@@ -491,6 +491,7 @@ class ToolUseConfig:
     malformed calls, unknown tools, tool errors and timeouts become the observation and
     count in env/tool_* metrics, never stopping the run."""
 
+    # The tools of this tag, each named by tool_id; at least one.
     tools: list[ToolConfig] = field(default_factory=list)
     # Calls run per episode (ROLL's wrapper_args.max_tool_uses); a further call is answered
     # "no tool uses left", unrun. >= 1.
@@ -500,8 +501,9 @@ class ToolUseConfig:
     tool_timeout_s: float = 30.0
     # A tool result longer than this many tokens is cut (with a note); 0: no limit.
     max_tool_output_tokens: int = 512
-    # The tags around a call's JSON {"name": ..., "arguments": {...}}.
+    # The tag that opens a call's JSON {"name": ..., "arguments": {...}} ...
     call_start: str = "<tool_call>"
+    # ... and the tag that closes it; different from call_start.
     call_end: str = "</tool_call>"
 
 
