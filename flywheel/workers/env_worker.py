@@ -5,7 +5,10 @@ beside generation, not in the driver, and a misbehaving env must be containable.
 worker owns the envs of the jobs it is sent (one `flywheel.envs.EnvManager` per env
 config, built once and reused) and plays a job's episodes in lock-step: one batched
 `generate` call to its actor_infer rank per turn. Several env workers (and two queued jobs
-per worker) keep actor_infer fed while envs step.
+per worker) keep actor_infer fed while envs step. An env tag with `tool_use` has its envs
+wrapped in a `flywheel.tools.ToolEnv` built from the config (a reply holding a tool call is
+answered by the tool, inside the step's time limit); one with `chat_template` renders its
+turns with the model's chat template (`flywheel.envs.ChatTurns`).
 
 Versions: every `generate` result carries the weights version that produced it. Turn k of
 every episode in a job comes from call k, so `EnvJobResult.turn_versions[k]` is the version

@@ -489,7 +489,10 @@ class ToolUseConfig:
     reply holding a call (`call_start` JSON `call_end`, Hermes/Qwen's <tool_call> format)
     is answered by the tool instead of the env, and spends one of max_steps' turns;
     malformed calls, unknown tools, tool errors and timeouts become the observation and
-    count in env/tool_* metrics, never stopping the run."""
+    count in env/tool_* metrics, never stopping the run. With chat_template: true the model
+    sees the tools' descriptions (the template's `tools`, or the system message); with raw
+    text turns it sees only what agent_system_template says (a character-level model
+    cannot afford the descriptions' length)."""
 
     # The tools of this tag, each named by tool_id; at least one.
     tools: list[ToolConfig] = field(default_factory=list)
