@@ -63,9 +63,10 @@ def test_hostile_programs_are_contained_and_counted(python_tool, tmp_path):
     for name, (observation, info) in outcomes.items():
         assert "ESCAPED" not in observation and "host secret" not in observation, name
         assert info["tool_valid_calls"] == 0, (name, observation)
-    for name in ("busy_loop", "sleeper"):  # the CPU limit, the wall clock
+    for name in ("busy_loop", "sleeper"):  # the CPU limit or the wall clock
         assert outcomes[name][1]["tool_timeouts"] == 1, outcomes[name]
-    assert "CPU limit" in outcomes["busy_loop"][0] and "1.5s" in outcomes["sleeper"][0]
+    # (a busy loop meets its 1 CPU second first, unless a loaded machine gives it less)
+    assert all("timed out" in outcomes[n][0] for n in ("busy_loop", "sleeper"))
     assert not mark.exists()
     with pytest.raises(TimeoutError):
         listener.accept()
