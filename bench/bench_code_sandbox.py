@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
-from flywheel.workers.rewards.sandbox import run_sandboxed
+from flywheel.sandbox.bwrap import run_sandboxed
 from flywheel.workers.rewards.time_limit import TimeLimitedScorer
 
 RESULTS = Path(__file__).parent / "results"

@@ -20,6 +20,7 @@ from flywheel.envs.base import (
     extract_action,
     parse_action,
 )
+from flywheel.envs.chat_turns import ChatTurns
 from flywheel.envs.env_manager import (
     EnvManager,
     EnvManagerConfig,
@@ -30,6 +31,7 @@ from flywheel.envs.env_manager import (
 from flywheel.envs.frozen_lake import FrozenLakeEnv
 from flywheel.envs.gem_adapter import GEM_ENVS, GemEnv
 from flywheel.envs.guess_number import GuessNumberEnv
+from flywheel.envs.multiply import MultiplyEnv
 from flywheel.envs.registry import make, register, register_from_import_path, registered_envs
 from flywheel.envs.sokoban import SokobanEnv
 from flywheel.envs.trajectory import (
@@ -44,18 +46,21 @@ from flywheel.envs.trajectory import (
 register("frozen_lake", FrozenLakeEnv)
 register("sokoban", SokobanEnv)
 register("guess_number", GuessNumberEnv)
+register("multiply", MultiplyEnv)
 for _name, _factory in GEM_ENVS.items():  # GEM (gem-llm) envs by their GEM ids
     register(_name, _factory)
 
 __all__ = [
     "DEFAULT_ACTION_PATTERN",
     "DEFAULT_FORMAT_PENALTY",
+    "ChatTurns",
     "EnvManager",
     "EnvManagerConfig",
     "FrozenLakeEnv",
     "GemEnv",
     "GenerateFn",
     "GuessNumberEnv",
+    "MultiplyEnv",
     "SokobanEnv",
     "StepResult",
     "StepSample",

@@ -17,6 +17,14 @@ exception, and metrics `failed = 1`. The other episodes continue. The pipeline s
 failed trajectories and count them as dropped ("env_error"). Exceptions from
 `generate_fn` or the tokenizer are not the env's fault and propagate.
 
+Chat models: with `chat_template` set, the text is rendered by the model's chat template
+(chat_turns.py: system, user observations, the model's replies, tool messages) and only the
+template's text between replies is tokenized; without it, env text is the raw templates
+below, appended to the model's ids. Either way the model's ids are kept as generated. An
+observation the env marks `info["observation_role"] = "tool"` (a tool's result, see
+flywheel/tools/tool_env.py) is cut to `max_tool_output_tokens` and shown as a tool message
+(raw text: in <tool_response> tags, without the turn template).
+
 A per-step wall-clock limit is deliberately not here: a hung `step` cannot be interrupted
 safely inside one Python process. The Ray layer runs env managers in actors and enforces
 the time limit by killing and reporting the actor.
@@ -32,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from flywheel.envs.base import TextEnv
+from flywheel.envs.chat_turns import ChatTurns
 from flywheel.envs.registry import make
 from flywheel.envs.trajectory import Trajectory, episode_metrics
 
@@ -79,8 +88,18 @@ class EnvManagerConfig:
     # {actions_left} (turns left including this one). For a chat model, wrap the user turn
     # and open the assistant turn here.
     turn_template: str = "Turn {turn_idx} ({actions_left} actions left):\n{observation}\nAction: "
+    # Render turns with the model's chat template (the EnvManager is then given a
+    # ChatTurns): system_template becomes the system message, turn_template the user
+    # messages' content; no role markup belongs in either.
+    chat_template: bool = False
+    # A tool result longer than this many tokens is cut, with a note saying how much was
+    # cut; 0: no limit.
+    max_tool_output_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if self.max_tool_output_tokens < 0:
+            raise ValueError(f"max_tool_output_tokens must be >= 0, got "
+                             f"{self.max_tool_output_tokens}")
         for name in ("group_size", "num_env_groups", "max_steps", "max_tokens_per_step"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -106,8 +125,12 @@ def group_seed(seed: int, group_id: int) -> int:
 class EnvManager:
     """Owns the envs of one EnvManagerConfig and plays one batch of episodes per `rollout`."""
 
-    def __init__(self, config: EnvManagerConfig) -> None:
+    def __init__(self, config: EnvManagerConfig, chat: ChatTurns | None = None) -> None:
+        if config.chat_template != (chat is not None):
+            raise ValueError("an env manager renders with a ChatTurns exactly when its config "
+                             "sets chat_template")
         self.config = config
+        self.chat = chat
         self.tag = config.tag or config.env_type
         total = config.num_env_groups * config.group_size
         self.envs: list[TextEnv] = [
@@ -162,8 +185,12 @@ class EnvManager:
         except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
             trajectory.error = _describe(trajectory, "reset", exc)
             return False
-        text = self.config.system_template + self._turn_text(observation, 0)
-        trajectory.input_ids = list(tokenizer.encode(text))
+        if self.chat is not None:
+            ids = self.chat.first_prompt(self.config.system_template,
+                                         self._turn_text(observation, 0))
+        else:
+            ids = tokenizer.encode(self.config.system_template + self._turn_text(observation, 0))
+        trajectory.input_ids = list(ids)
         trajectory.response_mask = [0] * len(trajectory.input_ids)
         trajectory.behaviour_logprobs = [0.0] * len(trajectory.input_ids)
         trajectory.prompt_length = len(trajectory.input_ids)
@@ -206,11 +233,28 @@ class EnvManager:
         )
         if trajectory.terminated or trajectory.truncated:
             return False
-        env_ids = tokenizer.encode(self._turn_text(observation, next_turn))
+        if info.get("observation_role") == "tool":
+            env_ids = self._tool_ids(response_ids, observation, tokenizer)
+        elif self.chat is not None:
+            env_ids = self.chat.next_turn(response_ids, self._turn_text(observation, next_turn),
+                                          "user")
+        else:
+            env_ids = tokenizer.encode(self._turn_text(observation, next_turn))
         trajectory.input_ids.extend(env_ids)
         trajectory.response_mask.extend([0] * len(env_ids))
         trajectory.behaviour_logprobs.extend([0.0] * len(env_ids))
         return True
+
+    def _tool_ids(self, response_ids: list[int], result: str, tokenizer: Tokenizer) -> list[int]:
+        limit = self.config.max_tool_output_tokens
+        if limit:
+            ids = tokenizer.encode(result)
+            if len(ids) > limit:
+                result = (tokenizer.decode(ids[:limit])
+                          + f"\n[output cut: {len(ids) - limit} more tokens]")
+        if self.chat is not None:
+            return self.chat.next_turn(response_ids, result, "tool")
+        return tokenizer.encode(f"<tool_response>\n{result}\n</tool_response>\n")
 
     def _turn_text(self, observation: str, turn_idx: int) -> str:
         return self.config.turn_template.format(

@@ -20,6 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# Info keys that count events of a step (tool calls: flywheel/tools/tool_env.py): their
+# episode metric is the sum over the steps, not the mean.
+COUNTED_INFO_KEYS = ("tool_calls", "tool_valid_calls", "tool_malformed", "tool_unknown",
+                     "tool_errors", "tool_timeouts", "tool_over_budget")
+
 
 @dataclass
 class Trajectory:
@@ -118,6 +123,8 @@ def episode_metrics(trajectory: Trajectory) -> dict[str, float]:
     | action_is_valid  | fraction of steps whose action parsed                          |
     | truncated        | 1 if stopped by max_steps / env truncation before the game end |
     | failed           | 1 if the env raised (see Trajectory.error)                     |
+    | tool_calls, ...  | COUNTED_INFO_KEYS: the sum over the steps (calls per episode)  |
+    | tool_valid_rate  | tool_valid_calls / tool_calls, in episodes with a call         |
     | <info key>       | env-specific numeric info: mean over the steps reporting it    |
     """
     infos = trajectory.infos
@@ -136,7 +143,10 @@ def episode_metrics(trajectory: Trajectory) -> dict[str, float]:
         for key, value in info.items():
             if key not in metrics and isinstance(value, (bool, int, float)):
                 extra.setdefault(key, []).append(float(value))
-    metrics.update({key: sum(values) / len(values) for key, values in extra.items()})
+    metrics.update({key: (sum(values) if key in COUNTED_INFO_KEYS else sum(values) / len(values))
+                    for key, values in extra.items()})
+    if metrics.get("tool_calls"):
+        metrics["tool_valid_rate"] = metrics["tool_valid_calls"] / metrics["tool_calls"]
     return metrics
 
 

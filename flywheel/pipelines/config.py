@@ -2,11 +2,11 @@
 
 This is the one place that assembles the catalogs (platform/config/catalogs.py says why they
 are handed to the checks rather than imported by them): backends and rewards from workers/,
-policy losses from algorithms/, prompt templates from pipelines/, env names from envs/. Every
-caller that loads or checks a config (the CLI, a run, regression configs, tests, benches)
-uses the functions below: platform's own, with `catalogs=CATALOGS`. An entry registered
-later (`register_reward`, `register_policy_loss`, `flywheel.envs.register`) is checked too,
-since each catalog is a view of its owner's dict.
+policy losses from algorithms/, prompt templates from pipelines/, env names from envs/,
+tools from tools/. Every caller that loads or checks a config (the CLI, a run, regression
+configs, tests, benches) uses the functions below: platform's own, with
+`catalogs=CATALOGS`. An entry registered later (`register_reward`, `register_policy_loss`,
+`flywheel.envs.register`) is checked too, since each catalog is a view of its owner's dict.
 
 Importing this module imports no torch, Ray or backend package.
 """
@@ -21,6 +21,7 @@ from flywheel.envs.env_manager import TURN_PLACEHOLDERS
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
 from flywheel.platform.config import checks, environment_checks, loader, roll_convert, roll_report
 from flywheel.platform.config.catalogs import Catalog, Catalogs, EnvCatalog
+from flywheel.tools.registry import TOOLS
 from flywheel.workers.rewards.registry import REWARDS
 from flywheel.workers.strategies.registry import STRATEGIES
 
@@ -32,6 +33,7 @@ CATALOGS = Catalogs(
     # builtin: the names flywheel.envs registers on import, before any user env
     envs=EnvCatalog(registered=registered_envs, builtin=frozenset(registered_envs()),
                     turn_placeholders=frozenset(TURN_PLACEHOLDERS)),
+    tools=Catalog("tool_id", TOOLS),
 )
 
 load_config = partial(loader.load_config, catalogs=CATALOGS)

@@ -5,7 +5,10 @@ beside generation, not in the driver, and a misbehaving env must be containable.
 worker owns the envs of the jobs it is sent (one `flywheel.envs.EnvManager` per env
 config, built once and reused) and plays a job's episodes in lock-step: one batched
 `generate` call to its actor_infer rank per turn. Several env workers (and two queued jobs
-per worker) keep actor_infer fed while envs step.
+per worker) keep actor_infer fed while envs step. An env tag with `tool_use` has its envs
+wrapped in a `flywheel.tools.ToolEnv` built from the config (a reply holding a tool call is
+answered by the tool, inside the step's time limit); one with `chat_template` renders its
+turns with the model's chat template (`flywheel.envs.ChatTurns`).
 
 Versions: every `generate` result carries the weights version that produced it. Turn k of
 every episode in a job comes from call k, so `EnvJobResult.turn_versions[k]` is the version
@@ -35,6 +38,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from flywheel.envs import (
+    ChatTurns,
     EnvManager,
     EnvManagerConfig,
     TextEnv,
@@ -42,7 +46,9 @@ from flywheel.envs import (
     make,
     register_from_import_path,
 )
+from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.platform.liveness import tick
+from flywheel.tools.from_config import tool_box, with_tools
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -64,6 +70,7 @@ class EnvJob:
     step_timeout_s: float
     # One turn's generation (timeouts.generate_s); beyond it the job fails, naming the rank.
     generate_timeout_s: float = 600.0
+    tool_use: ToolUseConfig | None = None  # the tag's tools (custom_envs.<tag>.tool_use)
 
     @property
     def num_groups(self) -> int:
@@ -144,6 +151,14 @@ class _TextCodec:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
+def chat_turns(tokenizer: Any, tool_schemas: list[dict[str, Any]],
+               tool_use: ToolUseConfig | None) -> ChatTurns:
+    """The chat rendering of a tag (envs/chat_turns.py) on the model's HF tokenizer."""
+    tags = (tool_use.call_start, tool_use.call_end) if tool_use else ("<tool_call>",
+                                                                       "</tool_call>")
+    return ChatTurns(tokenizer, tool_schemas, tags)
+
+
 class EnvWorker(RoleWorker):
     def __init__(self, role: str, rank: int, world_size: int, model_path: str,
                  infer_actors: list[Any], user_envs: dict[str, str] | None = None,
@@ -155,12 +170,14 @@ class EnvWorker(RoleWorker):
         # batch when they come through generate_stream (workers/infer_worker.py).
         self.infer_streams = infer_streams
         self.codec = _TextCodec(load_tokenizer(model_path))
+        self.import_allowlist = list(env_import_allowlist)
         for env_type, import_path in (user_envs or {}).items():
-            register_from_import_path(env_type, import_path, list(env_import_allowlist))
-        self.managers: dict[tuple[str, float], EnvManager] = {}  # (config repr, timeout)
+            register_from_import_path(env_type, import_path, self.import_allowlist)
+        # (config repr, tools repr, timeout) -> its manager, built once and reused
+        self.managers: dict[tuple[str, str, float], EnvManager] = {}
 
     def play(self, job: EnvJob) -> EnvJobResult:
-        manager = self._manager(job.manager, job.step_timeout_s)
+        manager = self._manager(job)
         actor = self.infer_actors[job.infer_rank]
         versions: list[int] = []
         busy: list[tuple[int, float, float]] = []
@@ -179,12 +196,23 @@ class EnvWorker(RoleWorker):
         trajectories = manager.rollout(generate, self.codec, job.seed)
         return EnvJobResult(trajectories, versions, busy)
 
-    def _manager(self, config: EnvManagerConfig, timeout_s: float) -> EnvManager:
-        key = (repr(config), timeout_s)
+    def _manager(self, job: EnvJob) -> EnvManager:
+        """The job's env manager: its envs wrapped with the tag's tools (ToolEnv) and the
+        step time limit (TimedEnv, outermost: a step includes its tool call)."""
+        config, timeout_s, tool_use = job.manager, job.step_timeout_s, job.tool_use
+        key = (repr(config), repr(tool_use), timeout_s)
         if key not in self.managers:
-            manager = EnvManager(config)
-            rebuild = lambda: make(config.env_type, **config.env_config)  # noqa: E731
-            manager.envs = [TimedEnv(rebuild, timeout_s, env) for env in manager.envs]
+            box = (tool_box(tool_use, self.import_allowlist, f"custom_envs.{job.tag}.tool_use")
+                   if tool_use else None)
+            chat = (chat_turns(self.codec.tokenizer, box.schemas() if box else [], tool_use)
+                    if config.chat_template else None)
+            manager = EnvManager(config, chat)
+
+            def tooled(env: TextEnv) -> TextEnv:
+                return with_tools(env, box, tool_use) if box and tool_use else env
+
+            rebuild = lambda: tooled(make(config.env_type, **config.env_config))  # noqa: E731
+            manager.envs = [TimedEnv(rebuild, timeout_s, tooled(env)) for env in manager.envs]
             self.managers[key] = manager
         return self.managers[key]
 

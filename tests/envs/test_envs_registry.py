@@ -34,7 +34,7 @@ def test_unknown_env_type_suggests_close_names_and_lists_known() -> None:
         make("frozenlake")
     message = str(err.value)
     assert "Did you mean 'frozen_lake'" in message
-    assert all(name in message for name in ("frozen_lake", "guess_number", "sokoban",
+    assert all(name in message for name in ("frozen_lake", "guess_number", "sokoban", "multiply",
                                             "game:GuessTheNumber-v0"))
     with pytest.raises(ValueError, match="Known env types") as err:
         make("chess")

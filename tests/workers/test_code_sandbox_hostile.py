@@ -17,8 +17,8 @@ from sandbox_corpus import ESCAPED_REFERENCE, HOSTILE
 from test_reward_time_limit import leftover_sandbox_processes
 
 from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.sandbox.bwrap import UID_BASE, UID_SPAN
 from flywheel.workers.rewards.registry import reward_fn
-from flywheel.workers.rewards.sandbox import UID_BASE, UID_SPAN
 
 # Tight limits keep the corpus quick: the slowest programs run into the 2 s wall clock.
 LIMITS = CodeSandboxArgs(test_timeout_s=2.0, cpu_seconds=1, memory_mb=256, max_processes=16,

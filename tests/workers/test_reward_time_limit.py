@@ -13,7 +13,7 @@ import time
 import pytest
 
 from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
-from flywheel.workers.rewards.sandbox import UID_BASE, UID_SPAN
+from flywheel.sandbox.bwrap import UID_BASE, UID_SPAN
 from flywheel.workers.rewards.time_limit import ScorerError, TimeLimitedScorer
 
 ADD = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})

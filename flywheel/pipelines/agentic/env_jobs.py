@@ -47,7 +47,9 @@ from flywheel.platform.config.schema import (
     PipelineConfig,
 )
 from flywheel.platform.resources import RoleDevices
-from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker
+from flywheel.tools.from_config import tool_box
+from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker, chat_turns
+from flywheel.workers.strategies.hf_model import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +112,10 @@ def env_manager_config(tag: str, env: CustomEnvConfig, pool: EnvManagerArgs,
     return EnvManagerConfig(env_type=env.env_type, env_config=env_config, tag=tag,
                             group_size=pool.group_size, num_env_groups=num_groups,
                             max_steps=env.max_steps,
-                            max_tokens_per_step=env.max_tokens_per_step, **templates)
+                            max_tokens_per_step=env.max_tokens_per_step,
+                            chat_template=env.chat_template,
+                            max_tool_output_tokens=(env.tool_use.max_tool_output_tokens
+                                                    if env.tool_use else 0), **templates)
 
 
 def group_tags(pool: EnvManagerArgs, num_groups: int) -> list[str]:
@@ -149,7 +154,8 @@ def plan_jobs(cfg: PipelineConfig, pool: EnvManagerArgs, num_groups: int, batch_
         manager = env_manager_config(tag, cfg.custom_envs[tag], pool, count)
         jobs.append(EnvJob(batch_index, first_seq + first, tag, manager, seed, sampling,
                            infer_rank=j % infer_workers, step_timeout_s=pool.step_timeout_s,
-                           generate_timeout_s=cfg.timeouts.generate_s))
+                           generate_timeout_s=cfg.timeouts.generate_s,
+                           tool_use=cfg.custom_envs[tag].tool_use))
     return jobs
 
 
@@ -233,12 +239,25 @@ def user_envs(cfg: PipelineConfig) -> dict[str, str]:
             if env.env_import_path}
 
 
-def check_envs(cfg: PipelineConfig) -> None:
+def check_envs(cfg: PipelineConfig, model_path: str) -> None:
     """Build one env of every tag the run plays, in the driver, before any worker starts:
-    an unknown env_config key or a bad value fails now, naming the tag."""
+    an unknown env_config key or a bad value fails now, naming the tag; so do the tag's
+    tools (a user tool's import, the sandbox probe, the search documents) and its chat
+    template (a tokenizer without one, a template that cannot be appended to)."""
     for import_name, path in user_envs(cfg).items():
         register_from_import_path(import_name, path, allowed_prefixes(cfg))
-    for tag in {*cfg.train_env_manager.tags, *cfg.val_env_manager.tags}:
+    tags = {*cfg.train_env_manager.tags, *cfg.val_env_manager.tags}
+    for tag in sorted(tags):
+        env = cfg.custom_envs[tag]
+        try:
+            tool_schemas = (tool_box(env.tool_use, allowed_prefixes(cfg),
+                                     f"custom_envs.{tag}.tool_use").schemas()
+                            if env.tool_use else [])
+            if env.chat_template:
+                chat_turns(load_tokenizer(model_path), tool_schemas, env.tool_use)
+        except (ImportError, OSError, ValueError, TypeError) as error:
+            raise ValueError(f"custom_envs.{tag}: {error}") from None
+    for tag in tags:
         for pool in (cfg.train_env_manager, cfg.val_env_manager):
             spec = env_manager_config(tag, cfg.custom_envs[tag], pool, 1)
             try:
@@ -250,7 +269,7 @@ def check_envs(cfg: PipelineConfig) -> None:
 def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster,
                       log_dir: Path | None = None) -> EnvRole:
     """`log_dir`: where each env worker's output goes (platform/backend_logs.py)."""
-    check_envs(cfg)
+    check_envs(cfg, model_path)
     n = num_env_workers(cfg)
     return EnvRole.create(ENV_ROLE, EnvWorker, RoleDevices(ENV_ROLE, tuple(range(n))), None,
                           init_kwargs=dict(model_path=model_path,

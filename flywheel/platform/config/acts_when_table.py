@@ -437,6 +437,13 @@ PIPELINE_ROWS = [
       for key, does in (("episode_reward_weight", "the weight of GiGPO's episode advantage"),
                         ("step_reward_weight", "the weight of GiGPO's anchor-state "
                                                "advantage"))],
+    # issue 26: an env tag's chat rendering and tools act wherever its episodes are played
+    # (envs/chat_turns.py, tools/tool_env.py); their own bounds are refused at load
+    # (tool_checks.py), and every key of tool_use acts once tool_use is written.
+    *[ActsWhen(f"custom_envs.*.{key}", AGENTIC, does, "this is not an agentic config: set "
+               "pipeline_type: agentic, or remove it")
+      for key, does in (("chat_template", "renders turns with the model's chat template"),
+                        ("tool_use", "the tools the model may call in the tag's episodes"))],
     # SFT trains actor_train in the driver process: no Ray, no other role, one device
     ActsWhen("ray", RL, "the Ray cluster", "SFT runs in this process, without Ray: remove it"),
     ActsWhen("actor_train.device_mapping", RL, "the devices of actor_train's workers",

@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import string
 
-from flywheel.platform.config.catalogs import EnvCatalog
+from flywheel.platform.config.catalogs import Catalog, EnvCatalog, ToolEntry
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 from flywheel.platform.config.import_allowlist import check_allowed_import
 from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
+from flywheel.platform.config.tool_checks import check_tool_use
 
 
-def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog) -> None:
+def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog,
+                  tools: Catalog[ToolEntry]) -> None:
     if cfg.pipeline_type != "agentic":
         return
     for name, env in cfg.custom_envs.items():
         check_custom_env(f"custom_envs.{name}", env, cfg, catalog)
+        if env.tool_use is not None:
+            check_tool_use(f"custom_envs.{name}", env.tool_use, cfg, tools)
     for key, manager in (("train_env_manager", cfg.train_env_manager),
                          ("val_env_manager", cfg.val_env_manager)):
         check_env_manager(key, manager, cfg)

@@ -1,15 +1,17 @@
 """Catalogs: the names a config may write for what is implemented above platform/.
 
-Five keys name something platform/ does not implement: `strategy_args.strategy_name` (a
+Six keys name something platform/ does not implement: `strategy_args.strategy_name` (a
 backend), `rewards.<name>.reward_type` (a reward), `actor_train.pg_variant` (a policy loss),
-`data_args.template` (a prompt template) and `custom_envs.<tag>.env_type` (an env). Each
-concept has one catalog, kept by the layer that implements it:
+`data_args.template` (a prompt template), `custom_envs.<tag>.env_type` (an env) and
+`custom_envs.<tag>.tool_use.tools[i].tool_id` (a tool). Each concept has one catalog,
+kept by the layer that implements it:
 
     backends   flywheel/workers/strategies/registry.py   STRATEGIES     register_backend
     rewards    flywheel/workers/rewards/registry.py      REWARDS        register_reward
     losses     flywheel/algorithms/policy_loss/registry.py POLICY_LOSSES register_policy_loss
     templates  flywheel/pipelines/data/prompt_templates.py    TEMPLATES
     envs       flywheel/envs/registry.py                 (make, ...)    flywheel.envs.register
+    tools      flywheel/tools/registry.py                TOOLS
 
 An entry is a name and a small spec of strings and flags that names its implementation by
 import path ("package.module:attr"), so reading a catalog imports no torch, Ray or backend
@@ -164,6 +166,13 @@ class LossEntry(Protocol):
     settings: str | None  # its settings dataclass by import path (pg_variant_args), if any
 
 
+class ToolEntry(Protocol):
+    """What the checks read of a tool (`ToolSpec` in flywheel/tools/registry.py)."""
+
+    build: str  # "module:function" building it
+    settings: str | None  # its settings dataclass by import path (tool_args), if any
+
+
 @dataclass(frozen=True)
 class EnvCatalog:
     """The env names the agentic checks accept (flywheel.envs keeps the registry)."""
@@ -182,5 +191,6 @@ class Catalogs:
     losses: Catalog[LossEntry]
     templates: Catalog[Literal["native", "chat"]]  # how a template encodes prompts
     envs: EnvCatalog
-    # Tools that agentic episodes call (a later issue) join here as `tools`, a Catalog kept
-    # by the layer that runs them, read by the agentic checks.
+    # Tools that agentic episodes call (flywheel/tools/registry.py TOOLS), read by the
+    # agentic checks (tool_checks.py).
+    tools: Catalog[ToolEntry]

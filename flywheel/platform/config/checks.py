@@ -62,7 +62,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_fractions(cfg)
     check_algorithm_roles(cfg)
     check_lora(cfg)
-    check_agentic(cfg, catalogs.envs)
+    check_agentic(cfg, catalogs.envs, catalogs.tools)
     check_reward_routing(cfg)
     check_reasoning_gym(cfg)
     check_import_paths(cfg)

@@ -122,7 +122,8 @@ def _is_config_class(tp: object) -> bool:
 
 
 def _nested_block(tp: object) -> tuple[type | None, bool]:
-    """The dataclass inside a field's type, and whether it sits in a dict (one per key)."""
+    """The dataclass inside a field's type, and whether it sits in a dict (one per key) or
+    a list (one per item)."""
     if _is_config_class(tp):
         return tp, False
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -132,6 +133,8 @@ def _nested_block(tp: object) -> tuple[type | None, bool]:
                 return arg, False
     if origin is dict and len(args) == 2 and _is_config_class(args[1]):
         return args[1], True
+    if origin is list and len(args) == 1 and _is_config_class(args[0]):
+        return args[0], True
     return None, False
 
 
@@ -205,7 +208,10 @@ def sections(root: type = schema.PipelineConfig) -> list[Section]:
             if block is not None:
                 key = DICT_KEYS.get(f.name, "<name>") if suffix else ""
                 child = f"{path}.{f.name}" if path else f.name
-                visit(block, f"{child}.{key}" if key else child)
+                if typing.get_origin(hints[f.name]) is list:
+                    visit(block, f"{child}[i]")
+                else:
+                    visit(block, f"{child}.{key}" if key else child)
 
     visit(root, "")
     return [found[c] for c in order]

@@ -465,13 +465,59 @@ class ValidationConfig:
 
 
 @dataclass
+class ToolConfig:
+    """One tool of an env tag (ROLL's `tool_configs` entry; flywheel/tools)."""
+
+    # A built-in tool: calculator (exact arithmetic), python (a program in the bubblewrap
+    # sandbox), search (BM25 over a local document file); or the name of the user's tool
+    # given by tool_import_path. The model calls it by this name.
+    tool_id: str = ""
+    # The tool's settings (python: timeout_s, cpu_seconds, memory_mb, max_processes,
+    # max_file_mb, max_code_chars, max_output_chars; search: documents (a .jsonl with "text"
+    # or one document per line), top_k, max_chars, max_query_chars; calculator: none). An
+    # unknown key is an error naming the accepted ones; a user tool gets them as keywords.
+    tool_args: dict[str, Any] = field(default_factory=dict)
+    # A user's tool as "package.module:attr" (a class or function called with tool_args,
+    # returning an object with name, description, parameters and run(arguments) -> str);
+    # its module must lie under a prefix of import_allowlist, imported with importlib.
+    tool_import_path: str | None = None
+
+
+@dataclass
+class ToolUseConfig:
+    """Tools the model may call inside this tag's episodes (flywheel/tools/tool_env.py). A
+    reply holding a call (`call_start` JSON `call_end`, Hermes/Qwen's <tool_call> format)
+    is answered by the tool instead of the env, and spends one of max_steps' turns;
+    malformed calls, unknown tools, tool errors and timeouts become the observation and
+    count in env/tool_* metrics, never stopping the run. With chat_template: true the model
+    sees the tools' descriptions (the template's `tools`, or the system message); with raw
+    text turns it sees only what agent_system_template says (a character-level model
+    cannot afford the descriptions' length)."""
+
+    # The tools of this tag, each named by tool_id; at least one.
+    tools: list[ToolConfig] = field(default_factory=list)
+    # Calls run per episode (ROLL's wrapper_args.max_tool_uses); a further call is answered
+    # "no tool uses left", unrun. >= 1.
+    max_tool_uses: int = 5
+    # Wall clock of one call in seconds, below the pool's step_timeout_s (which bounds the
+    # whole step); a call past it is answered "timed out" and counted.
+    tool_timeout_s: float = 30.0
+    # A tool result longer than this many tokens is cut (with a note); 0: no limit.
+    max_tool_output_tokens: int = 512
+    # The tag that opens a call's JSON {"name": ..., "arguments": {...}} ...
+    call_start: str = "<tool_call>"
+    # ... and the tag that closes it; different from call_start.
+    call_end: str = "</tool_call>"
+
+
+@dataclass
 class CustomEnvConfig:
     """One env tag (ROLL's `custom_envs.<tag>`): which env to build and how its episodes are
     shown to the model. The tag is the key; metrics are reported under it
     (`env/<tag>/success`). Keys of the same meaning keep ROLL's names."""
 
-    # Registered env name: frozen_lake, sokoban, guess_number (flywheel.envs), or the name
-    # a user env is registered under with env_import_path.
+    # Registered env name: frozen_lake, sokoban, guess_number, multiply (flywheel.envs), or
+    # the name a user env is registered under with env_import_path.
     env_type: str = "frozen_lake"
     # A user env as "package.module:ClassName" (a flywheel.envs.TextEnv subclass), registered
     # as env_type when the env workers start. Its module must lie under a prefix listed in
@@ -495,6 +541,14 @@ class CustomEnvConfig:
     # Text before every turn, with {observation}, {turn_idx} (0-based) and {actions_left}
     # (ROLL's agent_template uses {state} for {observation}); unset: the env manager's default.
     agent_template: str | None = None
+    # Render turns with the model's own chat template (flywheel/envs/chat_turns.py):
+    # agent_system_template becomes the system message, agent_template the user messages'
+    # content (write no role markup in them), tool results the template's tool messages.
+    # Token-in/token-out: the trained ids are the engine's, turn after turn. Needs a model
+    # whose tokenizer has a chat template (checked when the run starts). false: raw text.
+    chat_template: bool = False
+    # Tools the model may call in these episodes; unset: none.
+    tool_use: ToolUseConfig | None = None
 
 
 def default_custom_envs() -> dict[str, CustomEnvConfig]:

@@ -4,7 +4,7 @@ The program is the response's last fenced code block (```python ... ```; a bare 
 Python). The reference is JSON in the APPS/TACO stdin/stdout shape,
 `{"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}`: test case i feeds inputs[i] on
 stdin and expects outputs[i] on stdout. Each case runs in its own fresh sandbox
-(sandbox.py) with the limits of `RewardConfig.code_sandbox`. Output matches when the
+(flywheel/sandbox/bwrap.py) with the limits of `RewardConfig.code_sandbox`. Output matches when the
 whitespace-separated tokens are equal, numbers within 1e-6 (APPS's lenient comparison).
 
 Score: the fraction of cases passed, or 1/0 for all-or-nothing (`scoring`). Metadata per
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.sandbox.bwrap import LANGUAGES, check_sandbox, run_sandboxed
 from flywheel.workers.rewards.result import RewardResult
-from flywheel.workers.rewards.sandbox import LANGUAGES, check_sandbox, run_sandboxed
 
 _FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _ALIASES = {"": "python", "py": "python", "python3": "python"}

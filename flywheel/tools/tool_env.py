@@ -1,0 +1,78 @@
+"""A text env whose model may call tools before it answers (GEM's ToolEnvWrapper idea).
+
+`ToolEnv(env, box, ...)` wraps any TextEnv. A reply holding a tool call (call_parser.py)
+does not reach the env: the call runs in the tool box and its result is the next
+observation, with reward 0, the episode going on, and `info["observation_role"] = "tool"`
+so the env manager renders it as the chat template's tool message. A reply without a call
+is the env's action, as before. A call therefore spends one of the episode's `max_steps`
+turns, like ROLL's tool wrapper.
+
+Budget: at most `max_tool_uses` calls run per episode; a further call is answered "no tool
+uses left" without running (counted `tool_over_budget`), so the model can still answer in
+its remaining turns.
+
+Counts, on every step's info (0 on steps that were actions), summed per episode by
+`trajectory.episode_metrics` (COUNTED_INFO_KEYS, kept there): tool_calls (every reply with
+an opening tag), tool_valid_calls (ran and returned text), tool_malformed, tool_unknown,
+tool_errors, tool_timeouts, tool_over_budget. A tool step's `action_is_valid` is whether
+the call ran cleanly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flywheel.envs.base import StepResult, TextEnv
+from flywheel.envs.trajectory import COUNTED_INFO_KEYS
+from flywheel.tools.call_parser import HERMES, CallFormat, MalformedCall, parse_tool_call
+from flywheel.tools.toolbox import ToolBox
+
+_KIND_KEY = {"ok": "tool_valid_calls", "unknown": "tool_unknown", "error": "tool_errors",
+             "timeout": "tool_timeouts"}
+TOOL_COUNT_KEYS = COUNTED_INFO_KEYS  # summed per episode (envs/trajectory.py)
+
+
+def _counts(**nonzero: int) -> dict[str, int]:
+    return {key: nonzero.get(key, 0) for key in TOOL_COUNT_KEYS}
+
+
+class ToolEnv(TextEnv):
+    def __init__(self, env: TextEnv, box: ToolBox, max_tool_uses: int,
+                 call_format: CallFormat = HERMES) -> None:
+        self.env = env
+        self.box = box
+        self.max_tool_uses = max_tool_uses
+        self.call_format = call_format
+        self.uses = 0  # calls run in this episode
+
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        self.uses = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action_text: str) -> StepResult:
+        call = parse_tool_call(action_text, self.call_format)
+        if call is None:
+            observation, reward, terminated, truncated, info = self.env.step(action_text)
+            return observation, reward, terminated, truncated, {**_counts(), **info}
+        if isinstance(call, MalformedCall):
+            text = (f"Error: malformed tool call: {call.reason}. Write "
+                    f'{self.call_format.start}{{"name": ..., "arguments": {{...}}}}'
+                    f"{self.call_format.end}")
+            return self._tool_step(text, False, tool_malformed=1)
+        if self.uses >= self.max_tool_uses:
+            return self._tool_step(f"Error: no tool uses left (at most {self.max_tool_uses} "
+                                   f"per episode); give your answer", False,
+                                   tool_over_budget=1)
+        self.uses += 1
+        outcome = self.box.run_call(call)
+        return self._tool_step(outcome.text, outcome.kind == "ok",
+                               **{_KIND_KEY[outcome.kind]: 1})
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _tool_step(self, text: str, ok: bool, **count: int) -> StepResult:
+        info = {**_counts(tool_calls=1, **count), "action_is_valid": ok, "success": False,
+                "observation_role": "tool"}
+        return text, 0.0, False, False, info

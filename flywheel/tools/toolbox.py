@@ -1,0 +1,83 @@
+"""The tool box: runs one parsed call under a wall clock and says what happened.
+
+Every way a call can go wrong becomes text for the model plus one outcome kind, which the
+tool env counts (tool_env.py); nothing raises out of `run_call`:
+
+| kind         | when                                                    | observation          |
+|--------------|---------------------------------------------------------|----------------------|
+| ok           | the tool returned text                                  | the text             |
+| unknown      | no tool of that name                                    | the known names      |
+| error        | ToolError (bad argument, program crashed) or any other  | "Error: ..."         |
+|              | exception of the tool (a bug of its own, named)         |                      |
+| timeout      | ToolTimeout, or no answer within `timeout_s`            | "Error: timed out"   |
+
+(Malformed calls and an exhausted budget never reach the box: see tool_env.py.)
+
+The wall clock: each call runs in a daemon helper thread; one that has not returned after
+`timeout_s` is abandoned (a stuck Python call cannot be interrupted; the python tool's own
+sandbox clock kills its program well before). The env worker's step_timeout_s is the outer
+bound, and it replaces an env that hangs past it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from flywheel.tools.base import Tool, ToolError, ToolTimeout, function_schema
+from flywheel.tools.call_parser import ToolCall
+
+OutcomeKind = Literal["ok", "unknown", "error", "timeout"]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    kind: OutcomeKind
+    text: str
+
+
+class ToolBox:
+    def __init__(self, tools: Sequence[Tool], timeout_s: float) -> None:
+        names = [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two tools share a name: {names}")
+        self.tools = {tool.name: tool for tool in tools}
+        self.timeout_s = timeout_s
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [function_schema(tool) for tool in self.tools.values()]
+
+    def run_call(self, call: ToolCall) -> ToolOutcome:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolOutcome("unknown", f"Error: unknown tool '{call.name}'; tools: "
+                                          f"{', '.join(self.tools)}")
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["text"] = tool.run(call.arguments)
+            except BaseException as error:  # noqa: BLE001 - reported below, never raised
+                box["error"] = error
+
+        thread = threading.Thread(target=target, name=f"tool-{call.name}", daemon=True)
+        thread.start()
+        thread.join(self.timeout_s)
+        if thread.is_alive():
+            return ToolOutcome("timeout", f"Error: {call.name} timed out after "
+                                          f"{self.timeout_s:g}s")
+        error = box.get("error")
+        if isinstance(error, ToolTimeout):
+            return ToolOutcome("timeout", f"Error: {call.name} timed out: {error}")
+        if isinstance(error, ToolError):
+            return ToolOutcome("error", f"Error: {error}")
+        if error is not None:
+            return ToolOutcome("error", f"Error: {call.name} failed: "
+                                        f"{type(error).__name__}: {error}")
+        text = box.get("text")
+        if not isinstance(text, str):
+            return ToolOutcome("error", f"Error: {call.name} returned "
+                                        f"{type(text).__name__}, not text")
+        return ToolOutcome("ok", text)
