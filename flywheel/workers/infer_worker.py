@@ -55,7 +55,7 @@ class InferWorker(RoleWorker):
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None, context_length: int | None = None,
                  sleep_mode: bool = False, in_flight_updates: bool = False,
-                 log_path: str | None = None):
+                 lora_adapter: tuple[int, float] | None = None, log_path: str | None = None):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity, log_path)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         extra = {"context_length": context_length} if context_length is not None else {}
@@ -63,6 +63,9 @@ class InferWorker(RoleWorker):
             extra["sleep_mode"] = True
         if in_flight_updates:  # partial rollout on a streaming engine (vllm_engine_loop.py)
             extra["in_flight_updates"] = True
+        if lora_adapter:  # (rank, alpha) of the adapter vllm serves (vllm_adapters.py)
+            from flywheel.workers.strategies.vllm_adapters import AdapterSpec
+            extra["lora_adapter"] = AdapterSpec(*lora_adapter)
         self.strategy = cls(model_path, cfg, seed=seed, **extra)
         self.version = 0
         self.awake = True  # False between `sleep` and `wake`: no call may use the engine

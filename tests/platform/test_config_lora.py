@@ -62,3 +62,32 @@ def test_the_reference_logprobs_are_asked_of_actor_train_with_the_adapter_off():
     roles = Roles(_Actor(), None, None, None, {}, None, reference_in_actor=True)
     assert roles.reference_logprobs("batch") == ("base of", "batch")
     assert Roles(_Actor(), None, None, None, {}, None).reference_logprobs("batch") is None
+
+
+VLLM = {"actor_infer": {"strategy_args": {"strategy_name": "vllm"}}}
+
+
+def test_an_adapter_sync_needs_vllm_hf_train_and_no_fully_trained_module():
+    served = {**VLLM, **lora(lora_sync="adapter")}
+    assert load_config_dict(served).actor_train.model_args.lora_sync == "adapter"
+    for other, why in [({}, "vllm alone serves"),  # hf_infer, the default
+                       ({**VLLM, **lora(lora_sync="adapter", additional_target="norm")},
+                        "additional_target")]:
+        with pytest.raises(ConfigError) as info:
+            load_config_dict({**lora(lora_sync="adapter"), **other}, source="f.yaml")
+        assert info.value.key_path == "actor_train.model_args.lora_sync", why
+        assert why in info.value.message
+    with pytest.raises(ConfigError) as info:
+        load_config_dict({"actor_train": {"model_args": {"lora_sync": "adapter"}}})
+    assert "lora_target" in info.value.message  # no adapter at all
+
+
+def test_vllm_lora_fields_without_a_served_adapter_are_refused():
+    shaped = {"actor_infer": {"strategy_args": {"strategy_name": "vllm",
+                                                "strategy_config": {"max_loras": 2}}}}
+    with pytest.raises(ConfigError) as info:
+        load_config_dict({**shaped, **lora()}, source="f.yaml")  # merged: vllm serves none
+    assert info.value.key_path.endswith("strategy_config.max_loras")
+    served = {"actor_train": {"model_args": {"lora_target": "all-linear",
+                                             "lora_sync": "adapter"}}}
+    assert load_config_dict({**shaped, **served})  # shapes the adapters it serves

@@ -30,6 +30,7 @@ from flywheel.platform.config.derived import (
     loads_model,
     offloads_between_phases,
     reference_from_actor,
+    served_adapter,
     shared_actor_devices,
 )
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
@@ -201,7 +202,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
                             context_length=context_length(cfg),
                             sleep_mode=offloads_between_phases(cfg),
-                            in_flight_updates=cfg.partial_rollout and streams(cfg))
+                            in_flight_updates=cfg.partial_rollout and streams(cfg),
+                            lora_adapter=served_adapter(cfg))
         reference, in_actor = None, reference_from_actor(cfg)
         if cfg.reference is not None and not in_actor:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
@@ -242,6 +244,11 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
             collective_weight_sync(cfg, actor_train, actor_infer), cfg.timeouts.call_s,
             carrier=cfg.weight_sync_carrier)
         print(f"weight sync: {carrier}", flush=True)
+        if cfg.actor_train.model_args.lora_target is not None:
+            print("weight sync sends: " + (
+                "the LoRA adapter alone (A and B), served by vllm as one adapter per version "
+                "(lora_sync: adapter)" if served_adapter(cfg) else
+                "the weights with the LoRA adapter merged in (lora_sync: merged)"), flush=True)
         if in_actor:
             print("reference: actor_train's model with its LoRA adapter disabled (no "
                   "reference worker, no second copy of the weights)", flush=True)

@@ -227,13 +227,28 @@ LORA_KEYS = {"lora_target": "turns LoRA on and names its modules",
              "lora_rank": "the adapter's rank r", "lora_alpha": "the adapter's scale alpha",
              "lora_dropout": "dropout on the adapter's input",
              "additional_target": "modules trained in full beside the adapter",
-             "adapter_name_or_path": "the adapter to start from"}
+             "adapter_name_or_path": "the adapter to start from",
+             "lora_sync": "what a weight sync sends actor_infer: merged weights or the adapter"}
 LORA_BACKENDS = ("hf_train", "deepspeed_train")
 LORA = Condition("with actor_train.model_args.lora_target set",
                  lambda cfg, _: lora_on(cfg.actor_train.model_args))
 LORA_BACKEND = Condition("on actor_train with hf_train or deepspeed_train",
                          lambda cfg, path: _backend(path, cfg) in LORA_BACKENDS)
 NEVER_LORA = Condition("on actor_train", lambda cfg, _: False)
+
+
+def _adapter_served(cfg: PipelineConfig) -> bool:
+    train = cfg.actor_train
+    return (cfg.actor_infer.strategy_args.strategy_name == "vllm"
+            and train.strategy_args.strategy_name == "hf_train"
+            and train.model_args.additional_target is None)
+
+
+ADAPTER_SYNC = Condition(
+    "in RL runs (SFT syncs nothing); as adapter with actor_train on hf_train, actor_infer "
+    "on vllm and no additional_target",
+    lambda cfg, _: cfg.pipeline_type != "sft" and (
+        cfg.actor_train.model_args.lora_sync == "merged" or _adapter_served(cfg)))
 OWN_REFERENCE = Condition(
     "when the reference is a role of its own (not actor_train's LoRA base)",
     lambda cfg, _: not reference_from_actor(cfg))
@@ -260,6 +275,12 @@ LORA_ROWS = [
                "megatron_train trains no LoRA adapter yet: use deepspeed_train (ZeRO "
                "shards it across the same devices) or hf_train, or remove it")
       for key, does in LORA_KEYS.items()],
+    ActsWhen("actor_train.model_args.lora_sync", ADAPTER_SYNC,
+             "adapter: vllm serves A and B as a LoRA adapter per weight version",
+             "vllm alone serves an adapter (hf_infer and sglang take merged weights), "
+             "hf_train alone sends one, and a fully trained module (additional_target) has "
+             "no place in it: write lora_sync: merged (an SFT run syncs nothing: remove "
+             "it)"),
     *[ActsWhen(f"reference.{key}", OWN_REFERENCE, "the reference role's own setting",
                "the reference is actor_train's model with its LoRA adapter disabled, "
                "computed on actor_train's workers (no reference worker): remove it")

@@ -182,6 +182,17 @@ def lora_on(model_args: ModelArgs) -> bool:
     return model_args.lora_target is not None
 
 
+def served_adapter(cfg: PipelineConfig) -> tuple[int, float] | None:
+    """(rank, alpha) of the LoRA adapter actor_infer serves (`lora_sync: adapter`), else
+    None: it receives merged weights."""
+    from flywheel.platform.config.lora_args import lora_alpha  # lora_args imports schema only
+
+    args = cfg.actor_train.model_args
+    if not lora_on(args) or args.lora_sync != "adapter":
+        return None
+    return args.lora_rank, lora_alpha(args)
+
+
 def reference_from_actor(cfg: PipelineConfig) -> bool:
     """Whether the reference's log-probs come from actor_train's own model with its LoRA
     adapter disabled, so no reference worker is started: actor_train trains an adapter

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Dtype = Literal["fp32", "bf16", "fp16"]
+LoraSync = Literal["merged", "adapter"]
 LossAggMode = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
@@ -75,6 +76,12 @@ class ModelArgs:
     # fresh one; its rank, alpha and targets must equal lora_rank, lora_alpha and
     # lora_target (checked at start).
     adapter_name_or_path: str | None = None
+    # What a weight sync sends actor_infer: "merged", every weight with W0 + (alpha / r) B A
+    # folded in (any infer backend), or "adapter", only A and B (a few MB), which vllm
+    # serves as one LoRA adapter per weight version (actor_train on hf_train; a request
+    # keeps the adapter it started on, so partial rollout's tokens stay on their start
+    # version). workers/strategies/vllm_adapters.py.
+    lora_sync: LoraSync = "merged"
 
 
 @dataclass

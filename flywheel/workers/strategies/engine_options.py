@@ -10,14 +10,19 @@ outside a role (`validation.`).
 
 from __future__ import annotations
 
-from flywheel.platform.config.derived import truncated_sampling
+from flywheel.platform.config.derived import served_adapter, truncated_sampling
 from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.strategies.strategy_config import StrategyConfigError, refuse_owned
 
 VLLM_OWNED = {"model": "the role's model_args.model_name_or_path (or pretrain)",
               "dtype": "model_args.dtype", "seed": "the top-level seed",
               "logprobs_mode": "flywheel (processed_logprobs, the trainer's quantity)",
-              "generation_config": "flywheel (generating_args only, never the model's file)"}
+              "generation_config": "flywheel (generating_args only, never the model's file)",
+              "enable_lora": "actor_train.model_args.lora_sync (adapter: vllm serves it)"}
+# vLLM's LoRA engine fields: they shape the adapters `lora_sync: adapter` serves, and do
+# nothing without them.
+VLLM_LORA_FIELDS = ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+                    "fully_sharded_loras", "lora_target_modules", "specialize_active_lora")
 SGLANG_OWNED = {"model_path": "the role's model_args.model_name_or_path (or pretrain)",
                 "dtype": "model_args.dtype", "random_seed": "the top-level seed",
                 "skip_tokenizer_init": "flywheel (token ids in, token ids out)"}
@@ -27,7 +32,17 @@ SGLANG_TRUNCATION = ("SGLang's log-probs leave out its top-k / top-p truncation,
 
 
 def check_vllm(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
-    refuse_owned("vllm", worker.strategy_args.strategy_config, VLLM_OWNED)
+    given = worker.strategy_args.strategy_config
+    refuse_owned("vllm", given, VLLM_OWNED)
+    serves_adapter = kind == "actor_infer" and served_adapter(cfg) is not None
+    for key in VLLM_LORA_FIELDS:
+        if key in given and not serves_adapter:
+            raise StrategyConfigError("", f"strategy_args.strategy_config.{key}",
+                                      "shapes the LoRA adapters vllm serves, and this vllm "
+                                      "serves none (actor_train.model_args.lora_sync: "
+                                      "adapter turns it on): remove it")
+
+
 
 
 def check_sglang(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:

@@ -34,7 +34,12 @@ from flywheel.workers.strategies.hf_model import (
     distinct_state_tensors,
     pick_device,
 )
-from flywheel.workers.strategies.lora import add_adapter, load_adapter, merged_weights
+from flywheel.workers.strategies.lora import (
+    adapter_weights,
+    add_adapter,
+    load_adapter,
+    merged_weights,
+)
 from flywheel.workers.strategies.mixed_precision import MixedPrecision, fp32_weights
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
@@ -113,7 +118,7 @@ class HFTrainStrategy(TrainStrategy):
         """In `model_args.dtype`, the dtype actor_infer loads (the masters are fp32)."""
         dtype = self.precision.compute_dtype
         if self.adapter is not None:
-            return {k: v.to("cpu", copy=True) for k, v in merged_weights(self.model, dtype)}
+            return {k: v.to("cpu", copy=True) for k, v in self._lora_sync(dtype)}
         return {k: v.detach().to("cpu", dtype, copy=True)
                 for k, v in self.model.state_dict().items()}
 
@@ -121,12 +126,18 @@ class HFTrainStrategy(TrainStrategy):
         """In `model_args.dtype`: under fp32 the live tensors, no copy (the sync copies
         each into the object store before the next train step); under bf16/fp16 each fp32
         master cast on its own, one tensor at a time. A tied parameter (lm_head =
-        embed_tokens) once. With LoRA, the adapter merged in (lora.py)."""
+        embed_tokens) once. With LoRA, the adapter merged in, or the adapter alone
+        (`model_args.lora_sync`, lora.py)."""
         if self.adapter is not None:
-            yield from merged_weights(self.model, self.precision.compute_dtype)
+            yield from self._lora_sync(self.precision.compute_dtype)
             return
         for name, tensor in distinct_state_tensors(self.model):
             yield name, tensor.detach().to(self.precision.compute_dtype)
+
+    def _lora_sync(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        if self.cfg.model_args.lora_sync == "adapter":
+            return adapter_weights(self.adapter, dtype)
+        return merged_weights(self.model, dtype)
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

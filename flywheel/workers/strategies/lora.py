@@ -24,11 +24,10 @@ checkpoints non-reentrantly by default, and both it (`gradient_checkpointing_ena
 and PEFT (`get_peft_model` on a checkpointing model) make the embedding's output require
 a gradient. tests/workers/test_lora.py holds that a checkpointed step equals a plain one.
 
-Weight sync (`merged_weights`): actor_infer receives W0 + (alpha / r) B A for each adapted
-weight, under the base names, in the same format as a full fine-tune's sync, so hf_infer
-and vllm need no change. Sending only A and B (a few MB) for vLLM to serve as a LoRA
-adapter is a later slice of issue 27: it plugs in as a second `weights_for_sync` shape
-(hf_train.py) chosen at start, with actor_infer's `update_weights` loading an adapter.
+Weight sync, as `model_args.lora_sync` says: `merged_weights` sends W0 + (alpha / r) B A
+for each adapted weight, under the base names, in the same format as a full fine-tune's
+sync, so any infer backend takes it; `adapter_weights` sends only A and B under the names
+PEFT saves them with, which vllm serves as a LoRA adapter (vllm_adapters.py).
 """
 
 from __future__ import annotations
@@ -39,7 +38,11 @@ from collections.abc import Iterator
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.tuners_utils import BaseTunerLayer
-from peft.utils import ModulesToSaveWrapper, set_peft_model_state_dict
+from peft.utils import (
+    ModulesToSaveWrapper,
+    get_peft_model_state_dict,
+    set_peft_model_state_dict,
+)
 from safetensors.torch import load_file
 
 from flywheel.platform.config.errors import ConfigError
@@ -161,6 +164,16 @@ def merged_tensor(model: torch.nn.Module, name: str, tensor: torch.Tensor,
             tensor = tensor + model.get_submodule(owner).get_delta_weight(ADAPTER)
         name = f"{owner}.{leaf}"
     return name.replace(f".modules_to_save.{ADAPTER}.", "."), tensor.detach().to(dtype)
+
+
+@torch.no_grad()
+def adapter_weights(peft_model: PeftModel, dtype: torch.dtype
+                    ) -> Iterator[tuple[str, torch.Tensor]]:
+    """A and B of every adapted module, in `dtype`, under the names of PEFT's
+    adapter_model.safetensors (`base_model.model.<module>.lora_A.weight`): an adapter
+    folder's contents, what vLLM loads."""
+    for name, tensor in get_peft_model_state_dict(peft_model, adapter_name=ADAPTER).items():
+        yield name, tensor.detach().to(dtype)
 
 
 def merge_inputs(model: torch.nn.Module, name: str) -> list[torch.nn.Parameter]:

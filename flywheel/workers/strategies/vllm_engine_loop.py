@@ -19,6 +19,11 @@ Weight updates come in two kinds (`update`):
   This is the in-flight update of PipelineRL (Piché et al., 2025), the continuation of
   Kimi k1.5's partial rollouts (arXiv 2501.12599, sec. 2.6.2) without segments.
 
+With LoRA adapters served per version (vllm_adapters.py, `adapters` set) an update loads
+a new adapter instead of new weights. A request is bound to its adapter for its lifetime,
+so an in-flight update leaves running requests on the adapter they started with: their
+tokens record their start version.
+
 The prefix cache: every request carries a `cache_salt` naming the weights version it
 started on, so a new request never reuses KV blocks that older weights computed (an
 in-flight update cannot reset the cache while requests hold blocks).
@@ -44,6 +49,7 @@ from vllm.inputs import TokensPrompt
 from vllm.sampling_params import RequestOutputKind
 
 from flywheel.platform.liveness import tick
+from flywheel.workers.strategies.vllm_adapters import AdapterVersions
 
 
 @dataclass
@@ -67,6 +73,7 @@ class _Call:
     version: int = -1  # the weights it started on
     started: float = 0.0  # when it started (wall clock), after any wait for its version
     unfinished: int = 0
+    lora_id: int | None = None  # the adapter it runs on (adapters served per version)
 
 
 @dataclass
@@ -86,8 +93,10 @@ class _Job:
 
 
 class EngineLoop:
-    def __init__(self, llm: vllm.LLM, name: str = "vllm"):
+    def __init__(self, llm: vllm.LLM, name: str = "vllm",
+                 adapters: AdapterVersions | None = None):
         self.llm = llm
+        self.adapters = adapters
         self.engine = llm.llm_engine
         self.name = name
         self.version = 0
@@ -183,6 +192,8 @@ class EngineLoop:
             self._parked.append(call)
             return
         call.version, call.started = self.version, time.time()
+        lora = self.adapters.current if self.adapters else None
+        call.lora_id = lora.lora_int_id if lora else None
         call.unfinished = len(call.requests)
         call.samples = [[Sample() for _ in range(params.n)] for _, params in call.requests]
         if not call.requests:
@@ -195,7 +206,8 @@ class EngineLoop:
                 (request,) = self.engine.renderer.render_cmpl(
                     [TokensPrompt(prompt_token_ids=prompt, cache_salt=f"w{self.version}")])
                 rid = f"r{next(self._ids)}"  # outputs carry it; add_request returns
-                internal = self.engine.add_request(rid, request, params)  # a suffixed one
+                internal = self.engine.add_request(  # returns a suffixed id
+                    rid, request, params, lora_request=lora)
                 added.append((rid, internal))
                 self._running[rid] = (call, index)
         except Exception as e:  # a request the engine refuses fails its call, not the loop
@@ -208,6 +220,8 @@ class EngineLoop:
         def load() -> None:
             update.load()
             self.version = update.version
+            if self.adapters:
+                self.adapters.prune(self.engine, {c.lora_id for c, _ in self._running.values()})
             if not self.engine.has_unfinished_requests():
                 self.engine.reset_prefix_cache()  # the salt keeps old blocks apart anyway
         self._finish(update.future, load)
@@ -233,7 +247,8 @@ class EngineLoop:
                 sample.token_ids += new
                 sample.log_probs += [step[tok].logprob
                                      for step, tok in zip(piece.logprobs or [], new)]
-                sample.versions += [self.version] * len(new)
+                # an adapter stays with its request: every token is of its start version
+                sample.versions += [call.version if self.adapters else self.version] * len(new)
                 if piece.finish_reason is not None:
                     sample.finish_reason = piece.finish_reason
             if out.finished:

@@ -23,6 +23,8 @@ re-processed for its kernels, CPU repacking included, and copied into the engine
 tensors once all its weights are in), reading the next bucket only when it needs it: no
 file, no full copy. A multiprocess engine (tensor_parallel_size > 1) cannot take tensors
 through `collective_rpc`, so it still reloads from one safetensors file under /dev/shm.
+With `lora_sync: adapter` (LoRA on actor_train) an update is A and B alone, loaded as a
+new adapter per version (vllm_adapters.py), the base weights untouched.
 Tied embeddings: `lm_head.weight` is always sent, or vLLM's head would stay stale. The
 prefix cache is reset afterwards, because cached KV blocks were computed by the old
 weights.
@@ -82,6 +84,11 @@ from flywheel.workers.strategies.engine_options import VLLM_OWNED
 from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
+from flywheel.workers.strategies.vllm_adapters import (
+    AdapterSpec,
+    AdapterVersions,
+    engine_lora_kwargs,
+)
 from flywheel.workers.strategies.vllm_engine_loop import EngineLoop, Sample
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -92,11 +99,12 @@ SHM_DIR = "/dev/shm"
 
 
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
-                  context_length: int | None = None, sleep_mode: bool = False
-                  ) -> dict[str, Any]:
+                  context_length: int | None = None, sleep_mode: bool = False,
+                  lora: AdapterSpec | None = None) -> dict[str, Any]:
     """LLM(...) arguments: checked strategy_config over flywheel's defaults. `sleep_mode`
     (a colocated run, pipelines/loop/phase_switch.py) turns on vLLM's `enable_sleep_mode` on
-    GPU; vLLM refuses it on CPU ("Sleep mode is not supported on current platform")."""
+    GPU; vLLM refuses it on CPU ("Sleep mode is not supported on current platform").
+    `lora`: the adapters to serve (vllm_adapters.py)."""
     fields = {f.name: None for f in dataclasses.fields(vllm.EngineArgs)
               if not f.name.startswith("_")}
     given = cfg.strategy_args.strategy_config
@@ -106,6 +114,8 @@ def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
                                 "enable_sleep_mode": True if sleep_mode and on_gpu else None}
     if not on_gpu and "gpu_memory_utilization" not in given:
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    if lora is not None:
+        defaults.update(engine_lora_kwargs(lora))
     if on_gpu and "gpu_memory_utilization" not in given:
         # what is free once the roles started before it (a colocated actor_train's weights)
         defaults["gpu_memory_utilization"] = engine_memory_fraction(*torch.cuda.mem_get_info())
@@ -149,12 +159,13 @@ class VLLMInferStrategy(InferStrategy):
 
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int,
                  context_length: int | None = None, sleep_mode: bool = False,
-                 in_flight_updates: bool = False):
+                 in_flight_updates: bool = False, lora_adapter: AdapterSpec | None = None):
         self.cfg = cfg
         self.in_flight_updates = in_flight_updates
         self.on_gpu = torch.cuda.is_available()
         kwargs = engine_kwargs(cfg, model_path, seed, on_gpu=self.on_gpu,
-                               context_length=context_length, sleep_mode=sleep_mode)
+                               context_length=context_length, sleep_mode=sleep_mode,
+                               lora=lora_adapter)
         self.sleep_mode = bool(kwargs.get("enable_sleep_mode"))
         if kwargs.get("tensor_parallel_size", 1) == 1:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -169,7 +180,8 @@ class VLLMInferStrategy(InferStrategy):
         self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
         self.tokenizer = load_tokenizer(model_path)
         self.eos_id = self.tokenizer.eos_token_id
-        self.loop = EngineLoop(self.llm, "vllm")
+        self.adapters = AdapterVersions(lora_adapter) if lora_adapter else None
+        self.loop = EngineLoop(self.llm, "vllm", self.adapters)
 
     @property
     def version(self) -> int:
@@ -231,7 +243,11 @@ class VLLMInferStrategy(InferStrategy):
     def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
                                     version: int) -> None:
         def load() -> None:
-            if self.in_process:  # the engine's model is in this process: stream into it
+            if self.adapters:  # A and B of actor_train's adapter (lora_sync: adapter)
+                tensors = {name: tensor.detach().to("cpu", self.torch_dtype, copy=True)
+                           for bucket in buckets for name, tensor in bucket.items()}
+                self.adapters.load(self.llm.llm_engine, tensors, version)
+            elif self.in_process:  # the engine's model is in this process: stream into it
                 self.llm.collective_rpc("reload_weights",
                                         kwargs={"weights_iterator": self._stream(buckets)})
             else:
@@ -300,7 +316,8 @@ class VLLMInferStrategy(InferStrategy):
         rows = [batch.input_ids[b, :n].tolist() for b, n in enumerate(lengths)]
         params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in rows], params,
-                                    use_tqdm=False)
+                                    use_tqdm=False, lora_request=self.adapters and
+                                    self.adapters.current)
         log_probs = torch.zeros(batch.input_ids.shape, dtype=torch.float32)  # [B, L]
         for b, (row, out) in enumerate(zip(rows, outputs)):
             values = [step[tok].logprob for step, tok in zip(out.prompt_logprobs[1:], row[1:])]
