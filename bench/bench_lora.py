@@ -4,8 +4,9 @@ by side in one run (issue 27).
 Three parts, each variant in a process of its own (its peak RSS is its own):
 
   step   actor_train alone (hf_train, SmolLM2-135M-Instruct, fp32): seconds per train step
-         on the example's step (8 prompts x 8 samples, 1-16 response tokens, one optimizer
-         step of 2 micro-batches of 32 rows; bench_train_step.py's batches), peak RSS, and
+         on the example's step (the second; the first warms up): 8 prompts x 8 samples,
+         1-16 response tokens, one optimizer step of 2 micro-batches of 32 rows
+         (bench_train_step.py's batches); peak RSS; and
          what one weight sync sends and how long reading it out takes: every weight for the
          full fine-tune; for LoRA the merged weights (lora_sync: merged) or A and B alone
          (lora_sync: adapter). Full: lr 2e-5; LoRA: rank 32, alpha 32, lr 2e-4 (the
@@ -90,6 +91,7 @@ def run_serve() -> dict:
     """One vllm engine serving adapters: load times and greedy generation rates."""
     import torch
 
+    from flywheel.pipelines.data.prompt_data import PromptEncoder
     from flywheel.platform.config.schema import WorkerConfig
     from flywheel.workers.strategies.base import SamplingParams
     from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -107,10 +109,8 @@ def run_serve() -> dict:
     merged = {k: v.to("cpu", copy=True) for k, v in merged_trainer.weights_for_sync()}
     adapter = {k: v.to("cpu", copy=True) for k, v in adapter_trainer.weights_for_sync()}
     del merged_trainer, adapter_trainer
-    tokenizer = load_tokenizer(path)
-    prompts = [tokenizer.apply_chat_template(
-        [{"role": "user", "content": f"What is {a} times {b}?"}], add_generation_prompt=True)
-        for a in range(2, 10) for b in range(2, 10)]
+    encode = PromptEncoder(load_tokenizer(path), "chat", "Give only the final number.")
+    prompts = [encode(f"What is {a} times {b}?") for a in range(2, 10) for b in range(2, 10)]
     greedy = SamplingParams(max_new_tokens=16, n=1, do_sample=False)
     out = {}
     for name, spec, weights in (("merged", None, merged),
@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true")  # internal: the serve part
     args = parser.parse_args()
     if args.variant:
-        print(json.dumps(run_step(args.variant, 3)))
+        print(json.dumps(run_step(args.variant, 2)))
         return
     if args.serve:
         print(json.dumps(run_serve()))
@@ -179,7 +179,7 @@ def main() -> None:
     parts, results = args.parts.split(","), {}
     print(f"SmolLM2-135M-Instruct, examples/rlvr_smollm2*.yaml shape, {os.cpu_count()} cores\n")
     if "step" in parts:
-        print("| actor_train | s/step (2 timed) | peak RSS MiB | sync MiB | sync tensors | "
+        print("| actor_train | s/step (step 2) | peak RSS MiB | sync MiB | sync tensors | "
               "sync read s |\n|---|---|---|---|---|---|", flush=True)
         results["step"] = []
         for variant in TRAIN_VARIANTS:

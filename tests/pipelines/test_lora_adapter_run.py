@@ -15,7 +15,10 @@ from flywheel.pipelines.run.launch import run
 
 from .sync_example import EXAMPLE
 
-pytestmark = pytest.mark.slow
+# ~35 s on 2 cores (a vllm engine and a LoRA trainer start): make test-long. The suite keeps
+# the engine side (tests/workers/test_vllm_lora.py) and the config's plumbing
+# (tests/platform/test_config_lora.py).
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_vllm_samples_from_the_trained_adapter(tmp_path, ray_session, arith_model_path):

@@ -9,7 +9,7 @@ import pytest
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.roles.roles import Roles, device_roles
 from flywheel.platform.config import ConfigError
-from flywheel.platform.config.derived import reference_from_actor
+from flywheel.platform.config.derived import reference_from_actor, served_adapter
 from flywheel.platform.config.lora_args import lora_targets
 
 KL = {"use_kl_loss": True, "reference": {}}
@@ -80,6 +80,10 @@ def test_an_adapter_sync_needs_vllm_hf_train_and_no_fully_trained_module():
     with pytest.raises(ConfigError) as info:
         load_config_dict({"actor_train": {"model_args": {"lora_sync": "adapter"}}})
     assert "lora_target" in info.value.message  # no adapter at all
+    # what actor_infer's worker is started with (roles.py): the adapter's rank and scale
+    assert served_adapter(load_config_dict({**VLLM, **lora(lora_sync="adapter",
+                                                           lora_rank=4)})) == (4, 8.0)
+    assert served_adapter(load_config_dict({**VLLM, **lora()})) is None  # merged
 
 
 def test_vllm_lora_fields_without_a_served_adapter_are_refused():
