@@ -94,8 +94,3 @@ class AdapterVersions:
         for lora_id in [i for i in self.folders if i not in keep]:
             engine.remove_lora(lora_id)
             shutil.rmtree(self.folders.pop(lora_id), ignore_errors=True)
-
-    def close(self) -> None:
-        for folder in self.folders.values():
-            shutil.rmtree(folder, ignore_errors=True)
-        self.folders.clear()
