@@ -14,9 +14,11 @@ own generator (the same seed, the same question: GRPO groups compare like with l
 the file is read once per env. The answer checks are GEM's own:
 - math: the last `\\boxed{...}` of the reply (gem.utils.parsing.extract_last_boxed_answer),
   compared by math-verify as gem.envs.math_env.MathEnv.check_correct does (parse both,
-  `verify(gold, answer)`, any of several gold answers). math-verify's own time limit uses
-  signal.alarm, which works on the main thread only; env steps run in the env worker's
-  helper thread (TimedEnv), whose step_timeout_s is then the bound.
+  `verify(gold, answer)`, any of several gold answers); a text GEM's parse reads nothing
+  from is read again as inline LaTeX (`$...$`), so `\\dfrac{2}{4}` counts as 1/2.
+  math-verify's own time limit uses signal.alarm, which works on the main thread only; env
+  steps run in the env worker's helper thread (TimedEnv), whose step_timeout_s is then
+  the bound.
 - QA: the last `<answer>...</answer>` (gem.utils.parsing.extract_last_tagged_answer), or the
   last `\\boxed{}` with extract_boxed, compared by GEM's exact match after SQuAD-style
   normalisation (gem.utils.qa_em.em_check: lower case, no punctuation or articles). The
@@ -73,14 +75,20 @@ def gold_answers(answer: Any) -> list[str]:
 
 
 def math_correct(model_answer: str, answer: Any) -> bool:
-    """GEM's math check (MathEnv.check_correct) with math-verify's time limit only where
-    it works (the main thread)."""
+    """GEM's math check (MathEnv.check_correct: math-verify's parse of both, then
+    verify), with math-verify's time limit only where it works (the main thread)."""
     from math_verify import parse, verify
 
     limit = 5 if threading.current_thread() is threading.main_thread() else None
+
+    def read(text: str) -> list:
+        # GEM's reading; where it finds nothing, the text as inline LaTeX (math-verify
+        # reads `\\dfrac{2}{4}` only between $ signs): a right answer GEM misses scores
+        return parse(text, parsing_timeout=limit) or parse(f"${text}$", parsing_timeout=limit)
+
     try:
-        parsed = parse(model_answer, parsing_timeout=limit)
-        return any(verify(parse(gold, parsing_timeout=limit), parsed, timeout_seconds=limit)
+        parsed = read(model_answer)
+        return any(verify(read(gold), parsed, timeout_seconds=limit)
                    for gold in gold_answers(answer))
     except Exception:  # math-verify raises on some malformed input: not shown equal
         return False
