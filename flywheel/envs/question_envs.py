@@ -48,10 +48,13 @@ QA_INSTRUCTION = ("Answer the question below. Think it through inside <think> </
 
 
 def load_items(path: str, question_key: str, answer_key: str) -> list[tuple[str, Any]]:
-    """(question, answer) of every line of `path`; a ValueError naming the file and line
-    when a line is not an object with both keys."""
+    """(question, answer) of every line of `path`; a ValueError naming the file (and the
+    line) when it cannot be read or a line is not an object with both keys."""
     items = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:  # a ValueError, as every bad env_config value is
+        raise ValueError(f"data_file {path}: {error.strerror or error}") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

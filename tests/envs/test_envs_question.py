@@ -62,6 +62,8 @@ def test_a_seed_picks_the_question_and_bad_files_name_the_line(tmp_path):
     bad.write_text('{"question": "q", "answer": "1"}\n{"problem": "q"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2: expected a JSON object with 'question'"):
         make("roll_math", data_file=str(bad))
+    with pytest.raises(ValueError, match="data_file none.jsonl: No such file"):
+        make("roll_math", data_file="none.jsonl")
     with pytest.raises(TypeError, match="unknown env_config key 'dataset_name'"):
         make("roll_qa", data_file=str(bad), dataset_name="axon-rl/HotpotQA")
 
