@@ -927,6 +927,19 @@ class PipelineConfig:
     # (or sequences) whose weight is outside [infer_is_lower_bound, infer_is_upper_bound].
     infer_is_lower_bound: float = 0.5
     infer_is_upper_bound: float = 2.0
+    # ROLL's train_infer_correction filter (algorithms/infer_filter.py): a token whose
+    # train/infer disagreement, aggregated at this level, leaves a band below gets weight 0
+    # in the loss, on top of infer_is_correction's weight (1 when that is none). token;
+    # sequence (summed over the response); geometric (mean over the response); segment
+    # (mean over each run of consecutive model tokens: a turn of a multi-turn episode).
+    # none: no filter; any other level needs at least one band.
+    infer_filter_level: Literal["none", "token", "sequence", "geometric", "segment"] = "none"
+    # [low, high] on the ratio pi_old / pi_infer at infer_filter_level (exp of the summed
+    # or mean log-ratio), e.g. [0.8, 1.2]; unset: no ratio band.
+    infer_filter_ratio_band: list[float] | None = None
+    # [low, high] on the probability difference pi_old - pi_infer at infer_filter_level
+    # (summed or averaged like the log-ratio), e.g. [-0.1, 0.1]; unset: no difference band.
+    infer_filter_diff_band: list[float] | None = None
 
     # The policy being trained.
     actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)
