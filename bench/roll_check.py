@@ -13,7 +13,8 @@ configs are other pipelines), reports:
 - convert: whether `platform convert --from roll` turns it into a config that validates, or
   which flywheel-missing features stop it (counted by feature over all files);
 - envs (agentic, converted): whether every env tag the converted file plays builds with its
-  env_config (a key the env does not take validates but fails when the run starts).
+  env_config (a key the env does not take validates but fails when the run starts) and its
+  tools (tool_use), and starts an episode.
 
 Figures, not a test: ROLL's files change, so this prints counts and writes JSON. The test
 suite exercises each mechanism on small fixtures under tests/data/configs/roll/.
@@ -138,15 +139,24 @@ def check(root: Path) -> dict:
 
 def env_errors(data: dict) -> list[str]:
     """"tag: error" for each played env tag of a converted agentic config that fails to
-    build (flywheel.envs.make with its env_config)."""
-    from flywheel.envs import make  # the envs only this check needs
-    tags = {t for m in ("train_env_manager", "val_env_manager")
-            for t in ((data.get(m) or {}).get("tags") or [])}
+    build (flywheel.envs.make with its env_config) or to start an episode; a tag with
+    tool_use is built with its tools (the sandbox probe, the search index) and reset."""
+    from flywheel.envs import make  # the envs and tools only this check needs
+    from flywheel.pipelines.config import load_config_dict
+    from flywheel.platform.config.import_allowlist import allowed_prefixes
+    from flywheel.tools.from_config import tool_box, with_tools
+    cfg = load_config_dict(data)
     errors = []
-    for tag in sorted(tags):
-        env = (data.get("custom_envs") or {}).get(tag) or {}
+    for tag in sorted({*cfg.train_env_manager.tags, *cfg.val_env_manager.tags}):
+        env = cfg.custom_envs[tag]
         try:
-            make(env.get("env_type", "frozen_lake"), **(env.get("env_config") or {}))
+            built = make(env.env_type, **env.env_config)
+            if env.tool_use is not None:
+                box = tool_box(env.tool_use, allowed_prefixes(cfg),
+                               f"custom_envs.{tag}.tool_use")
+                built = with_tools(built, box, env.tool_use)
+            built.reset(seed=0)
+            built.close()
         except Exception as error:  # noqa: BLE001 - reported per tag
             errors.append(f"{tag}: {error}")
     return errors

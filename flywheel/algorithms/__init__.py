@@ -5,10 +5,10 @@ What this package owns
     advantage estimators (advantages.py, gae.py), reward shaping (rewards.py), the
     policy-gradient losses selected by `pg_variant` (policy_loss/), the value loss (gae.py),
     KL estimators, penalties and controllers (kl.py), entropy (entropy.py), train/infer
-    mismatch correction (mismatch.py), which samples carry loss (sample_masks.py) and the
-    one place that turns a per-token loss into a scalar, `aggregate_loss`
-    (aggregation.py), shared by every loss so `loss_agg_mode` means the same thing
-    everywhere and gradient accumulation is exact.
+    mismatch correction (mismatch.py) and its filter (infer_filter.py), which samples carry
+    loss (sample_masks.py) and the one place that turns a per-token loss into a scalar,
+    `aggregate_loss` (aggregation.py), shared by every loss so `loss_agg_mode` means the
+    same thing everywhere and gradient accumulation is exact.
 
 What it deliberately does not own
     No Ray, no I/O, no config objects, no models or tokenizers, no distributed calls.
@@ -44,6 +44,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                     "count_tokens", "masked_mean"),
     "entropy": ("entropy_from_logits", "entropy_loss"),
     "gae": ("compute_gae", "value_loss"),
+    "infer_filter": ("TrainInferFilter", "train_infer_filter"),
     "kl": ("KL_ESTIMATORS", "AdaptiveKLController", "FixedKLController", "apply_kl_penalty",
            "kl_estimate", "kl_loss"),
     "mismatch": ("MismatchCorrection", "train_infer_mismatch_weights"),

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from flywheel.algorithms.aggregation import masked_mean
+from flywheel.algorithms.infer_filter import TrainInferFilter, train_infer_filter
 
 LOG_RATIO_CLAMP = 20.0
 LEVELS = ("token", "sequence")
@@ -105,14 +106,17 @@ def train_infer_mismatch_weights(
 
 @dataclass(frozen=True)
 class MismatchCorrection:
-    """The pipeline's `infer_is_correction` setting, applied to a batch wherever the old
-    log-probs are computed: on the driver, or inside actor_train's train call."""
+    """The pipeline's `infer_is_correction` setting and its train/infer filter
+    (infer_filter.py), applied to a batch wherever the old log-probs are computed: on the
+    driver, or inside actor_train's train call."""
 
     level: str = "token"
     mode: str = "truncate"
     lower: float = 0.5
     upper: float = 2.0
     apply: bool = False  # False: report the mismatch metrics, leave the loss unweighted
+    weigh: bool = True  # False: the IS weight is 1 (a filter alone, as ROLL's without is_weight)
+    filter: TrainInferFilter | None = None  # tokens it drops get weight 0
 
     def __call__(self, old_log_probs: Tensor, infer_log_probs: Tensor, mask: Tensor
                  ) -> tuple[Tensor | None, dict[str, float]]:
@@ -121,4 +125,11 @@ class MismatchCorrection:
         weights, metrics = train_infer_mismatch_weights(
             old_log_probs, infer_log_probs, mask, level=self.level,
             mode=self.mode, lower=self.lower, upper=self.upper)
+        if not self.weigh:
+            weights = mask.float()  # [B, T]
+        if self.filter is not None:
+            keep, filtered = train_infer_filter(old_log_probs, infer_log_probs, mask,
+                                                self.filter)
+            weights = weights * keep  # [B, T]
+            metrics.update(filtered)
         return (weights if self.apply else None), metrics

@@ -32,6 +32,7 @@ from flywheel.envs.frozen_lake import FrozenLakeEnv
 from flywheel.envs.gem_adapter import GEM_ENVS, GemEnv
 from flywheel.envs.guess_number import GuessNumberEnv
 from flywheel.envs.multiply import MultiplyEnv
+from flywheel.envs.question_envs import QuestionEnv, roll_math, roll_qa
 from flywheel.envs.registry import make, register, register_from_import_path, registered_envs
 from flywheel.envs.sokoban import SokobanEnv
 from flywheel.envs.trajectory import (
@@ -47,6 +48,8 @@ register("frozen_lake", FrozenLakeEnv)
 register("sokoban", SokobanEnv)
 register("guess_number", GuessNumberEnv)
 register("multiply", MultiplyEnv)
+register("roll_math", roll_math)  # ROLL's GEM math and QA envs, on local data files
+register("roll_qa", roll_qa)
 for _name, _factory in GEM_ENVS.items():  # GEM (gem-llm) envs by their GEM ids
     register(_name, _factory)
 
@@ -61,6 +64,7 @@ __all__ = [
     "GenerateFn",
     "GuessNumberEnv",
     "MultiplyEnv",
+    "QuestionEnv",
     "SokobanEnv",
     "StepResult",
     "StepSample",

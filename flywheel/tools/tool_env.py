@@ -7,6 +7,17 @@ so the env manager renders it as the chat template's tool message. A reply witho
 is the env's action, as before. A call therefore spends one of the episode's `max_steps`
 turns, like ROLL's tool wrapper.
 
+Formats: a `CallFormat` (Hermes JSON in tags, call_parser.py) or a `TaggedFormat` (GEM's
+tags around one argument, tagged_calls.py); with the latter, `instructions` (the tools and
+their tags) follow the first observation, as GEM's ToolEnvWrapper puts them.
+
+Rewards (ROLL's wrapper_args, paid as GEM's ToolEnvWrapper pays them): a call that reached
+its tool earns `tool_reward`, plus `tool_success_reward` when it returned without error; a
+malformed, unknown or over-budget call earns nothing. The env's own rewards are unchanged.
+One difference from GEM: past the budget GEM stops parsing calls and hands the reply to the
+env as its answer; here the reply is answered "no tool uses left", so the model may still
+answer.
+
 Budget: at most `max_tool_uses` calls run per episode; a further call is answered "no tool
 uses left" without running (counted `tool_over_budget`), so the model can still answer in
 its remaining turns.
@@ -25,6 +36,7 @@ from typing import Any
 from flywheel.envs.base import StepResult, TextEnv
 from flywheel.envs.trajectory import COUNTED_INFO_KEYS
 from flywheel.tools.call_parser import HERMES, CallFormat, MalformedCall, parse_tool_call
+from flywheel.tools.tagged_calls import TaggedFormat, parse_tagged_call
 from flywheel.tools.toolbox import ToolBox
 
 _KIND_KEY = {"ok": "tool_valid_calls", "unknown": "tool_unknown", "error": "tool_errors",
@@ -38,41 +50,52 @@ def _counts(**nonzero: int) -> dict[str, int]:
 
 class ToolEnv(TextEnv):
     def __init__(self, env: TextEnv, box: ToolBox, max_tool_uses: int,
-                 call_format: CallFormat = HERMES) -> None:
+                 call_format: CallFormat | TaggedFormat = HERMES, tool_reward: float = 0.0,
+                 tool_success_reward: float = 0.0, instructions: str = "") -> None:
         self.env = env
         self.box = box
         self.max_tool_uses = max_tool_uses
         self.call_format = call_format
+        self.tool_reward = tool_reward
+        self.tool_success_reward = tool_success_reward
+        self.instructions = instructions  # appended to the first observation when set
         self.uses = 0  # calls run in this episode
 
     def reset(self, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         self.uses = 0
-        return self.env.reset(seed=seed, options=options)
+        observation, info = self.env.reset(seed=seed, options=options)
+        if self.instructions:
+            observation = f"{observation}\n{self.instructions}"
+        return observation, info
 
     def step(self, action_text: str) -> StepResult:
-        call = parse_tool_call(action_text, self.call_format)
+        fmt = self.call_format
+        call = (parse_tagged_call(action_text, fmt) if isinstance(fmt, TaggedFormat)
+                else parse_tool_call(action_text, fmt))
         if call is None:
             observation, reward, terminated, truncated, info = self.env.step(action_text)
             return observation, reward, terminated, truncated, {**_counts(), **info}
         if isinstance(call, MalformedCall):
-            text = (f"Error: malformed tool call: {call.reason}. Write "
-                    f'{self.call_format.start}{{"name": ..., "arguments": {{...}}}}'
-                    f"{self.call_format.end}")
-            return self._tool_step(text, False, tool_malformed=1)
+            how = (fmt.hint() if isinstance(fmt, TaggedFormat)
+                   else f'{fmt.start}{{"name": ..., "arguments": {{...}}}}{fmt.end}')
+            return self._tool_step(f"Error: malformed tool call: {call.reason}. Write {how}",
+                                   False, 0.0, tool_malformed=1)
         if self.uses >= self.max_tool_uses:
             return self._tool_step(f"Error: no tool uses left (at most {self.max_tool_uses} "
-                                   f"per episode); give your answer", False,
+                                   f"per episode); give your answer", False, 0.0,
                                    tool_over_budget=1)
         self.uses += 1
         outcome = self.box.run_call(call)
-        return self._tool_step(outcome.text, outcome.kind == "ok",
-                               **{_KIND_KEY[outcome.kind]: 1})
+        ok = outcome.kind == "ok"
+        reward = (0.0 if outcome.kind == "unknown" else
+                  self.tool_reward + (self.tool_success_reward if ok else 0.0))
+        return self._tool_step(outcome.text, ok, reward, **{_KIND_KEY[outcome.kind]: 1})
 
     def close(self) -> None:
         self.env.close()
 
-    def _tool_step(self, text: str, ok: bool, **count: int) -> StepResult:
+    def _tool_step(self, text: str, ok: bool, reward: float, **count: int) -> StepResult:
         info = {**_counts(tool_calls=1, **count), "action_is_valid": ok, "success": False,
                 "observation_role": "tool"}
-        return text, 0.0, False, False, info
+        return text, reward, False, False, info

@@ -48,7 +48,7 @@ from flywheel.envs import (
 )
 from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.platform.liveness import tick
-from flywheel.tools.from_config import tool_box, with_tools
+from flywheel.tools.from_config import template_tools, tool_box, with_tools
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -204,7 +204,7 @@ class EnvWorker(RoleWorker):
         if key not in self.managers:
             box = (tool_box(tool_use, self.import_allowlist, f"custom_envs.{job.tag}.tool_use")
                    if tool_use else None)
-            chat = (chat_turns(self.codec.tokenizer, box.schemas() if box else [], tool_use)
+            chat = (chat_turns(self.codec.tokenizer, template_tools(box, tool_use), tool_use)
                     if config.chat_template else None)
             manager = EnvManager(config, chat)
 

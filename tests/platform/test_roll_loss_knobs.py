@@ -113,6 +113,23 @@ def test_topr_coefficients_beside_the_ppo_loss_are_refused(tmp_path):
      {"infer_is_correction": "seq-mask", "infer_is_lower_bound": 0.8,
       "infer_is_upper_bound": 1.2}),
     ({"is_weight": {"enabled": False}}, {"infer_is_correction": "none"}),
+    # ROLL's pg_var_is_correct FrozenLake file: a segment filter on ratio and difference,
+    # without the IS weight
+    ({"filters": [{"enabled": True, "agg_type": "segment", "diff_enabled": True,
+                   "ratio_low": 0.8, "ratio_high": 1.05, "diff_low": -0.1, "diff_high": 0.1}]},
+     {"infer_is_correction": "none", "infer_filter_level": "segment",
+      "infer_filter_ratio_band": [0.8, 1.05], "infer_filter_diff_band": [-0.1, 0.1]}),
+    ({"is_weight": {"enabled": True}, "filters": [{"enabled": True, "diff_enabled": True,
+                                                   "ratio_enabled": False}]},
+     {"infer_is_correction": "token-truncate", "infer_is_upper_bound": 1.2,
+      "infer_filter_level": "token", "infer_filter_ratio_band": None,
+      "infer_filter_diff_band": [-0.2, 0.2]}),
+    ({"is_weight": {"enabled": True, "upper_bound": 1.1}, "filters": [{"enabled": True}]},
+     {"infer_is_correction": "token-truncate", "infer_is_upper_bound": 1.1,
+      "infer_filter_level": "token", "infer_filter_ratio_band": [0.8, 1.2]}),
+    ({"is_weight": {"enabled": True, "weight_type": "sequence"},
+      "filters": [{"enabled": True, "agg_type": "geometric"}]},
+     {"infer_is_correction": "seq-truncate", "infer_filter_level": "geometric"}),
 ])
 def test_train_infer_correction_maps_onto_infer_is_correction(tmp_path, block, expected):
     conversion, cfg = converted(tmp_path, {"train_infer_correction": block})
@@ -123,13 +140,10 @@ def test_train_infer_correction_maps_onto_infer_is_correction(tmp_path, block, e
 
 @pytest.mark.parametrize("block, lacking", [
     ({"is_weight": {"enabled": True, "weight_type": "geometric"}}, "a geometric IS weight"),
-    ({"is_weight": {"enabled": True}, "filters": [{"enabled": True, "agg_type": "segment"}]},
-     "a segment filter"),
-    ({"is_weight": {"enabled": True}, "filters": [{"enabled": True, "diff_enabled": True}]},
-     "a probability-difference filter"),
-    ({"filters": [{"enabled": True}]}, "a train/infer filter without its IS weight"),
-    ({"is_weight": {"enabled": True, "upper_bound": 1.1}, "filters": [{"enabled": True}]},
-     "an IS weight clamped inside its filter's band"),
+    ({"filters": [{"enabled": True}, {"enabled": True, "diff_enabled": True}]},
+     "several train/infer filters"),
+    ({"is_weight": {"enabled": True, "upper_bound": None},
+      "filters": [{"enabled": True, "agg_type": "segment"}]}, "an untruncated IS weight"),
     ({"is_weight": {"enabled": True, "detach": False}}, "an IS weight with a gradient"),
 ])
 def test_train_infer_correction_flywheel_lacks_is_refused(tmp_path, block, lacking):

@@ -101,8 +101,8 @@ def test_episode_rows_drop_the_step_keys_with_the_reason(tmp_path):
     ({"custom_envs": {"Guess": {**BASE["custom_envs"]["Guess"],
                                 "env_manager_cls": "roll.x.TrajEnvManager"}}},
      "adv_estimator step_reinforce on episode rows"),
-    ({"custom_envs": {"Guess": {**BASE["custom_envs"]["Guess"], "env_type": "roll_math"}}},
-     "the roll_math environment (custom_envs.Guess.env_type = roll_math: GEM's math env"),
+    ({"custom_envs": {"Guess": {**BASE["custom_envs"]["Guess"], "env_type": "math:Math12K"}}},
+     "the math:Math12K environment (custom_envs.Guess.env_type = math:Math12K)"),
 ])
 def test_what_does_not_carry_over_is_named(tmp_path, change, feature):
     conversion = convert(tmp_path, change)

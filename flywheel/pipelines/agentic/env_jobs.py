@@ -47,7 +47,7 @@ from flywheel.platform.config.schema import (
     PipelineConfig,
 )
 from flywheel.platform.resources import RoleDevices
-from flywheel.tools.from_config import tool_box
+from flywheel.tools.from_config import template_tools, tool_box
 from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker, chat_turns
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -250,9 +250,9 @@ def check_envs(cfg: PipelineConfig, model_path: str) -> None:
     for tag in sorted(tags):
         env = cfg.custom_envs[tag]
         try:
-            tool_schemas = (tool_box(env.tool_use, allowed_prefixes(cfg),
-                                     f"custom_envs.{tag}.tool_use").schemas()
-                            if env.tool_use else [])
+            box = (tool_box(env.tool_use, allowed_prefixes(cfg), f"custom_envs.{tag}.tool_use")
+                   if env.tool_use else None)
+            tool_schemas = template_tools(box, env.tool_use)
             if env.chat_template:
                 chat_turns(load_tokenizer(model_path), tool_schemas, env.tool_use)
         except (ImportError, OSError, ValueError, TypeError) as error:

@@ -37,7 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic
 
-from flywheel.algorithms import AdaptiveKLController, FixedKLController, MismatchCorrection
+from flywheel.algorithms import (
+    AdaptiveKLController,
+    FixedKLController,
+    MismatchCorrection,
+    TrainInferFilter,
+)
 from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.group_filter import group_filter
@@ -81,8 +86,14 @@ def mean_over_ranks(results: list[dict[str, float]]) -> dict[str, float]:
 def mismatch_correction(cfg: PipelineConfig) -> MismatchCorrection:
     chosen = infer_is_correction(cfg)
     level, mode = MISMATCH_MODES.get(chosen, ("token", "truncate"))
+    rule = None
+    if cfg.infer_filter_level != "none":
+        bands = (cfg.infer_filter_ratio_band, cfg.infer_filter_diff_band)
+        rule = TrainInferFilter(cfg.infer_filter_level,
+                                *(tuple(b) if b is not None else None for b in bands))
     return MismatchCorrection(level, mode, cfg.infer_is_lower_bound, cfg.infer_is_upper_bound,
-                              apply=chosen != "none")
+                              apply=chosen != "none" or rule is not None,
+                              weigh=chosen != "none", filter=rule)
 
 
 @dataclass

@@ -143,6 +143,8 @@ IS_WEIGHT = Condition("with an infer_is_correction other than none",
                       lambda cfg, _: infer_is_correction(cfg) != "none")
 IS_MASK = Condition("with infer_is_correction token-mask or seq-mask",
                     lambda cfg, _: infer_is_correction(cfg) in ("token-mask", "seq-mask"))
+INFER_FILTER = Condition("with an infer_filter_level other than none",
+                        lambda cfg, _: cfg.infer_filter_level != "none")
 DIFFICULTY_MASK = Condition("with difficulty_mask: true", lambda cfg, _: cfg.difficulty_mask)
 GROUPS = Condition("with num_return_sequences_in_group > 1",
                    lambda cfg, _: cfg.num_return_sequences_in_group > 1)
@@ -336,6 +338,10 @@ ALGORITHM_ROWS = [
     ActsWhen("infer_is_lower_bound", IS_MASK, "the lower bound of the masking correction "
                                               "(truncation caps only from above)",
              "remove it, or use a -mask infer_is_correction"),
+    *[ActsWhen(key, INFER_FILTER, does, "remove it, or set infer_filter_level")
+      for key, does in (("infer_filter_ratio_band", "the ratio band of the train/infer filter"),
+                        ("infer_filter_diff_band", "the probability-difference band of the "
+                                                   "train/infer filter"))],
 ]
 
 FEATURE_ROWS = [

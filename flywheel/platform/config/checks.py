@@ -335,6 +335,14 @@ def check_fractions(cfg: PipelineConfig) -> None:
         raise ConfigError("", "difficulty_low_threshold",
                           f"must be below difficulty_high_threshold ({high}): with {low} "
                           f"every group would be masked")
+    for key in ("infer_filter_ratio_band", "infer_filter_diff_band"):
+        band = getattr(cfg, key)
+        if band is not None and not (len(band) == 2 and band[0] <= band[1]):
+            raise ConfigError("", key, f"is [low, high] with low <= high; got {band}")
+    if cfg.infer_filter_level != "none" and cfg.infer_filter_ratio_band is None and \
+            cfg.infer_filter_diff_band is None:
+        raise ConfigError("", "infer_filter_level", "filters by infer_filter_ratio_band, "
+                          "infer_filter_diff_band or both: set one, or remove the level")
 
 
 def check_algorithm_roles(cfg: PipelineConfig) -> None:

@@ -36,6 +36,7 @@ from flywheel.platform.config.roll_defaults import finish
 from flywheel.platform.config.roll_envs import fit_env_config
 from flywheel.platform.config.roll_judge import judge_settings, served_judges
 from flywheel.platform.config.roll_loss import fit_loss
+from flywheel.platform.config.roll_tools import fit_tool_wrapper
 from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
 from flywheel.platform.config.roll_val_lengths import fit_val_lengths
 from flywheel.platform.config.yaml_source import load_layers
@@ -388,6 +389,10 @@ def _custom_env(env: dict[str, Any], tag: str, where: str, out: Conversion) -> N
             out.dropped.append(f"{where}.{key}: GEMRunner plays a gym-like env turn by turn "
                                f"with the whole message history, as flywheel's env manager "
                                f"does")
+        elif key == "tool_wrapper":
+            tool_use = fit_tool_wrapper(item, f"{where}.{key}", env.get("max_steps"), out)
+            if tool_use is not None:
+                target["tool_use"] = tool_use
         elif key in rules.CUSTOM_ENV_DROPS:
             out.dropped.append(f"{where}.{key}: {rules.CUSTOM_ENV_DROPS[key]}")
         else:

@@ -22,9 +22,12 @@ Three of ROLL's top-level settings choose what flywheel chooses with `pg_variant
   flywheel's `infer_is_correction` (algorithms/mismatch.py): a token or sequence weight
   truncated at infer_is_upper_bound is `token-truncate` / `seq-truncate`; the weight with a
   ratio filter of the same granularity, unclamped inside the band, is `token-mask` /
-  `seq-mask` with the band as infer_is_lower_bound / infer_is_upper_bound. ROLL's
-  geometric and segment granularities, its probability-difference filters, a filter
-  without the weight and an undetached weight have no flywheel counterpart.
+  `seq-mask` with the band as infer_is_lower_bound / infer_is_upper_bound. Any other
+  filter (geometric or segment granularity, a probability-difference band, a filter
+  without the weight or beside a weight of another granularity) is flywheel's train/infer
+  filter (`infer_filter_level` with its ratio and difference bands, algorithms/
+  infer_filter.py) beside the truncated weight, or alone. A geometric or segment IS
+  weight, an undetached one and several filters have no flywheel counterpart.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ LEVELS = {"token": "token", "sequence": "seq"}
 IS_WEIGHT_DEFAULTS = {"enabled": False, "weight_type": "token", "upper_bound": 1.2,
                       "detach": True}
 FILTER_DEFAULTS = {"enabled": False, "agg_type": "token", "ratio_enabled": True,
-                   "ratio_low": 0.8, "ratio_high": 1.2, "diff_enabled": False}
+                   "ratio_low": 0.8, "ratio_high": 1.2, "diff_enabled": False,
+                   "diff_low": -0.2, "diff_high": 0.2}
 
 
 def fit_loss(data: dict[str, Any], out: Conversion) -> None:
@@ -123,19 +127,35 @@ def _train_infer_correction(block: dict[str, Any], out: Conversion) -> None:
     if lacking:
         out.missing.append(f"{lacking} (train_infer_correction)")
         return
-    if not weight["enabled"]:
-        choice: dict[str, Any] = {"infer_is_correction": "none"}
-    elif not filters:
+    band = filters[0] if filters else None
+    if band is not None and _is_mask(weight, band):
+        choice: dict[str, Any] = {"infer_is_correction": f"{LEVELS[band['agg_type']]}-mask",
+                                  "infer_is_lower_bound": band["ratio_low"],
+                                  "infer_is_upper_bound": band["ratio_high"]}
+        band = None
+    elif weight["enabled"]:
         choice = {"infer_is_correction": f"{LEVELS[weight['weight_type']]}-truncate",
                   "infer_is_upper_bound": weight["upper_bound"]}
     else:
-        band = filters[0]
-        choice = {"infer_is_correction": f"{LEVELS[band['agg_type']]}-mask",
-                  "infer_is_lower_bound": band["ratio_low"],
-                  "infer_is_upper_bound": band["ratio_high"]}
+        choice = {"infer_is_correction": "none"}
+    if band is not None:  # any other filter: flywheel's train/infer filter beside the weight
+        choice["infer_filter_level"] = band["agg_type"]
+        if band["ratio_enabled"]:
+            choice["infer_filter_ratio_band"] = [band["ratio_low"], band["ratio_high"]]
+        if band["diff_enabled"]:
+            choice["infer_filter_diff_band"] = [band["diff_low"], band["diff_high"]]
     out.data.update(choice)
     out.mapped.append("train_infer_correction -> " + ", ".join(
         f"{k}: {v}" for k, v in choice.items()))
+
+
+def _is_mask(weight: dict[str, Any], band: dict[str, Any]) -> bool:
+    """A token or sequence weight with a ratio band of its granularity, unclamped inside
+    the band: flywheel's -mask correction."""
+    upper = weight["upper_bound"]
+    return (weight["enabled"] and band["ratio_enabled"] and not band["diff_enabled"]
+            and band["agg_type"] == weight["weight_type"] and band["agg_type"] in LEVELS
+            and (upper is None or upper >= band["ratio_high"]))
 
 
 def _lacking(weight: dict[str, Any], filters: list[dict[str, Any]]) -> str:
@@ -146,21 +166,7 @@ def _lacking(weight: dict[str, Any], filters: list[dict[str, Any]]) -> str:
         return "an IS weight with a gradient (is_weight.detach: false)"
     if len(filters) > 1:
         return "several train/infer filters"
-    if not filters:
-        if weight["enabled"] and weight["upper_bound"] is None:
-            return "an untruncated IS weight (is_weight.upper_bound: null)"
-        return ""
-    band = filters[0]
-    if band["diff_enabled"]:
-        return "a probability-difference filter (filters[].diff_enabled)"
-    if band["agg_type"] not in LEVELS:
-        return f"a {band['agg_type']} filter (filters[].agg_type)"
-    if not weight["enabled"]:
-        return "a train/infer filter without its IS weight (is_weight.enabled: false)"
-    if band["agg_type"] != weight["weight_type"]:
-        return "a filter and an IS weight of different granularities"
-    upper = weight["upper_bound"]
-    if upper is not None and upper < band["ratio_high"]:
-        return "an IS weight clamped inside its filter's band (is_weight.upper_bound < " \
-               "filters[].ratio_high)"
+    if weight["enabled"] and weight["upper_bound"] is None and not (
+            filters and _is_mask(weight, filters[0])):
+        return "an untruncated IS weight (is_weight.upper_bound: null)"
     return ""

@@ -335,11 +335,6 @@ CUSTOM_ENV_TYPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
                            "from the local Sokoban's text observations", ()),
 }
 # ROLL env types that need what flywheel does not have yet: env_type -> why.
-CUSTOM_ENV_MISSING: dict[str, str] = {
-    "roll_math": "GEM's math env on local data files, with ROLL's tool block mapped onto "
-                 "flywheel's python tool (custom_envs.<tag>.tool_use), is not built yet",
-    "roll_qa": "GEM's QA env on local data files, with ROLL's search tool mapped onto "
-               "flywheel's local BM25 search (custom_envs.<tag>.tool_use), is not built yet",
-}
+CUSTOM_ENV_MISSING: dict[str, str] = {}
 CUSTOM_ENV_SAME = ("env_type", "max_steps", "max_tokens_per_step", "env_config",
                    "agent_system_template", "agent_template")

@@ -488,6 +488,12 @@ class ToolConfig:
     # returning an object with name, description, parameters and run(arguments) -> str);
     # its module must lie under a prefix of import_allowlist, imported with importlib.
     tool_import_path: str | None = None
+    # With tool_use.call_format: tags, the [start, end] tag pairs the model may write around
+    # the tool's argument (its one required parameter: python's code, search's query), as
+    # GEM's tools parse them (ROLL's python_code: <code>...</code> or a ```python block);
+    # of the pairs in a reply, the one that closes first is the call. Unset: the tool's
+    # name as a tag, <tool_id>...</tool_id>. Refused with call_format: json.
+    call_tags: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -515,6 +521,19 @@ class ToolUseConfig:
     call_start: str = "<tool_call>"
     # ... and the tag that closes it; different from call_start.
     call_end: str = "</tool_call>"
+    # How a call is written. json: call_start JSON call_end (above), the tools described
+    # by the chat template or the system message. tags: GEM's format, which ROLL's tool
+    # block (tool_wrapper) uses: each tool's own tags around its one argument
+    # (ToolConfig.call_tags), the tools described after the first observation, as GEM's
+    # ToolEnvWrapper appends them there.
+    call_format: Literal["json", "tags"] = "json"
+    # Reward added to the turn of every call that reached its tool (ran, with or without
+    # an error; not a malformed, unknown or over-budget call): ROLL's
+    # wrapper_args.tool_reward, paid by GEM's ToolEnvWrapper per call. Part of the
+    # episode's return, like the env's rewards.
+    tool_reward: float = 0.0
+    # Added on top for a call that returned without error (ROLL's tool_success_reward).
+    tool_success_reward: float = 0.0
 
 
 @dataclass
@@ -908,6 +927,19 @@ class PipelineConfig:
     # (or sequences) whose weight is outside [infer_is_lower_bound, infer_is_upper_bound].
     infer_is_lower_bound: float = 0.5
     infer_is_upper_bound: float = 2.0
+    # ROLL's train_infer_correction filter (algorithms/infer_filter.py): a token whose
+    # train/infer disagreement, aggregated at this level, leaves a band below gets weight 0
+    # in the loss, on top of infer_is_correction's weight (1 when that is none). token;
+    # sequence (summed over the response); geometric (mean over the response); segment
+    # (mean over each run of consecutive model tokens: a turn of a multi-turn episode).
+    # none: no filter; any other level needs at least one band.
+    infer_filter_level: Literal["none", "token", "sequence", "geometric", "segment"] = "none"
+    # [low, high] on the ratio pi_old / pi_infer at infer_filter_level (exp of the summed
+    # or mean log-ratio), e.g. [0.8, 1.2]; unset: no ratio band.
+    infer_filter_ratio_band: list[float] | None = None
+    # [low, high] on the probability difference pi_old - pi_infer at infer_filter_level
+    # (summed or averaged like the log-ratio), e.g. [-0.1, 0.1]; unset: no difference band.
+    infer_filter_diff_band: list[float] | None = None
 
     # The policy being trained.
     actor_train: ActorTrainConfig = field(default_factory=ActorTrainConfig)

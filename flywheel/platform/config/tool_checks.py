@@ -63,9 +63,30 @@ def check_tool_use(key: str, tool_use: ToolUseConfig, cfg: PipelineConfig,
             tool_use.call_start == tool_use.call_end:
         raise ConfigError("", f"{key}.call_start",
                           "call_start and call_end must be two different non-empty tags")
+    _check_call_format(key, tool_use)
     for pool in ("train_env_manager", "val_env_manager"):
         step_s = getattr(cfg, pool).step_timeout_s
         if not 0 < tool_use.tool_timeout_s < step_s:
             raise ConfigError("", f"{key}.tool_timeout_s",
                               f"{tool_use.tool_timeout_s}s must be > 0 and below "
                               f"{pool}.step_timeout_s={step_s} (a step includes its call)")
+
+
+def _check_call_format(key: str, tool_use: ToolUseConfig) -> None:
+    """call_start/call_end act with json calls only, call_tags with tags only."""
+    defaults = ToolUseConfig()
+    if tool_use.call_format == "tags":
+        for name in ("call_start", "call_end"):
+            if getattr(tool_use, name) != getattr(defaults, name):
+                raise ConfigError("", f"{key}.{name}", "acts only with call_format: json; "
+                                  "with tags each tool's call_tags say how it is called")
+    for i, tool in enumerate(tool_use.tools):
+        at = f"{key}.tools[{i}].call_tags"
+        if tool.call_tags and tool_use.call_format != "tags":
+            raise ConfigError("", at, "acts only with tool_use.call_format: tags; remove it "
+                                      "or set call_format: tags")
+        for pair in tool.call_tags:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(
+                    isinstance(t, str) and t for t in pair) and pair[0] != pair[1]):
+                raise ConfigError("", at, f"each entry is [start, end], two different "
+                                          f"non-empty tags; got {pair!r}")
