@@ -128,7 +128,7 @@ def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
     if value is True and path and path[-1] in TRUE_MEANS_LATEST:
         value = "latest"
     if value is None:
-        if inner is not type_ or type_ is Any:
+        if inner is not type_ or type_ is Any or type(None) in typing.get_args(type_):
             return None
         raise _wrong_type(type_, value, path)
     if path and path[-1] in DEVICE_MAPPING_FIELDS and inner == list[int]:
