@@ -26,12 +26,14 @@ Every key of the Megatron strategy_config is accounted for, never dropped in a h
 - `bf16` / `fp16` were made `model_args.dtype` before (roll_backends.megatron_precision).
 - Any other key is refused: the conversion cannot vouch for what it does.
 
-MoE families: the model must be one transformers builds as a causal LM, judged from the
-pretrain name (the checkpoint's config is not read offline). A family it lacks is refused.
+MoE families: the model must be one transformers builds as a causal LM (MOE_FAMILIES, whose
+modeling module this transformers must have), judged from the pretrain name: the
+checkpoint's config is not read offline. A family it lacks is refused.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from typing import TYPE_CHECKING, Any
@@ -123,18 +125,27 @@ def fit_moe(out: Conversion) -> None:
 
 def moe_family(role: dict[str, Any], out: Conversion) -> str | None:
     """The transformers model_type of the role's MoE model, or None (reported missing)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     name = str((role.get("model_args") or {}).get("model_name_or_path")
                or out.data.get("pretrain") or "")
     base = name.rstrip("/").rsplit("/", 1)[-1].lower()
     family = next((t for pattern, t in MOE_FAMILIES if re.search(pattern, base)), None)
-    if family is None or family not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if family is None or not _in_transformers(family):
         known = "" if family is None else f" ({family} is not in this transformers)"
         out.missing.append(f"an MoE model on Megatron whose family flywheel cannot train on "
                            f"deepspeed_train{known} (model_name_or_path = {name})")
         return None
     return family
+
+
+def _in_transformers(family: str) -> bool:
+    """Whether this transformers has the family's modeling module (each of MOE_FAMILIES
+    is a causal LM there). Found, not imported: importing transformers' auto classes
+    costs seconds, and a conversion loads no model."""
+    try:
+        return importlib.util.find_spec(f"transformers.models.{family}.modeling_{family}"
+                                        ) is not None
+    except ModuleNotFoundError:  # no transformers at all
+        return False
 
 
 def megatron_to_deepspeed(out: Conversion, name: str, why: str) -> None:
