@@ -84,3 +84,25 @@ def test_model_takes_the_checkpoints_coefficient_and_a_dense_model_is_refused(
     assert trainer(moe_path, 0.0).router is None
     with pytest.raises(ValueError, match="has no MoE router to balance"):
         trainer(tiny_model_path, 0.1)
+
+
+@pytest.mark.long  # two ZeRO ranks under Ray
+def test_two_zero_ranks_add_the_router_loss_like_one_hf_rank(moe_path, rl_batch,
+                                                             train_cluster):
+    """Megatron's scale, 1 / (micro-batches x ranks): hf_train's 1 rank x 4 micro-batches
+    and deepspeed_train's 2 ranks x 2 micro-batches (contiguous shards: the same 8-row
+    micro-batches) take the same step, router loss included."""
+    from backend_cases import cluster_weights, hf_trainer, rank_mean
+
+    args = ModelArgs(moe_aux_loss_coef=0.5)
+    hf = hf_trainer(moe_path, model_args=args)
+    cluster = train_cluster("deepspeed_train", moe_path, 2, {"zero_stage": 1}, per_device=8,
+                            accum=2, model_args=args)
+    ref = hf.train_step(rl_batch, dr_grpo_loss())
+    got = rank_mean(cluster.scatter("train_step", rl_batch.shard(2), loss_fn=dr_grpo_loss(),
+                                    ppo_epochs=1))
+    assert got[METRIC] == pytest.approx(ref[METRIC], rel=1e-5)
+    assert got["actor/grad_norm"] == pytest.approx(ref["actor/grad_norm"], rel=1e-5)
+    weights, want = cluster_weights(cluster), hf.state_dict_for_sync()
+    for name in (n for n in want if "mlp.gate" in n):
+        assert torch.allclose(weights[name], want[name], atol=1e-6), name
