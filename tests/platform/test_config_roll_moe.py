@@ -128,3 +128,21 @@ def test_a_domain_mix_not_summing_to_one_gives_the_last_domain_the_rest(tmp_path
     conversion = convert_roll(path)
     probs = conversion.data["actor_train"]["data_args"]["domain_interleave_probs"]
     assert probs == {"math_rule": 0.7, "other": pytest.approx(0.3)}
+
+
+def test_a_forward_only_moe_reference_on_megatron_infer_goes_to_deepspeed_too(tmp_path):
+    """megatron_infer arrives as megatron_train without its strategy_config (the rename
+    drops it), so the MoE model is known by its name (roll_megatron.MOE_FAMILIES)."""
+    data = load_layers(MOE / "megatron_moe.yaml").data
+    data.pop("hydra", None)
+    data["use_kl_loss"] = True
+    data["reference"] = {"device_mapping": "list(range(0,8))", "strategy_args": {
+        "strategy_name": "megatron_infer",
+        "strategy_config": {"expert_model_parallel_size": 4, "moe_grouped_gemm": True}}}
+    path = tmp_path / "kl.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    conversion = convert_roll(path)
+    assert conversion.missing == []
+    cfg = load_config_dict(conversion.data)
+    assert cfg.reference.strategy_args.strategy_name == "deepspeed_train"
+    assert cfg.reference.model_args.moe_aux_loss_coef is None  # forward only

@@ -109,32 +109,43 @@ def is_moe(role: dict[str, Any]) -> bool:
 
 
 def fit_moe(out: Conversion) -> None:
-    """Every megatron_train role holding an MoE model goes to deepspeed_train (LoRA actors
-    went already, roll_lora.fit_lora)."""
+    """Every megatron_train role holding an MoE model (by its strategy_config, or by its
+    model's name: a forward-only megatron_infer role arrives without its strategy_config)
+    goes to deepspeed_train. LoRA actors went already (roll_lora.fit_lora)."""
     for name in ("actor_train", "reference", "critic"):
         role = out.data.get(name)
-        if not isinstance(role, dict) or not is_moe(role) or (
+        if not isinstance(role, dict) or (
                 (role.get("strategy_args") or {}).get("strategy_name") != "megatron_train"):
+            continue
+        if not (is_moe(role) or _named_family(_model_name(role, out))):
             continue
         family = moe_family(role, out)
         if family is None:
-            return
+            continue
         megatron_to_deepspeed(out, name, f"flywheel's megatron_train builds no MoE layer; "
                                          f"transformers builds {family}")
 
 
 def moe_family(role: dict[str, Any], out: Conversion) -> str | None:
     """The transformers model_type of the role's MoE model, or None (reported missing)."""
-    name = str((role.get("model_args") or {}).get("model_name_or_path")
-               or out.data.get("pretrain") or "")
-    base = name.rstrip("/").rsplit("/", 1)[-1].lower()
-    family = next((t for pattern, t in MOE_FAMILIES if re.search(pattern, base)), None)
+    name = _model_name(role, out)
+    family = _named_family(name)
     if family is None or not _in_transformers(family):
         known = "" if family is None else f" ({family} is not in this transformers)"
         out.missing.append(f"an MoE model on Megatron whose family flywheel cannot train on "
                            f"deepspeed_train{known} (model_name_or_path = {name})")
         return None
     return family
+
+
+def _model_name(role: dict[str, Any], out: Conversion) -> str:
+    return str((role.get("model_args") or {}).get("model_name_or_path")
+               or out.data.get("pretrain") or "")
+
+
+def _named_family(name: str) -> str | None:
+    base = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    return next((t for pattern, t in MOE_FAMILIES if re.search(pattern, base)), None)
 
 
 def _in_transformers(family: str) -> bool:
