@@ -316,3 +316,15 @@ def test_roll_rlvr_loss_knobs_load():
                                             "training_args": {"warmup_ratio": 0.1}}})
     assert (cfg.max_len_mask, cfg.difficulty_mask, cfg.actor_train.pg_variant) == (
         True, True, "gspo")
+
+
+def test_actors_taking_turns_may_share_the_sibling_devices_of_a_multi_gpu_engine():
+    """ROLL's colocated layout (qwen3-30BA3B-rlvr_fsdp2): both actors on every device, the
+    engine over two of them. Synchronous, they take turns and the sleeping engine frees its
+    sibling devices too; with generation running ahead they would not, and are refused."""
+    both = {"actor_infer": {"device_mapping": [0, 1, 2, 3], "num_gpus_per_worker": 2},
+            "actor_train": {"device_mapping": [0, 1, 2, 3]}}
+    load_config_dict({**both, "async_generation_ratio": 0})
+    with pytest.raises(ConfigError, match=r"actor_train.device_mapping: device 1 runs part "
+                                          r".*take turns \(async_generation_ratio 0\)"):
+        load_config_dict({**both, "async_generation_ratio": 1})

@@ -407,6 +407,12 @@ ROLE_ROWS = [
     *[ActsWhen(f"{role}.model_args.disable_gradient_checkpointing", NEVER_BACKWARD,
                "gradient checkpointing", "this role's model never runs it: remove it")
       for role in ("actor_infer", "reference", "critic")],
+    ActsWhen("actor_train.model_args.moe_aux_loss_coef", HF_BACKWARD,
+             "the MoE router's load-balancing loss (workers/strategies/router_loss.py)",
+             "megatron_train builds no MoE model: use hf_train or deepspeed_train"),
+    *[ActsWhen(f"{role}.model_args.moe_aux_loss_coef", NEVER_BACKWARD,
+               "the MoE router's load-balancing loss", "this role's router is not trained "
+               "by it: remove it") for role in ("actor_infer", "reference", "critic")],
 ]
 
 PIPELINE_ROWS = [

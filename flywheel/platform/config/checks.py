@@ -172,11 +172,17 @@ def check_device_groups(cfg: PipelineConfig) -> None:
     check_sibling_devices(cfg)
 
 
+ACTORS = {"actor_train", "actor_infer"}
+
+
 def check_sibling_devices(cfg: PipelineConfig) -> None:
     """A worker of num_gpus_per_worker > 1 (a vLLM engine over several GPUs) is placed on
     its first device; its engine starts its own processes on the others, which Ray does
     not see as taken (platform/resources.py). Another role there would share a GPU that
-    Ray counts as free: refused."""
+    Ray counts as free: refused, unless the two are actor_train and actor_infer taking
+    turns (offloads_between_phases, ROLL's colocated layout): the sleeping engine frees
+    every device it runs on, its first and its siblings alike, while actor_train trains."""
+    turns = offloads_between_phases(cfg)
     held: dict[int, Role] = {}  # device -> the role whose engine runs there unseen
     for role in roles(cfg):
         per_worker = role.worker.num_gpus_per_worker
@@ -187,12 +193,16 @@ def check_sibling_devices(cfg: PipelineConfig) -> None:
     for role in roles(cfg):
         for device in devices(role.worker):
             owner = held.get(device)
-            if owner is not None and owner.key_path != role.key_path:
-                raise ConfigError("", f"{role.key_path}.device_mapping",
-                                  f"device {device} runs part of the engine of a worker "
-                                  f"of {owner.key_path} (num_gpus_per_worker "
-                                  f"{owner.worker.num_gpus_per_worker}), which Ray does not "
-                                  f"count as taken; give {role.key_path} other devices")
+            if owner is None or owner.key_path == role.key_path or (
+                    turns and {owner.key_path, role.key_path} == ACTORS):
+                continue
+            hint = (", or let the two take turns (async_generation_ratio 0)"
+                    if {owner.key_path, role.key_path} == ACTORS else "")
+            raise ConfigError("", f"{role.key_path}.device_mapping",
+                              f"device {device} runs part of the engine of a worker of "
+                              f"{owner.key_path} (num_gpus_per_worker "
+                              f"{owner.worker.num_gpus_per_worker}), which Ray does not count "
+                              f"as taken; give {role.key_path} other devices{hint}")
 
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:

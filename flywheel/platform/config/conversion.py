@@ -128,7 +128,7 @@ def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
     if value is True and path and path[-1] in TRUE_MEANS_LATEST:
         value = "latest"
     if value is None:
-        if inner is not type_ or type_ is Any:
+        if inner is not type_ or type_ is Any or type(None) in typing.get_args(type_):
             return None
         raise _wrong_type(type_, value, path)
     if path and path[-1] in DEVICE_MAPPING_FIELDS and inner == list[int]:
@@ -156,6 +156,13 @@ def normalize(value: Any, type_: Any, path: KeyPath) -> Any:
                 raise ConfigError("", format_key_path(path + (str(key),)),
                                   f"keys must be strings, got {describe_value(key)}")
         return {k: normalize(v, value_type, path + (k,)) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):  # `float | Literal["model"]`: first fit
+        for member in typing.get_args(inner):
+            try:
+                return normalize(value, member, path)
+            except ConfigError:
+                continue
+        raise _wrong_type(type_, value, path)
     return _normalize_scalar(value, inner, type_, path)
 
 
@@ -214,6 +221,9 @@ def type_name(type_: Any) -> str:
     if dataclasses.is_dataclass(type_):
         return f"a mapping of {type_.__name__} keys"
     origin = typing.get_origin(type_)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else type_name(a)
+                           for a in typing.get_args(type_))
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(type_))
     if origin is list:

@@ -45,6 +45,10 @@ def check_lora(cfg: PipelineConfig) -> None:
     """actor_train's LoRA values, when LoRA is on (the acts-when table refuses the keys
     otherwise)."""
     args, key = cfg.actor_train.model_args, "actor_train.model_args"
+    coef = args.moe_aux_loss_coef  # not LoRA, but checked with actor_train's model_args
+    if isinstance(coef, float) and coef < 0:
+        raise ConfigError("", f"{key}.moe_aux_loss_coef", f"must be >= 0 (or 'model'), got "
+                                                         f"{coef:g}")
     if args.lora_target is None:
         return
     if not module_names(args.lora_target):

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 def fit_backends(out: Conversion) -> None:
     _sglang_to_vllm(out)
-    _megatron_precision(out)
+    megatron_precision(out)
     for _ in range(32):  # one refused key per pass
         try:
             cfg = to_config(copy.deepcopy(out.data))
@@ -87,7 +87,7 @@ def _sglang_to_vllm(out: Conversion) -> None:
                       "does; sglang's strategy_config dropped)")
 
 
-def _megatron_precision(out: Conversion) -> None:
+def megatron_precision(out: Conversion) -> None:
     for name, role in out.data.items():
         strategy = role.get("strategy_args") if isinstance(role, dict) else None
         if not isinstance(strategy, dict) or strategy.get("strategy_name") != "megatron_train":

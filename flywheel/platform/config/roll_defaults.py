@@ -29,8 +29,10 @@ from flywheel.platform.config import roll_rules as rules
 from flywheel.platform.config.acts_when import data_paths, inert
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
-from flywheel.platform.config.roll_backends import fit_backends
+from flywheel.platform.config.roll_backends import fit_backends, megatron_precision
+from flywheel.platform.config.roll_domains import fit_domain_mix
 from flywheel.platform.config.roll_lora import fit_lora
+from flywheel.platform.config.roll_megatron import fit_moe
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
@@ -142,7 +144,10 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     turn_budget(data, out)
     reference_backend(out)
     kl_reward_penalty(data, out)
+    fit_domain_mix(out)
+    megatron_precision(out)  # before the next two: Megatron's bf16 flag is model_args.dtype
     fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
+    fit_moe(out)  # so does a megatron_train MoE role (roll_megatron.py)
     fit_backends(out)
     drop_inert(out, write_roll_defaults(data, out))
 

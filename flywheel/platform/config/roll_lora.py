@@ -6,11 +6,12 @@ actor_train's keys carry over as written (roll_rules.MODEL_ARGS); here the rest 
 
 - The backend. flywheel trains an adapter on hf_train and deepspeed_train
   (acts_when_table.LORA_BACKENDS). Three of ROLL's four LoRA examples train on
-  megatron_train, which trains none here: they go to deepspeed_train, whose ZeRO stage
-  shards what Megatron's layout shards (`zero_stage_for`). The update is the same: LoRA on
-  the same base with the same batches and optimizer; only where the tensors live differs.
-  Megatron's strategy_config goes with it, reported; its full recomputation becomes
-  gradient checkpointing. A LoRA actor on any other backend is a missing feature.
+  megatron_train, which trains none here: they go to deepspeed_train
+  (roll_megatron.megatron_to_deepspeed, which MoE files share), whose ZeRO stage shards
+  what Megatron's layout shards. The update is the same: LoRA on the same base with the
+  same batches and optimizer; only where the tensors live differs. Each key of Megatron's
+  strategy_config is reported there; its recomputation becomes gradient checkpointing.
+  A LoRA actor on any other backend is a missing feature.
 - The other roles' LoRA keys are dropped with the reason (`LORA_ELSEWHERE`): actor_infer
   receives the merged weights, so the adapter it would serve is already in them.
 - A reference of the same base model is actor_train's model with the adapter disabled
@@ -23,16 +24,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flywheel.platform.config.acts_when_table import LORA_BACKENDS, LORA_ELSEWHERE, LORA_KEYS
+from flywheel.platform.config.roll_megatron import megatron_to_deepspeed
 
 if TYPE_CHECKING:
     from flywheel.platform.config.roll_conversion import Conversion
-
-# Megatron's parallel sizes that split the parameters (and their gradients and optimizer
-# state) across devices; context parallelism splits the sequence, not the weights.
-MODEL_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                  "expert_model_parallel_size")
-RECOMPUTE = "recompute_granularity"
-
 
 def fit_lora(out: Conversion) -> None:
     for role in LORA_ELSEWHERE:
@@ -43,45 +38,12 @@ def fit_lora(out: Conversion) -> None:
     strategy = train.get("strategy_args") or {"strategy_name": "hf_train"}
     name = strategy.get("strategy_name")
     if name == "megatron_train":
-        _megatron_to_deepspeed(train, strategy.get("strategy_config") or {}, out)
+        megatron_to_deepspeed(out, "actor_train", "flywheel's megatron_train trains no LoRA "
+                                                  "adapter, deepspeed_train does")
     elif name not in LORA_BACKENDS:
         out.missing.append(f"LoRA on {name} (actor_train.strategy_args.strategy_name = "
                            f"{name}; flywheel trains an adapter on "
                            f"{' or '.join(LORA_BACKENDS)})")
-
-
-def zero_stage_for(megatron: dict[str, Any]) -> tuple[int, str]:
-    """The ZeRO stage that shards what a Megatron strategy_config shards, and why."""
-    split = {k: megatron[k] for k in MODEL_PARALLEL if (megatron.get(k) or 1) > 1}
-    if split:
-        sizes = ", ".join(f"{k} {v}" for k, v in split.items())
-        return 3, f"Megatron splits the parameters across devices ({sizes}): ZeRO-3 does"
-    if megatron.get("use_distributed_optimizer"):
-        return 1, ("Megatron's distributed optimizer shards the optimizer state over the "
-                   "data-parallel ranks: ZeRO-1 does")
-    return 0, "Megatron replicates everything over the data-parallel ranks: ZeRO-0 does"
-
-
-def _megatron_to_deepspeed(train: dict[str, Any], megatron: dict[str, Any],
-                           out: Conversion) -> None:
-    stage, why = zero_stage_for(megatron)
-    train["strategy_args"] = {"strategy_name": "deepspeed_train",
-                              "strategy_config": {"zero_stage": stage}}
-    out.mapped.append(
-        f"actor_train.strategy_args: megatron_train -> deepspeed_train with zero_stage "
-        f"{stage} (flywheel's megatron_train trains no LoRA adapter, deepspeed_train does; "
-        f"{why}; the same update, the tensors placed otherwise)")
-    if megatron:
-        out.dropped.append(f"actor_train.strategy_args.strategy_config "
-                           f"({', '.join(megatron)}): megatron_train's layout, replaced by "
-                           f"deepspeed_train's zero_stage {stage}")
-    model_args = train.setdefault("model_args", {})
-    if megatron.get(RECOMPUTE) and model_args.get("disable_gradient_checkpointing", True):
-        model_args["disable_gradient_checkpointing"] = False
-        out.mapped.append(f"actor_train.strategy_args.strategy_config.{RECOMPUTE}: "
-                          f"{megatron[RECOMPUTE]} -> actor_train.model_args."
-                          f"disable_gradient_checkpointing: false (recomputation in the "
-                          f"backward)")
 
 
 def _drop_elsewhere(out: Conversion, role: str) -> None:

@@ -90,7 +90,12 @@ def _topr_coefficients(data: dict[str, Any], out: Conversion) -> None:
     except (TypeError, ValueError):
         written = ", ".join(f"{key} = {data[key]!r}" for key in (
             "use_topr_neg_loss_coef", "postive_loss_coef", "rl_loss_coef") if key in data)
-        out.missing.append(f"TOPR / RL loss coefficients that are not numbers ({written})")
+        # ROLL's docs_examples/example_topr.yaml writes `x_2 # x_2 > 0.0`: a blank to fill
+        # in, not a setting. ROLL's RLVRConfig types these fields float and its launcher
+        # reads the file with dacite's type check, which stops on a string there too.
+        out.missing.append(f"TOPR / RL loss coefficients that are not numbers ({written}): "
+                           f"placeholders for a number to write, which ROLL's own loader "
+                           f"refuses too (RLVRConfig types them float)")
         return
     if not (negative or positive):
         if rl != 1.0:

@@ -110,9 +110,13 @@ TOP: dict[str, Rule] = {
     "local_rank": Drop("set by the launcher, never by a config"),
     "profiler_timeline": Drop("profiling"), "profiler_memory": Drop("profiling"),
     "report_length_and_rewards": Drop("flywheel always logs response/* and reward/*"),
-    # ROLL offloads whenever it is set; flywheel has nothing to free on unshared devices,
-    # so true becomes auto (on exactly when actor_train and actor_infer share devices)
-    "is_offload_states": To("offload_between_phases", lambda v: "auto" if v else False),
+    # Read by ROLL's DPO and distill pipelines only. Its RLVR and agentic workers offload
+    # around every step whatever it says (meta_info is_offload_states, default true; the
+    # synchronous RLVR loop also offloads actor_infer after generating), so colocated roles
+    # take turns there: flywheel's offload_between_phases: auto, its default.
+    "is_offload_states": Drop("ROLL's RLVR and agentic pipelines never read it: their "
+                              "workers offload around every step, as flywheel's "
+                              "offload_between_phases: auto does on shared devices"),
     "is_offload_optimizer_states_in_train_step": Drop(_PERF),
     "model_update_buffer_size_mb": Drop(_PERF), "generate_opt_level": Drop(_PERF),
     "max_running_requests": Drop(_PERF), "router_args": Drop(_PERF),

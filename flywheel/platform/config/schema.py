@@ -82,6 +82,14 @@ class ModelArgs:
     # keeps the adapter it started on, so partial rollout's tokens stay on their start
     # version). workers/strategies/vllm_adapters.py.
     lora_sync: LoraSync = "merged"
+    # -- MoE: actor_train on hf_train or deepspeed_train --
+    # Coefficient of the router's load-balancing loss, Megatron's form (per MoE layer,
+    # coeff x E / (k x T^2) x sum_e tokens_e x sum_t p_t,e; the layers' losses add up;
+    # algorithms/moe_balance.py), added to each micro-batch's loss at Megatron's scale
+    # (workers/strategies/router_loss.py). >= 0; "model": the checkpoint's own
+    # router_aux_loss_coef, what ROLL's Megatron takes when moe_aux_loss_coeff is unset.
+    # Unset or 0: no such loss. Refused at start on a model without an MoE router.
+    moe_aux_loss_coef: float | Literal["model"] | None = None
 
 
 @dataclass

@@ -78,6 +78,7 @@ from flywheel.workers.strategies.offload import (
     on_accelerator,
     onload_torch,
 )
+from flywheel.workers.strategies.router_loss import router_loss_for
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -146,6 +147,9 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.adapter = add_adapter(model, cfg.model_args) if lora_on(cfg.model_args) else None
         if not trainable:
             model.requires_grad_(False)
+        # the MoE load-balancing loss of model_args.moe_aux_loss_coef (policy training only)
+        self.router = (router_loss_for(model, cfg.model_args)
+                       if trainable and head.kind == "policy" else None)
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, config=deepspeed_config(cfg, options, trainable),
             model_parameters=[p for p in model.parameters() if p.requires_grad]
@@ -187,7 +191,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         return accumulate(micros, objective, counts,
                           lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent,
                                                                   chunked, response_only=True),
-                          backward, self.device)
+                          backward, self.device, self.router, self.dp_size)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         self.engine.step()  # clips by the config's gradient_clipping, then zeroes the grads

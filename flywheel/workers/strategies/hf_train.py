@@ -43,6 +43,7 @@ from flywheel.workers.strategies.lora import (
 from flywheel.workers.strategies.mixed_precision import MixedPrecision, fp32_weights
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
+from flywheel.workers.strategies.router_loss import router_loss_for
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -65,6 +66,9 @@ class HFTrainStrategy(TrainStrategy):
         self.model = head.load_hf(model_path, weights, self.device, seed)
         # the PEFT wrapper around self.model, whose layers it injected in place
         self.adapter = add_adapter(self.model, cfg.model_args) if lora else None
+        # the MoE load-balancing loss of model_args.moe_aux_loss_coef (policy training only)
+        self.router = (router_loss_for(self.model, cfg.model_args)
+                       if trainable and head.kind == "policy" else None)
         self.optimizer, self.scheduler = optimizer_and_schedule(
             self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
@@ -95,7 +99,7 @@ class HFTrainStrategy(TrainStrategy):
 
         return accumulate(micros, objective, counts, forward,
                           lambda loss, last: self.precision.scaled(loss).backward(),
-                          self.device)
+                          self.device, self.router)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         params = [p for p in self.model.parameters() if p.grad is not None]

@@ -43,6 +43,7 @@ Liveness: every micro-batch and optimizer step ticks the worker's progress count
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -56,6 +57,8 @@ from flywheel.algorithms import count_seqs, count_tokens
 from flywheel.platform.config.schema import TrainingArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.router_loss import METRIC as ROUTER_METRIC
+from flywheel.workers.strategies.router_loss import RouterLoss
 
 
 @dataclass(frozen=True)
@@ -256,17 +259,23 @@ def check_finite(metrics: dict[str, float], optimizer_step: int) -> None:
 
 def accumulate(micros: list[TokenBatch], objective: Objective, counts: Counts,
                forward: Callable[[TokenBatch, bool], tuple[torch.Tensor, torch.Tensor | None]],
-               backward: Callable[[torch.Tensor, bool], None], device: torch.device
-               ) -> list[dict[str, float]]:
+               backward: Callable[[torch.Tensor, bool], None], device: torch.device,
+               router: RouterLoss | None = None, ranks: int = 1) -> list[dict[str, float]]:
     """`forward_backward` for backends that run one micro-batch at a time (hf, deepspeed):
     `backward(loss, last)` is told whether this micro-batch ends the accumulation. Each
     micro-batch's backward seconds ride in its metrics under BACKWARD_SECONDS, which
-    run_update takes out again."""
+    run_update takes out again. `router`: the MoE load-balancing loss is added, each
+    micro-batch's times 1 / (micro-batches x `ranks`), Megatron's scale (router_loss.py)."""
     results = []
     for i, micro in enumerate(micros):
         micro = micro.trimmed()
-        outputs, entropy = forward(micro, objective.needs_entropy)
+        with router.recording() if router is not None else contextlib.nullcontext():
+            outputs, entropy = forward(micro, objective.needs_entropy)
         loss, metrics = objective(outputs, entropy, micro.to(device), counts)
+        if router is not None:
+            balance = router.loss(micro.attention_mask)
+            loss = loss + balance / (len(micros) * ranks)
+            metrics[ROUTER_METRIC] = float(balance.detach())
         start = synchronized_clock(device)
         backward(loss, i == len(micros) - 1)
         metrics[BACKWARD_SECONDS] = synchronized_clock(device) - start
