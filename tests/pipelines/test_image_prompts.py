@@ -80,6 +80,10 @@ def test_the_processor_expands_each_image_and_length_counts_it(processor):
     direct = processor(text=[text], images=[[Image.open(io.BytesIO(png()))]],
                        add_special_tokens=False, return_tensors="pt")
     assert one.prompt_ids == direct["input_ids"][0].tolist()
+    # the engine's ids: the same text, one placeholder per image (vLLM expands it)
+    assert one.engine_ids == processor.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert one.engine_ids.count(image_id) == 1 and two.engine_ids.count(image_id) == 2
+    assert len(one.engine_ids) == len(text_only.engine_ids) + 1 == len(text_only.prompt_ids) + 1
     assert one.features["pixel_values"].shape == direct["pixel_values"].shape == (1, 1, 3, 64, 64)
     assert "input_ids" not in one.features and text_only.features == {}
     assert [image.size for image in two.images] == [(40, 30), (40, 30)]

@@ -17,16 +17,20 @@ Contents become part lists (`{"type": "text"}` / `{"type": "image"}`): VL chat t
 (Idefics3, Qwen2-VL) iterate over parts. The native template is refused for image prompts:
 only the model's chat template knows how its image tokens are written.
 
-Tokens: the rendered text goes through `processor(text=..., images=...,
-add_special_tokens=False)` (the template already wrote bos and control tokens, as
-`apply_chat_template(tokenize=True)` does for text prompts). Its `input_ids` are the prompt
-ids with every image expanded to its image tokens: the ids the trainer scores and the ids to
-hand vLLM with the same images as `multi_modal_data` (bench/vl_feasibility.py checks that
-vLLM's expansion of the same prompt and image gives the same ids and tokens here).
+Tokens, two forms of one prompt (the template already wrote bos and control tokens, as
+`apply_chat_template(tokenize=True)` does for text prompts, so neither adds special tokens):
+- `prompt_ids`: `processor(text=..., images=...)`'s input_ids, every image expanded to its
+  image tokens (Idefics3: tiles of `<image>` runs; Qwen2-VL: one `<|image_pad|>` per merged
+  patch). What the trainer scores, and what prompt_length counts.
+- `engine_ids`: the tokenizer's ids of the same text, one placeholder per image. What vLLM
+  gets token-in with the images as `multi_modal_data`: it expands them itself, and hands
+  back `prompt_token_ids` equal to `prompt_ids`. Given the expanded ids, vLLM 0.32 expands
+  them again (a 48-id Idefics3 prompt became 80 and generated other tokens):
+  bench/vl_feasibility.py checks both.
 
 Plugging in (not wired yet, issue 29 item 1): `load_prompts` calls `encode_image_prompts`
 for data with an image column, with the worker's processor (`AutoProcessor`); the
-`ImagePrompt.images` travel with the request to the engine and `features` to the trainer.
+`ImagePrompt.images` travel with `engine_ids` to the engine and `features` to the trainer.
 Qwen2-VL's processor object cannot be built without torchvision in transformers 5.19 (see
 docs_site/docs/concepts/vision_language.md); a processor-shaped pair of its PIL image
 processor and tokenizer would stand in for it here.
@@ -62,7 +66,8 @@ class ImageItem:
 
 @dataclass
 class ImagePrompt:
-    prompt_ids: list[int]  # image tokens expanded
+    prompt_ids: list[int]  # image tokens expanded: the trainer's ids
+    engine_ids: list[int]  # one placeholder per image: vLLM's token-in ids (module doc)
     images: list[Image.Image]  # checked, bounded RGB: the engine's multi_modal_data
     features: dict[str, Any]  # the processor's image tensors (pixel_values, ...)
 
@@ -122,7 +127,9 @@ class ImagePromptEncoder:
         encoded = self.processor(text=[text], images=[images] if images else None,
                                  add_special_tokens=False, return_tensors="pt")
         ids = encoded["input_ids"][0].tolist()
-        return ImagePrompt(ids, images, {k: v for k, v in encoded.items() if k not in TEXT_KEYS})
+        engine_ids = self.processor.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ImagePrompt(ids, list(engine_ids), images,
+                           {k: v for k, v in encoded.items() if k not in TEXT_KEYS})
 
 
 @dataclass
