@@ -76,13 +76,15 @@ def build_idefics3_family(out: Path, model_type: str) -> None:
         from transformers import Idefics3ForConditionalGeneration as Model
         from transformers import Idefics3Processor as Processor
         from transformers.models.idefics3.image_processing_pil_idefics3 import (
-            Idefics3ImageProcessorPil as ImageProcessor)
+            Idefics3ImageProcessorPil as ImageProcessor,
+        )
     else:
         from transformers import SmolVLMConfig as Config
         from transformers import SmolVLMForConditionalGeneration as Model
         from transformers import SmolVLMProcessor as Processor
         from transformers.models.smolvlm.image_processing_pil_smolvlm import (
-            SmolVLMImageProcessorPil as ImageProcessor)
+            SmolVLMImageProcessorPil as ImageProcessor,
+        )
     tiles = [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
     tok = smollm2_tokenizer(["<fake_token_around_image>", "<image>", "<global-img>",
                              "<end_of_utterance>"] + tiles)
@@ -97,7 +99,8 @@ def build_idefics3_family(out: Path, model_type: str) -> None:
                          chat_template=CHATML_PARTS)
     cfg = Config(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                     num_attention_heads=2, image_size=64, patch_size=16),
-                 text_config=dict(model_type="llama", **tiny_text_config(len(tok), tok.pad_token_id)),
+                 text_config=dict(model_type="llama",
+                                  **tiny_text_config(len(tok), tok.pad_token_id)),
                  image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=2,
                  pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
@@ -115,8 +118,7 @@ def build_qwen2_5_vl(out: Path) -> None:
     `qwen_processor`), so the tokenizer and the PIL image processor are saved side by side."""
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     tok = smollm2_tokenizer(QWEN_TOKENS)
     text = tiny_text_config(len(tok), tok.pad_token_id)
     # mrope sections (temporal, height, width) sum to head_dim / 2 = 16
@@ -230,27 +232,39 @@ def check_vllm(arch: str, work: Path) -> str:
     one prompt with `multi_modal_data`; greedy tokens compared with the HF check's."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import vllm
-    llm = vllm.LLM(model=str(ensure_built(arch, work)), enforce_eager=True, kv_cache_memory_bytes=64 << 20,
-                   max_model_len=1024, dtype="float32", seed=0, enable_chunked_prefill=False,
-                   max_num_batched_tokens=4096, limit_mm_per_prompt={"image": 1},
-                   generation_config="vllm", logprobs_mode="processed_logprobs")
+    try:
+        llm = vllm.LLM(model=str(ensure_built(arch, work)), enforce_eager=True,
+                       kv_cache_memory_bytes=64 << 20, max_model_len=1024, dtype="float32",
+                       seed=0, enable_chunked_prefill=False, max_num_batched_tokens=4096,
+                       limit_mm_per_prompt={"image": 1}, generation_config="vllm",
+                       logprobs_mode="processed_logprobs")
+    except Exception as e:  # vLLM's own message hides the import error in its log
+        raise RuntimeError(f"{first_line(e)[:110]}... model module: "
+                           f"{module_import(arch)}") from None
     params = vllm.SamplingParams(max_tokens=MAX_NEW, temperature=0.0, logprobs=0)
     out = llm.generate([{"prompt": chatml_prompt(arch),
                          "multi_modal_data": {"image": red_square()}}], params)[0]
     tokens = list(out.outputs[0].token_ids)
-    logps = [step[t].logprob for step, t in zip(out.outputs[0].logprobs, tokens)]
+    said = f"prompt {len(out.prompt_token_ids)} tokens, greedy {tokens}"
     hf_file = work / f"{arch}.hf.json"
-    hf = json.loads(hf_file.read_text()) if hf_file.exists() else None
-    same = "no HF result to compare" if hf is None else (
-        "same as HF" if hf["tokens"] == tokens and hf["prompt_len"] == len(out.prompt_token_ids)
-        else f"DIFFERS from HF {hf}")
-    if hf is not None and not same.startswith("same"):
-        raise RuntimeError(f"greedy {tokens} (prompt {len(out.prompt_token_ids)}): {same}")
-    if hf is not None:
-        gap = max(abs(a - b) for a, b in zip(logps, hf["logprobs"]))
-        same += f", log-probs within {gap:.1e} of HF's"
-        same += token_in_checks(llm, params, arch, work, hf, tokens)
-    return f"prompt {len(out.prompt_token_ids)} tokens, greedy {tokens}: {same}"
+    if not hf_file.exists():
+        return f"{said} (no HF result to compare: run hf:{arch} first)"
+    hf = json.loads(hf_file.read_text())
+    if hf["tokens"] != tokens or hf["prompt_len"] != len(out.prompt_token_ids):
+        raise RuntimeError(f"{said}; HF: prompt {hf['prompt_len']}, greedy {hf['tokens']}")
+    logps = [step[t].logprob for step, t in zip(out.outputs[0].logprobs, tokens)]
+    gap = max(abs(a - b) for a, b in zip(logps, hf["logprobs"]))
+    return (f"{said}: same as HF, log-probs within {gap:.1e} of HF's"
+            + token_in_checks(llm, params, arch, work, hf, tokens))
+
+
+def module_import(arch: str) -> str:
+    import importlib
+    try:
+        importlib.import_module(f"vllm.model_executor.models.{arch}")
+        return "imports"
+    except Exception as e:
+        return first_line(e)
 
 
 def token_in_checks(llm, params, arch: str, work: Path, hf: dict, tokens: list[int]) -> str:
@@ -279,8 +293,7 @@ def token_in_checks(llm, params, arch: str, work: Path, hf: dict, tokens: list[i
 def check_qwen2_vl_pil(work: Path) -> str:
     """transformers' Qwen2-VL image processor, PIL backend, with ROLL's pixel bounds."""
     from transformers import AutoImageProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     proc = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=224 * 224)
     feats = proc(images=[red_square()], return_tensors="pt")
     proc.save_pretrained(work / "qwen2_vl_image_processor")
@@ -293,8 +306,7 @@ def check_qwen_processor(work: Path) -> list[tuple[bool, str, str]]:
     """Can the Qwen2-VL / Qwen2.5-VL processor objects (what AutoProcessor builds from a
     real checkpoint) be constructed here, even with no video processor?"""
     from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     tok = smollm2_tokenizer(QWEN_TOKENS)
     rows = []
     for cls in (Qwen2VLProcessor, Qwen2_5_VLProcessor):
@@ -329,7 +341,8 @@ def check_encoder(work: Path) -> str:
             f"{len(plain)} (what vllm:idefics3 sends token-in)")
 
 
-CHECKS = {"torchvision": check_torchvision, "encoder:idefics3": check_encoder, "vllm_imports": check_vllm_imports,
+CHECKS = {"torchvision": check_torchvision, "encoder:idefics3": check_encoder,
+          "vllm_imports": check_vllm_imports,
           "qwen2_vl_pil": check_qwen2_vl_pil, "qwen_processor": check_qwen_processor}
 for _arch in BUILDERS:
     CHECKS[f"build:{_arch}"] = lambda work, a=_arch: check_build(a, work)

@@ -11,8 +11,12 @@ import io
 import pytest
 from PIL import Image
 
-from flywheel.pipelines.data.image_files import (BadImageError, ImageArgs, bounded_size,
-                                                 record_images)
+from flywheel.pipelines.data.image_files import (
+    BadImageError,
+    ImageArgs,
+    bounded_size,
+    record_images,
+)
 
 
 def png_bytes(width: int = 30, height: int = 20, colour=(200, 30, 30)) -> bytes:

@@ -11,8 +11,12 @@ import pytest
 from PIL import Image
 
 from flywheel.pipelines.data.image_files import BadImageError, ImageArgs
-from flywheel.pipelines.data.image_prompts import (ImageItem, ImagePromptEncoder,
-                                                   encode_image_prompts, image_messages)
+from flywheel.pipelines.data.image_prompts import (
+    ImageItem,
+    ImagePromptEncoder,
+    encode_image_prompts,
+    image_messages,
+)
 from flywheel.pipelines.data.records import DataError
 
 IMAGE_SEQ_LEN = 4  # <image> tokens per image (64 px image, 16 px patches, pixel shuffle 2)
@@ -20,15 +24,15 @@ IMAGE_SEQ_LEN = 4  # <image> tokens per image (64 px image, 16 px patches, pixel
 TOKENS_PER_IMAGE = IMAGE_SEQ_LEN + 3
 # A ChatML-like template that writes part-list contents, as VL chat templates do.
 TEMPLATE = ("{% for m in messages %}{{ m.role }}: {% for p in m.content %}"
-            "{% if p.type == 'image' %}<image>{% else %}{{ p.text }}{% endif %}{% endfor %}{{ '\\n' }}"
+            "{% if p.type == 'image' %}<image>{% else %}{{ p.text }}{% endif %}{% endfor %}"
+            "{{ '\\n' }}"
             "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
 
 
 @pytest.fixture(scope="module")
 def processor():
     from transformers import Idefics3Processor
-    from transformers.models.idefics3.image_processing_pil_idefics3 import (
-        Idefics3ImageProcessorPil)
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
     from flywheel.platform.models.char_tokenizer import make_char_tokenizer
     tokenizer = make_char_tokenizer()
@@ -74,7 +78,8 @@ def test_the_processor_expands_each_image_and_length_counts_it(processor):
     # the ids are the processor's own for the template's text: system prompt first
     text = processor.apply_chat_template(
         [{"role": "system", "content": [{"type": "text", "text": "sys"}]},
-         {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what colour?"}]}],
+         {"role": "user",
+          "content": [{"type": "image"}, {"type": "text", "text": "what colour?"}]}],
         add_generation_prompt=True, tokenize=False)
     assert text.startswith("system: sys\nuser: <image>what colour?\nassistant: ")
     direct = processor(text=[text], images=[[Image.open(io.BytesIO(png()))]],
@@ -103,7 +108,8 @@ def test_overlong_and_bad_image_records_are_filtered_skipped_or_refused(processo
     kept = encode_image_prompts([short, one, many], encode, limit)
     assert [i.id for i in kept.items] == ["s", "one"] and kept.dropped_overlong == 1
     assert kept.lengths == [len(encode(short).prompt_ids), limit]
-    with pytest.raises(DataError, match=f"actor_train: record many has {limit + TOKENS_PER_IMAGE} prompt "
+    longer = limit + TOKENS_PER_IMAGE
+    with pytest.raises(DataError, match=f"actor_train: record many has {longer} prompt "
                                         f"tokens with its images, more than prompt_length"):
         encode_image_prompts([short, many], encode, limit, overlong="error")
     skipped = encode_image_prompts([bad, one], encode, limit, bad_images="skip")
