@@ -115,11 +115,13 @@ def build_qwen2_5_vl(out: Path) -> None:
     """Qwen2.5-VL: 14 px patches, temporal patch 2, 2x2 merge, window attention tower of 2
     layers of 32, Qwen2 text model with 3-D (mrope) rotary positions. No processor object:
     `Qwen2_5_VLProcessor` cannot be constructed without torchvision (check
-    `qwen_processor`), so the tokenizer and the PIL image processor are saved side by side."""
+    `qwen_processor`), so the tokenizer (with a chat template that writes image parts) and
+    the PIL image processor are saved side by side."""
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     tok = smollm2_tokenizer(QWEN_TOKENS)
+    tok.chat_template = CHATML_PARTS.replace("<image>", IMAGE_MARK["qwen2_5_vl"])
     text = tiny_text_config(len(tok), tok.pad_token_id)
     # mrope sections (temporal, height, width) sum to head_dim / 2 = 16
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0,
@@ -140,15 +142,18 @@ def build_qwen2_5_vl(out: Path) -> None:
 
 
 def qwen_inputs(folder: Path):
-    """What Qwen2_5_VLProcessor would return, from its two pieces: the PIL image processor's
-    patches and grid, and the prompt with one <|image_pad|> per merged 2x2 patch group."""
-    from transformers import AutoImageProcessor, AutoTokenizer
-    image_proc = AutoImageProcessor.from_pretrained(folder)
-    tok = AutoTokenizer.from_pretrained(folder)
-    feats = image_proc(images=[red_square()], return_tensors="pt")
-    n_pad = int(feats["image_grid_thw"][0].prod()) // image_proc.merge_size ** 2
-    text = chatml_prompt("qwen2_5_vl").replace("<|image_pad|>", "<|image_pad|>" * n_pad)
-    return {**tok(text, return_tensors="pt"), **feats}, image_proc
+    """What Qwen2_5_VLProcessor would return, from flywheel's stand-in for it
+    (pipelines/data/qwen_vl_pieces.py) through the image prompt encoder: the model's own
+    check (image tokens == image features) runs on it in generate."""
+    import torch
+
+    from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
+    from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
+    processor = load_vl_processor(folder)
+    encoded = ImagePromptEncoder(processor)(ImageItem("probe", PROMPT_TEXT, [red_square()]))
+    ids = torch.tensor([encoded.prompt_ids])
+    return ({"input_ids": ids, "attention_mask": torch.ones_like(ids), **encoded.features},
+            processor.image_processor)
 
 
 BUILDERS = {"idefics3": lambda out: build_idefics3_family(out, "idefics3"),

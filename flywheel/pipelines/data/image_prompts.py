@@ -31,9 +31,8 @@ Tokens, two forms of one prompt (the template already wrote bos and control toke
 Plugging in (not wired yet, issue 29 item 1): `load_prompts` calls `encode_image_prompts`
 for data with an image column, with the worker's processor (`AutoProcessor`); the
 `ImagePrompt.images` travel with `engine_ids` to the engine and `features` to the trainer.
-Qwen2-VL's processor object cannot be built without torchvision in transformers 5.19 (see
-docs_site/docs/concepts/vision_language.md); a processor-shaped pair of its PIL image
-processor and tokenizer would stand in for it here.
+Qwen2-VL's processor object cannot be built without torchvision in transformers 5.19;
+`qwen_vl_pieces.load_vl_processor` gives such a checkpoint a stand-in with the same outputs.
 """
 
 from __future__ import annotations
