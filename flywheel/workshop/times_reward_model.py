@@ -3,9 +3,13 @@
 Why: the reward_model reward needs a real sequence-classification checkpoint to show an RLVR
 run on, and none can be downloaded here. This one is SmolLM2-135M-Instruct with a scalar
 head, trained on synthetic preferences over the times tables of examples/rlvr_smollm2.yaml:
-for "What is a * b?" (and its "x" / "times" wordings), a reply giving the right product is
-preferred to one giving a wrong product or none (a sentence stopped before its answer, the
-way SmolLM2 starts). Replies come in several forms ("56", "7 * 8 = 56", "The answer is 56.").
+for "What is a * b?" (and the other wordings of that example's data), a reply giving the
+right product is preferred to one giving a wrong product or none (a sentence stopped before
+its answer, the way SmolLM2 starts, or a non-answer). Replies come in several forms ("56",
+"7 * 8 = 56", "The answer is 56."). Half the prompts are written as the example's reward
+receives them (POLICY_PROMPT): a model trained on bare questions alone read that text as
+another distribution, and a policy trained on it learned to say "The answer is 18" to
+"Compute 7 times 4." for a score of +6.7 (exact-answer accuracy 0.14 -> 0.02 in 9 steps).
 The (a, b) pairs are split: a fifth are held out, and the held-out pairwise accuracy (the
 chosen reply scored above the rejected one) is printed and recorded in `reward_model.json`;
 the build fails below `min_accuracy`.
@@ -16,12 +20,11 @@ models for RLHF are trained (Ouyang et al. 2022, eq. 1).
 Cost on a 2-core CPU: only the last `trained_layers` decoder layers, the final norm and the
 head train, so the lower layers run once per sequence (their outputs are cached) and the
 training steps run the top layers alone. One thread (`max_threads`): a thread count changes
-the order of float sums, and so the trained weights. 28 minutes on this 2-core machine while
-other work shared it (caching 14 min, 10 epochs ~80 s each), held-out pairwise accuracy
-0.833 on 144 pairs (0.806-0.875 after epochs 2-10; 0.750 with the earlier recipe of 2
-layers, 4 pairs per product and 3 epochs). Built on first use into the model cache
-(platform/models/builtin.py) or ahead of a run with `python -m
-flywheel.workshop.times_reward_model`.
+the order of float sums, and so the trained weights. Measured on this idle 2-core machine:
+20 minutes (caching 4.3 min, 10 epochs of ~87 s), held-out pairwise accuracy 0.840 on 144
+pairs (0.68, 0.69, 0.77, 0.80, 0.79, 0.82, 0.80, 0.81, 0.82, 0.84 after epochs 1-10). Built
+on first use into the model cache (platform/models/builtin.py) or ahead of a run with
+`python -m flywheel.workshop.times_reward_model`.
 """
 
 from __future__ import annotations
@@ -36,9 +39,20 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 BASE = "builtin://smollm2-135m-instruct"
-QUESTIONS = ("What is {a} * {b}?", "What is {a} x {b}?", "What is {a} times {b}?")
+# The wordings of examples/data/times_tables.py (its train and val sets), so that the model
+# judges the questions the RLVR example asks.
+QUESTIONS = ("What is {a} * {b}?", "Compute {a} times {b}.", "Multiply {a} by {b}.",
+             "What is the product of {a} and {b}?", "What is {a} x {b}?",
+             "How much is {a} times {b}?", "Calculate {a} * {b}.")
+# How a reward receives the prompt in examples/rlvr_smollm2_reward_model.yaml: the text the
+# policy saw (its chat template with the example's system prompt), special tokens skipped.
+POLICY_PROMPT = "system\nGive only the final number.\nuser\n{question}\nassistant\n"
 ANSWERS = ("{n}", "{a} * {b} = {n}", "The answer is {n}.", "{a} times {b} is {n}.")
-UNFINISHED = "To calculate {a} * {b}, we need to multiply {a} by"
+# Replies without the product: a sentence stopped before its answer (the way SmolLM2 starts),
+# and the non-answers a policy drifts to under a reward model that never saw them.
+NON_ANSWERS = ("To calculate {a} * {b}, we need to multiply {a} by", "I am not sure.",
+               "Coincidence.", "Let me think about it.", "eleven", "thirteen", "seventeen")
+# (11, 13 and 17 are no product of two factors in 2..12: a word reply is never right)
 
 
 @dataclass(frozen=True)
@@ -49,7 +63,8 @@ class TimesRewardModelConfig:
     high: int = 12
     held_out: float = 0.2  # fraction of (a, b) pairs kept for the accuracy check
     pairs_per_product: int = 6
-    unfinished_share: float = 0.25  # rejected replies that stop before any number
+    unfinished_share: float = 0.25  # rejected replies without a number (NON_ANSWERS)
+    policy_prompt_share: float = 0.5  # prompts written as POLICY_PROMPT, the rest bare
     trained_layers: int = 4
     epochs: int = 10
     batch_pairs: int = 16
@@ -81,9 +96,11 @@ def preference_pairs(cfg: TimesRewardModelConfig) -> tuple[list, list]:
         for a, b in chosen_products:
             for _ in range(cfg.pairs_per_product):
                 prompt = rng.choice(QUESTIONS).format(a=a, b=b)
+                if rng.random() < cfg.policy_prompt_share:
+                    prompt = POLICY_PROMPT.format(question=prompt)
                 chosen = rng.choice(ANSWERS).format(a=a, b=b, n=a * b)
                 if rng.random() < cfg.unfinished_share:
-                    rejected = UNFINISHED.format(a=a, b=b)
+                    rejected = rng.choice(NON_ANSWERS).format(a=a, b=b)
                 else:
                     rejected = rng.choice(ANSWERS).format(a=a, b=b, n=wrong_product(a, b, rng))
                 pairs.append((prompt, chosen, rejected))
