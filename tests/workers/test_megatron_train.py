@@ -190,12 +190,38 @@ def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):
     check(follows_hf_train(cluster, tiny_model_path, rl_batch))
 
 
+def truncation_margins(model_path: str, batch, temperature: float, top_k: int,
+                       top_p: float) -> tuple[float, float]:
+    """At the initial weights, over the positions that predict a response token: the
+    smallest gap between the k-th and (k+1)-th logits, and the smallest distance of the
+    top-p cumulative (after top-k) from its 1 - top_p boundary. A position within float
+    noise (~1e-6 between backends) of either boundary can keep a token on one backend and
+    drop it on the other, which AdamW turns into an lr-sized weight difference."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    with torch.no_grad():
+        z = model(input_ids=batch.input_ids,
+                  attention_mask=batch.attention_mask).logits / temperature  # [B, T, V]
+    predicts_response = batch.response_mask[:, 1:].bool()  # [B, T - 1]
+    top = torch.topk(z, top_k + 1, dim=-1).values  # [B, T, k + 1]
+    gap = (top[..., top_k - 1] - top[..., top_k])[:, :-1][predicts_response]
+    kept = z.masked_fill(z < top[..., top_k - 1:top_k], float("-inf"))
+    cumulative = torch.sort(kept, dim=-1).values.softmax(-1).cumsum(-1)  # [B, T, V]
+    distance = (cumulative - (1 - top_p)).abs().min(dim=-1).values  # [B, T]
+    return float(gap.min()), float(distance[:, :-1][predicts_response].min())
+
+
 def test_tensor_and_data_parallel_under_a_truncated_distribution(train_cluster,
                                                                    kv2_model_path):
     """TP splits the vocabulary; top-k / top-p keep tokens by the whole of it, so the log-
-    probs (and gradients) of the sampled distribution match hf_train's on one rank."""
+    probs (and gradients) of the sampled distribution match hf_train's on one rank.
+    top-k 48 / top-p 0.8 keep every position of this batch >= 1e-4 from both truncation
+    boundaries (at 40 / 0.9 two positions sat 3e-6 and 9e-6 from them, and the weights
+    differed by 8e-4 on one CPU): the test checks the kept set, not float ties."""
     batch = make_rl_batch(kv2_model_path)
-    head = policy_head(temperature=0.7, top_k=40, top_p=0.9, do_sample=True)
+    assert min(truncation_margins(kv2_model_path, batch, 0.7, 48, 0.8)) > 1e-4
+    head = policy_head(temperature=0.7, top_k=48, top_p=0.8, do_sample=True)
     # world 4 = TP 2 x DP 2: each replica trains 16 rows (8 x 2), the global batch is 32
     cluster = train_cluster("megatron_train", kv2_model_path, 4,
                             {"tensor_model_parallel_size": 2}, per_device=8, accum=2,
