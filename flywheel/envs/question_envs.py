@@ -32,9 +32,10 @@ files are made by examples/data/gem_local_data.py (hub datasets are unreachable 
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,12 @@ QA_INSTRUCTION = ("Answer the question below. Think it through inside <think> </
                   "Question: {question}")
 
 
-def load_items(path: str, question_key: str, answer_key: str) -> list[tuple[str, Any]]:
+@functools.lru_cache(maxsize=8)
+def load_items(path: str, question_key: str, answer_key: str) -> tuple[tuple[str, Any], ...]:
     """(question, answer) of every line of `path`; a ValueError naming the file (and the
-    line) when it cannot be read or a line is not an object with both keys."""
+    line) when it cannot be read or a line is not an object with both keys. Cached: an env
+    worker builds one env per episode slot from the same file (a 17k-line DAPO file would
+    otherwise be read and parsed once per env); the envs only read the items."""
     items = []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -70,7 +74,7 @@ def load_items(path: str, question_key: str, answer_key: str) -> list[tuple[str,
         items.append((question, answer))
     if not items:
         raise ValueError(f"{path} holds no questions")
-    return items
+    return tuple(items)
 
 
 def gold_answers(answer: Any) -> list[str]:
@@ -108,7 +112,7 @@ class QuestionEnv(TextEnv):
         format_penalty: reward of an unparseable reply (ROLL's: 0).
     """
 
-    def __init__(self, items: list[tuple[str, Any]], prompt: str,
+    def __init__(self, items: Sequence[tuple[str, Any]], prompt: str,
                  extract: Callable[[str], str | None], correct: Callable[[str, Any], bool],
                  format_penalty: float) -> None:
         self.items = items
