@@ -37,12 +37,18 @@ def address(ray_session, tiny_model_path) -> str:
     return ray_session.get_runtime_context().gcs_address
 
 
+# A sim step sleeps >= 0.23 s (generate and train are sleeps: 0.24 s measured), so after the
+# resume's first step (3 at most) the steps up to 6 outlast the <= 0.6 s a kill waits, on any
+# machine. At 4 steps a fast CI machine finished the run before the kill.
+STEPS = 6
+
+
 def sigterm_after_a_step(tmp_path, ratio: float, address: str):
-    """A 4-step run sent SIGTERM once step 1 is checkpointed: the step it was in finishes,
+    """A 6-step run sent SIGTERM once step 1 is checkpointed: the step it was in finishes,
     a checkpoint is written, it exits 130 naming the resume command. Its directory, log
     and the last step it logged."""
     out, log = tmp_path / "run", tmp_path / "run.log"
-    config = write_config(tmp_path / "c.yaml", out, ratio, max_steps=4)
+    config = write_config(tmp_path / "c.yaml", out, ratio, max_steps=STEPS)
     proc = start(["--config", str(config)], log, address)
     try:
         wait_for_step(proc, out, 1, 120)
@@ -73,24 +79,24 @@ def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
         time.sleep(random.Random(0).uniform(0.0, 0.6))  # a random moment of a later step
     finally:
         kill_run(proc)
-    assert steps_logged(out) < 4, "the run finished before it could be killed"
+    assert steps_logged(out) < STEPS, "the run finished before it could be killed"
 
-    # constant learning rate: a longer horizon changes no number of steps 1..4
-    proc = start(["--resume", str(out), "max_steps=5"], log, address)
+    # constant learning rate: a longer horizon changes no number of steps 1..STEPS
+    proc = start(["--resume", str(out), f"max_steps={STEPS + 1}"], log, address)
     assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
-    check_ledger(out, 5)
+    check_ledger(out, STEPS + 1)
     whole = tmp_path / "whole"
-    run(load_config(write_config(tmp_path / "whole.yaml", whole, 0.0, max_steps=5)))
-    assert sorted(metrics_by_step(out)) == [1, 2, 3, 4, 5]
+    run(load_config(write_config(tmp_path / "whole.yaml", whole, 0.0, max_steps=STEPS + 1)))
+    assert sorted(metrics_by_step(out)) == list(range(1, STEPS + 2))
     assert metrics_by_step(out) == metrics_by_step(whole)
 
 
 @pytest.mark.long  # ~1 min each (make test-long, make chaos): the suite's run above is r=0
 def test_sigterm_of_an_asynchronous_run_leaves_a_checkpoint_and_resumes(tmp_path, address):
     out, log, _ = sigterm_after_a_step(tmp_path, 1.0, address)
-    proc = start(["--resume", str(out), "max_steps=5"], log, address)
+    proc = start(["--resume", str(out), f"max_steps={STEPS + 1}"], log, address)
     assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
-    check_ledger(out, 5)
+    check_ledger(out, STEPS + 1)
 
 
 @pytest.mark.long
