@@ -14,6 +14,8 @@ Variants:
   baseline        the head and log-softmax at every position, fixed row micro-batches
   response_head   the head only at response positions (hf_model.sequence_logprobs)
   + dynamic       and micro-batches cut by a token budget (training_args.dynamic_batching)
+  + packing       and rows packed end to end, PACK_WIDTH tokens a row
+                  (training_args.sequence_packing)
   + bf16          and model_args.dtype bf16 (autocast, fp32 master weights)
 
 The loss curve: the mean log-prob of the batch's response tokens before each step (from
@@ -36,7 +38,9 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("baseline", "response_head", "response_head+dynamic", "response_head+dynamic+bf16")
+VARIANTS = ("baseline", "response_head", "response_head+dynamic", "response_head+dynamic+packing",
+            "response_head+dynamic+bf16", "response_head+dynamic+packing+bf16")
+PACK_WIDTH = 128  # packed-row width: 3-4 of the example's 29-44-token rows to a row
 PROMPTS, SAMPLES = 8, 8
 DATA = Path(__file__).parents[1] / "examples" / "data" / "times_tables_train.jsonl"
 
@@ -90,7 +94,9 @@ def run_variant(variant: str, steps: int) -> dict:
     path = resolve_pretrain("builtin://smollm2-135m-instruct")
     args = TrainingArgs(learning_rate=2e-5, max_grad_norm=1.0, per_device_train_batch_size=32,
                         gradient_accumulation_steps=2,
-                        dynamic_batching="dynamic" in variant, max_tokens_per_micro_batch=1024)
+                        dynamic_batching="dynamic" in variant, max_tokens_per_micro_batch=1024,
+                        sequence_packing="packing" in variant,
+                        max_packed_sequence_length=PACK_WIDTH)
     cfg = WorkerConfig(training_args=args, infer_batch_size=64,
                        model_args=ModelArgs(dtype="bf16" if "bf16" in variant else "fp32"))
     torch.manual_seed(0)

@@ -162,6 +162,30 @@ def test_megatrons_precision_flag_becomes_the_roles_dtype(tmp_path, flags, dtype
     assert any(line.startswith(expected) for line in report), report
 
 
+def test_sequence_packing_acts_on_training_roles_whose_backend_packs(tmp_path):
+    """ROLL's use_sequence_packing / max_packed_sequence_length_train become
+    training_args.sequence_packing / max_packed_sequence_length (sequence_packing.py) on
+    hf_train and deepspeed_train; on megatron_train and on the reference, where flywheel
+    runs padded (the same numbers), they are dropped with the reason (roll_packing.py)."""
+    packing = {"use_sequence_packing": True, "sequence_packing_args": {
+        "algorithm": "load_balance", "max_packed_sequence_length_train": 2048,
+        "max_packed_sequence_length_forward": 2048, "min_num_micro_batches_train": 1}}
+    conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "init_kl_coef": 0.0,
+                                         "use_kl_loss": True, "actor_train": packing,
+                                         "reference": packing})
+    args = cfg.actor_train.training_args
+    assert (args.sequence_packing, args.max_packed_sequence_length) == (True, 2048)
+    assert any(d.startswith("actor_train.sequence_packing_args.algorithm: balances")
+               for d in conversion.dropped)
+    assert any(d.startswith("reference.use_sequence_packing: only training roles pack")
+               for d in conversion.dropped)
+    conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "actor_train": {
+        **packing, "strategy_args": {"strategy_name": "megatron_train"}}})
+    assert not cfg.actor_train.training_args.sequence_packing
+    assert any(d.startswith("actor_train.use_sequence_packing: megatron_train runs padded")
+               for d in conversion.dropped)
+
+
 def test_dynamic_batching_keys_act_where_the_backend_cuts_by_tokens(tmp_path):
     """ROLL's use_dynamic_batching_in_train / max_tokens_per_microbatch_in_train become
     training_args.dynamic_batching / max_tokens_per_micro_batch (train_loop.py); on

@@ -202,10 +202,13 @@ HF_BACKWARD = Condition("on actor_train with hf_train or deepspeed_train",
                         lambda cfg, path: _backend(path, cfg) in ("hf_train", "deepspeed_train"))
 # the token-budget cut of train_loop.micro_batches: megatron's pipeline schedule runs
 # micro-batches of one shape (per_device_train_batch_size rows)
+TOKEN_BUDGET_BACKENDS = ("hf_train", "deepspeed_train")
 TOKEN_BUDGET = Condition("on hf_train or deepspeed_train",
-                         lambda cfg, path: _backend(path, cfg) in ("hf_train", "deepspeed_train"))
+                         lambda cfg, path: _backend(path, cfg) in TOKEN_BUDGET_BACKENDS)
 DYNAMIC_BATCHING = Condition("with training_args.dynamic_batching: true", lambda cfg, path: (
     getattr(cfg, str(path[0])).training_args.dynamic_batching))
+SEQUENCE_PACKING = Condition("with training_args.sequence_packing: true", lambda cfg, path: (
+    getattr(cfg, str(path[0])).training_args.sequence_packing))
 NEVER_CRITIC_MODEL = Condition("on actor_train, actor_infer and reference",
                                lambda cfg, _: False)
 NEVER_BACKWARD = Condition("on actor_train",
@@ -403,6 +406,13 @@ ROLE_ROWS = [
       for key in ("dynamic_batching", "max_tokens_per_micro_batch")],
     *[ActsWhen(f"{role}.training_args.max_tokens_per_micro_batch", DYNAMIC_BATCHING,
                "the token budget of a micro-batch", "set dynamic_batching: true, or remove it")
+      for role in ("actor_train", "critic")],
+    *[ActsWhen(f"{role}.training_args.{key}", TOKEN_BUDGET, "rows packed end to end",
+               "megatron_train runs padded micro-batches of one shape: remove it")
+      for role in ("actor_train", "critic")
+      for key in ("sequence_packing", "max_packed_sequence_length")],
+    *[ActsWhen(f"{role}.training_args.max_packed_sequence_length", SEQUENCE_PACKING,
+               "the width of a packed row", "set sequence_packing: true, or remove it")
       for role in ("actor_train", "critic")],
     *[ActsWhen(f"{role}.model_args.disable_gradient_checkpointing", NEVER_BACKWARD,
                "gradient checkpointing", "this role's model never runs it: remove it")

@@ -93,6 +93,15 @@ def check_positive(cfg: PipelineConfig) -> None:
         if args.dynamic_batching:  # the budget each micro-batch is cut to
             counts[f"{role.key_path}.training_args.max_tokens_per_micro_batch"] = (
                 args.max_tokens_per_micro_batch)
+        if args.max_packed_sequence_length < 0:
+            raise ConfigError("", f"{role.key_path}.training_args.max_packed_sequence_length",
+                              f"must be >= 0 (0: the longest row), got "
+                              f"{args.max_packed_sequence_length}")
+        if args.sequence_packing and role.worker.model_args.moe_aux_loss_coef not in (None, 0):
+            raise ConfigError("", f"{role.key_path}.training_args.sequence_packing",
+                              "the MoE load-balancing loss (model_args.moe_aux_loss_coef) "
+                              "reads the padded layout and is not built for packed rows: "
+                              "turn one of them off")
         if isinstance(role.worker, RewardConfig):
             counts[f"{role.key_path}.world_size"] = role.worker.world_size
     for key_path, value in counts.items():

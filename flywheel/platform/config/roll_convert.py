@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from flywheel.platform.config import roll_keys as keys
-from flywheel.platform.config import roll_loss
+from flywheel.platform.config import roll_loss, roll_packing
 from flywheel.platform.config import roll_rules as rules
 from flywheel.platform.config import roll_step_credit as step_credit
 from flywheel.platform.config.catalogs import Catalogs
@@ -207,6 +207,8 @@ def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
             out.ignored.append(where)
         elif key == "strategy_args":
             _strategy(item or {}, block, where, out)
+        elif key in roll_packing.KEYS:  # converted once backends are final (finish)
+            continue
         elif key == "data_args" and name != "actor_train":
             out.dropped.append(f"{where}: only actor_train's data_args are read (prompts and "
                                f"their template)")

@@ -33,6 +33,7 @@ from flywheel.platform.config.roll_backends import fit_backends, megatron_precis
 from flywheel.platform.config.roll_domains import fit_domain_mix
 from flywheel.platform.config.roll_lora import fit_lora
 from flywheel.platform.config.roll_megatron import fit_moe
+from flywheel.platform.config.roll_packing import fit_packing
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
     fit_moe(out)  # so does a megatron_train MoE role (roll_megatron.py)
     fit_backends(out)
+    fit_packing(data, out)  # where packing acts depends on the final backends
     drop_inert(out, write_roll_defaults(data, out))
 
 

@@ -195,7 +195,7 @@ WORKER: dict[str, Rule] = {
     "sequence_length_round_in_train": Drop(_PERF), "use_dynamic_batching_in_infer": Drop(_PERF),
     "max_tokens_per_microbatch_in_infer": Drop(_PERF),
     "sequence_length_round_in_infer": Drop(_PERF), "offload_nccl": Drop(_PERF),
-    "use_sequence_packing": Drop(_PERF), "sequence_packing_args": Drop(_PERF),
+    # use_sequence_packing, sequence_packing_args: roll_packing.py, once backends are final
     "logits_in_fp32": Drop("flywheel computes log-probs in fp32"),
     "router_replay": Missing("MoE router replay (router_replay)"),
     "apply_loss_scale": Drop(_PERF),

@@ -129,6 +129,18 @@ class TrainingArgs:
     # width), >= 1 (ROLL: max_tokens_per_microbatch_in_train). Larger: fewer, bigger
     # forwards and more activation memory.
     max_tokens_per_micro_batch: int = 4096
+    # Lay the rows of each micro-batch (and of each log-prob forward of this role) end to
+    # end instead of padding each to the longest: position ids restart per sequence and
+    # transformers masks attention to within each one (workers/strategies/
+    # sequence_packing.py). The same log-probs and gradient as padded, within float
+    # rounding; a model whose attention ignores position ids is refused when it loads.
+    # hf_train and deepspeed_train (ROLL: use_sequence_packing).
+    sequence_packing: bool = False
+    # Tokens in one packed row under sequence_packing, >= 0; 0: the micro-batch's longest
+    # row (attention work as padded, only short rows merge). Wider merges more rows into
+    # fewer, longer ones: attention costs about this many keys per token (ROLL:
+    # sequence_packing_args.max_packed_sequence_length_train).
+    max_packed_sequence_length: int = 0
 
 
 @dataclass

@@ -79,6 +79,7 @@ from flywheel.workers.strategies.offload import (
     onload_torch,
 )
 from flywheel.workers.strategies.router_loss import router_loss_for
+from flywheel.workers.strategies.sequence_packing import check_model_packs, packing_width
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -158,10 +159,14 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.scheduler = (build_schedule(self.optimizer, cfg.training_args, total_steps)
                           if trainable else None)
         self.engine.eval()
+        self.packing = packing_width(cfg.training_args)  # None: padded rows
+        if self.packing is not None:
+            check_model_packs(self.engine, self.device)
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
-        return batched_outputs(lambda micro: self.head.hf_outputs(self.engine, micro, False)[0],
-                               batch, self.cfg.infer_batch_size)
+        return batched_outputs(lambda micro: self.head.hf_outputs(
+            self.engine, micro, False, packing_width=self.packing)[0],
+            batch, self.cfg.infer_batch_size)
 
     def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
         """Every rank holds an equal shard, so all ranks decide alike (the separate pass is
@@ -189,8 +194,9 @@ class DeepSpeedTrainStrategy(TrainStrategy):
 
         chunked = self.zero_stage != 3  # see hf_model.sequence_logprobs
         return accumulate(micros, objective, counts,
-                          lambda micro, ent: self.head.hf_outputs(self.engine, micro, ent,
-                                                                  chunked, response_only=True),
+                          lambda micro, ent: self.head.hf_outputs(
+                              self.engine, micro, ent, chunked, response_only=True,
+                              packing_width=self.packing),
                           backward, self.device, self.router, self.dp_size)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:

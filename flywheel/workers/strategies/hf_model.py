@@ -23,6 +23,7 @@ from flywheel.algorithms.sampled_distribution import (
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.sequence_packing import pack_rows
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ATTN_NAMES = {"fa2": "flash_attention_2"}
@@ -81,7 +82,7 @@ SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def sequence_logprobs(
     model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False,
     distribution: SampledDistribution = RAW, chunked: bool = True,
-    positions: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None, packing_width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(x_t | x_<t) for every position, aligned with input_ids; column 0 is 0.
 
@@ -98,30 +99,46 @@ def sequence_logprobs(
     entropy 0) elsewhere. The training forward passes the response mask: a policy loss
     reads no prompt position, and on a short-response RL batch (SmolLM2's example: ~60
     prompt tokens, 16 response tokens) the head over 49k words is most of the work.
+
+    `packing_width` (not None: `training_args.sequence_packing`) runs the model over the
+    rows packed end to end (sequence_packing.py; 0: packs as wide as the longest row);
+    padding positions then get 0 like unwanted ones.
     """
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
     attention_mask = batch.attention_mask.to(device)
     targets = input_ids[:, 1:]  # [B, L-1]
     rows, width = targets.shape
+    if packing_width is None:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        source = None
+    else:  # no attention mask: transformers masks each sequence from the position ids
+        packing = pack_rows(batch.input_ids, batch.attention_mask, packing_width)
+        inputs = packing.model_inputs(device)
+        source = packing.source[:, :-1].to(device).reshape(-1)  # [B * (L-1)] into [P * W]
+        positions = batch.attention_mask if positions is None else positions
     # [N] flat indices (into [B * (L-1)]) of the positions computed; None: all of them
     wanted = (None if positions is None
               else positions.to(device)[:, 1:].reshape(-1).nonzero().squeeze(1))
+
+    def at_wanted(per_position: torch.Tensor) -> torch.Tensor:
+        """[N, D] rows of the model's [B, L, D] (packed: [P, W, D]) output that predict
+        the wanted targets (position t predicts token t + 1)."""
+        if source is not None:
+            return per_position.reshape(-1, per_position.shape[-1])[source[wanted]]
+        flat = per_position[:, :-1].reshape(rows * width, -1)
+        return flat if wanted is None else flat[wanted]
+
+    flat_targets = targets.reshape(-1) if wanted is None else targets.reshape(-1)[wanted]
     if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
                           for k in SCALED_LOGITS):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-        flat_logits, flat_targets = logits.reshape(rows * width, -1), targets.reshape(-1)
-        if wanted is not None:
-            flat_logits, flat_targets = flat_logits[wanted], flat_targets[wanted]
+        flat_logits = at_wanted(model(**inputs).logits)
         log_probs, entropy = _token_logprobs(flat_logits, flat_targets, distribution,
                                              with_entropy)
     else:
-        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                  use_cache=False).last_hidden_state[:, :-1]  # [B, L-1, H]
+        hidden = model.base_model(**(inputs | {"use_cache": False})).last_hidden_state
         head = model.get_output_embeddings()
-        flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
-        if wanted is not None:
-            flat_hidden, flat_targets = flat_hidden[wanted], flat_targets[wanted]
+        flat_hidden = at_wanted(hidden)
         parts = []
         # at least one (maybe empty) chunk: a micro-batch with no wanted position still
         # gives outputs attached to the graph, so its (zero) loss back-propagates
