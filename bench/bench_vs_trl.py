@@ -51,6 +51,8 @@ LAYOUTS = {
     "flywheel r=1": ["async_generation_ratio=1", "actor_infer.device_mapping=[1]",
                      "actor_train.cpu_affinity=[0]", "actor_infer.cpu_affinity=[1]",
                      "prefetch_cpu_affinity=[1]", "rewards.math_rule.cpu_affinity=[1]"],
+    # one step ahead with both roles on both cores: generation shares the training cores
+    "flywheel r=1 shared": ["async_generation_ratio=1", "actor_infer.device_mapping=[1]"],
 }
 
 
@@ -132,8 +134,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--seeds", type=int, default=1, help="seeds 1..N (the issue asks for 3)")
+    p.add_argument("--from-seed", type=int, default=1, help="start at this seed (a split run)")
     p.add_argument("--only", nargs="*", default=["trl", *LAYOUTS],
-                   help="subset of: trl, 'flywheel r=0', 'flywheel r=1'")
+                   help="subset of: trl, 'flywheel r=0', 'flywheel r=1', "
+                        "'flywheel r=1 shared'")
     a = p.parse_args()
     if "trl" in a.only and not TRL_PYTHON.exists():
         sys.exit("no .venv-trl: run `make trl-venv` first")
@@ -142,7 +146,7 @@ def main() -> None:
     work = RESULTS / f"vs_trl-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
     results = []
-    for seed in range(1, a.seeds + 1):
+    for seed in range(a.from_seed, a.seeds + 1):
         for name in [n for n in ("trl", *LAYOUTS) if n in a.only]:
             load = os.getloadavg()[0]
             res = (run_trl(model, seed, a.steps, work) if name == "trl"
