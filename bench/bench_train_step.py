@@ -17,6 +17,8 @@ Variants:
   + packing       and rows packed end to end, PACK_WIDTH tokens a row
                   (training_args.sequence_packing)
   + bf16          and model_args.dtype bf16 (autocast, fp32 master weights)
+  + nockpt        and model_args.disable_gradient_checkpointing (the example's setting;
+                  not in the default list, name it in --variants)
 
 The loss curve: the mean log-prob of the batch's response tokens before each step (from
 the fused old log-probs) and each step's gradient norm: the first fp32 variants must agree
