@@ -17,9 +17,11 @@ Metrics beyond the loop's: `reward/*` (what the rewards said beside their scores
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.pipelines.data.image_prompts import ImagePromptEncoder
 from flywheel.pipelines.data.prompt_data import (
     PromptEncoder,
     PromptOrder,
@@ -28,6 +30,7 @@ from flywheel.pipelines.data.prompt_data import (
     load_prompts,
     prompt_encoder,
 )
+from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rlvr.domain_mix import DomainOrder, check_routing, training_order
 from flywheel.pipelines.rlvr.generation import (
@@ -54,6 +57,7 @@ from flywheel.pipelines.rlvr.sample_masks import apply_sample_masks
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
 from flywheel.pipelines.roles.roles import Roles, streams
 from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.infer_worker import STREAM_CALLS
 from flywheel.workers.strategies.registry import strategy_spec
@@ -63,13 +67,18 @@ from flywheel.workers.strategies.registry import strategy_spec
 class PromptSets:
     train: list[PromptRecord]
     validation: list[PromptRecord]
+    # data with images: the model's processor encodes the prompts (prompt_data.py)
+    image_encoder: ImagePromptEncoder | None = None
 
 
 def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
     """Before Ray starts: the prompts, encoded as actor_train's data_args say (validation's
-    too); a record no reward takes, or in no domain, is refused here."""
+    too); a record no reward takes, or in no domain, is refused here. The model's
+    processor is loaded only for data with images."""
     train_args = cfg.actor_train.data_args
-    train = load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length).records
+    processor = functools.cache(lambda: load_vl_processor(resolve_pretrain(cfg.pretrain)))
+    loaded = load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length, processor)
+    train = loaded.records
     validation = []
     if cfg.validation and cfg.eval_steps:
         val_args = dataclasses.replace(
@@ -77,15 +86,22 @@ def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
             system_prompt=train_args.system_prompt,
             chat_template_kwargs=train_args.chat_template_kwargs,
             tag_to_template=train_args.tag_to_template)
-        validation = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
+        validation = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length,
+                                  processor).records
     check_template_tags(train_args.tag_to_template, train + validation)
     check_routing(cfg, train, validation)
-    return PromptSets(train, validation)
+    return PromptSets(train, validation, loaded.image_encoder)
 
 
 def start_rlvr(cfg: PipelineConfig, roles: Roles, tokenizer, prompts: PromptSets,
                model_path: str, log_dir: Path | None) -> RLVRRollout:
     """Its workers (actor_infer, rewards) are roles, already started."""
+    if prompts.image_encoder is not None or any(r.images for r in prompts.validation):
+        raise NotImplementedError(
+            "image prompts load and encode (prompt_length counts image tokens), and "
+            "hf_infer / hf_train take image inputs, but the RLVR rollout does not carry them "
+            "to actor_infer and actor_train yet (issue 29): a run on them would generate "
+            "without the images")
     return RLVRRollout(cfg, roles, tokenizer, prompts.train, prompts.validation)
 
 

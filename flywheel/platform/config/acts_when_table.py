@@ -415,6 +415,35 @@ ROLE_ROWS = [
                "by it: remove it") for role in ("actor_infer", "reference", "critic")],
 ]
 
+# Images in prompts (issue 29): the backends whose requests and batches carry a prompt's
+# image inputs (hf_infer generate, hf_train's forward: workers/image_inputs.py). vllm takes
+# them through multi_modal_data once wired; sglang, megatron_train and deepspeed_train do
+# not (their requests and forwards are text only), nor does a critic's value model.
+IMAGE_TRAIN_BACKENDS = ("hf_train",)
+IMAGE_INFER_BACKENDS = ("hf_infer",)
+
+
+def _takes_images(cfg: PipelineConfig, _: KeyPath) -> bool:
+    roles = [cfg.actor_train] + ([cfg.reference] if cfg.reference is not None else [])
+    return (cfg.pipeline_type == "rlvr" and cfg.critic is None
+            and cfg.actor_infer.strategy_args.strategy_name in IMAGE_INFER_BACKENDS
+            and all(r.strategy_args.strategy_name in IMAGE_TRAIN_BACKENDS for r in roles))
+
+
+IMAGES = Condition("with pipeline_type rlvr, actor_train (and reference) on hf_train, "
+                   "actor_infer on hf_infer and no critic", _takes_images)
+_NO_IMAGES = ("images reach only those backends' models (sglang, megatron_train, "
+              "deepspeed_train, vllm and a critic's value model take text alone here): "
+              "switch backends, or remove it")
+IMAGE_ROWS = [
+    ActsWhen(f"{block}.data_args.{key}", IMAGES, does, _NO_IMAGES)
+    for block in ("actor_train", "validation")
+    for key, does in (("image_key", "the column of a record's images"),
+                      ("image_folder", "the folder image paths are read from"),
+                      ("image_max_pixels", "the largest image, in pixels"),
+                      ("image_min_pixels", "the smallest image, in pixels"),
+                      ("bad_images", "what a record with a bad image does"))]
+
 PIPELINE_ROWS = [
     # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
     ActsWhen("actor_infer.generating_args.max_new_tokens", PROMPTS,
@@ -492,4 +521,4 @@ PIPELINE_ROWS = [
 
 # Pipeline rows first: a key the pipeline never reads is reported as such.
 ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
-                        *ROLE_ROWS, *LORA_ROWS]
+                        *ROLE_ROWS, *LORA_ROWS, *IMAGE_ROWS]
