@@ -223,7 +223,8 @@ CASES = [
      backends("hf_infer", "hf_train"), "sglang, megatron_train"),
     ("validation.data_args.bad_images",
      merged(backends("hf_infer", "megatron_train"), {
-         "eval_steps": 5, "validation": {"data_args": {"bad_images": "skip"}}}), backends("hf_infer", "hf_train"), "switch backends"),
+         "eval_steps": 5, "validation": {"data_args": {"bad_images": "skip"}}}),
+     backends("hf_infer", "hf_train"), "switch backends"),
     ("actor_train.data_args.image_folder",
      merged(backends("hf_infer", "hf_train"), GAE, {"actor_train": {"data_args": {
          "image_folder": "imgs"}}}), None, "and no critic"),
