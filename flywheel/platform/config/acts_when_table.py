@@ -444,6 +444,17 @@ IMAGE_ROWS = [
                       ("image_min_pixels", "the smallest image, in pixels"),
                       ("bad_images", "what a record with a bad image does"))]
 
+FREEZE = Condition("on actor_train with hf_train and no LoRA",
+                   lambda cfg, path: str(path[0]) == "actor_train"
+                   and _backend(path, cfg) == "hf_train"
+                   and not lora_on(cfg.actor_train.model_args))
+FREEZE_ROWS = [
+    ActsWhen(f"{role}.model_args.freeze_module_prefix", FREEZE, "modules that do not train "
+             "(workers/strategies/hf_train.py freeze_modules)",
+             "only hf_train's full fine-tune freezes modules (LoRA already trains the adapter "
+             "alone; the other roles never train): remove it")
+    for role in ("actor_train", "actor_infer", "reference", "critic")]
+
 PIPELINE_ROWS = [
     # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
     ActsWhen("actor_infer.generating_args.max_new_tokens", PROMPTS,
@@ -521,4 +532,5 @@ PIPELINE_ROWS = [
 
 # Pipeline rows first: a key the pipeline never reads is reported as such.
 ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
-                        *ROLE_ROWS, *LORA_ROWS, *IMAGE_ROWS]
+                        *ROLE_ROWS, *LORA_ROWS, *IMAGE_ROWS,
+                        *FREEZE_ROWS]

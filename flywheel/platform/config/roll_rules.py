@@ -253,7 +253,7 @@ MODEL_ARGS: dict[str, Rule] = {
     "model_type": Missing("a non-causal-LM model head (model_type)"),
     "num_labels": Drop("classification heads only"),
     "model_config_kwargs": Missing("model config overrides (model_config_kwargs)"),
-    "freeze_module_prefix": Missing("frozen modules (freeze_module_prefix)"),
+    "freeze_module_prefix": SAME,  # hf_train's frozen modules (acts_when_table.py)
     "ulysses_size": Drop("Ulysses sequence parallelism; " + _PERF),
 }
 TRAINING_ARGS: dict[str, Rule] = {

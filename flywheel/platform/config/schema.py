@@ -82,6 +82,12 @@ class ModelArgs:
     # keeps the adapter it started on, so partial rollout's tokens stay on their start
     # version). workers/strategies/vllm_adapters.py.
     lora_sync: LoraSync = "merged"
+    # -- Frozen modules (ROLL's key): actor_train on hf_train, without LoRA --
+    # Comma-separated module prefixes whose parameters do not train (ROLL's VL configs
+    # freeze the vision tower: "vision_model"). A prefix matches a parameter whose dotted
+    # name starts with it or holds it after a dot ("vision_model" takes Idefics3's
+    # model.vision_model.*); a prefix matching no parameter is refused at start.
+    freeze_module_prefix: str | None = None
     # -- MoE: actor_train on hf_train or deepspeed_train --
     # Coefficient of the router's load-balancing loss, Megatron's form (per MoE layer,
     # coeff x E / (k x T^2) x sum_e tokens_e x sum_t p_t,e; the layers' losses add up;

@@ -42,9 +42,15 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
         kwargs["attn_implementation"] = ATTN_NAMES.get(name, name)
     # imported here, not at the top: a worker on a latency-only backend (latency_sim.py)
     # imports this module but loads no model, and transformers' model classes cost seconds
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    # an image-text checkpoint (a vision tower beside its language model: Idefics3,
+    # Qwen2-VL, ...) loads as transformers' image-text-to-text class, which takes the
+    # prompt's image tensors (workers/image_inputs.py); its lm head and base model are
+    # where sequence_logprobs reads them, as for a causal LM
+    vision = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = auto.from_pretrained(path, **kwargs)
     if not model_args.disable_gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.to(device)
@@ -102,6 +108,8 @@ def sequence_logprobs(
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
     attention_mask = batch.attention_mask.to(device)
+    # image prompts: the rows' image tensors, collated for this forward (image_inputs.py)
+    images = batch.images.model_inputs(device) if batch.images is not None else {}
     targets = input_ids[:, 1:]  # [B, L-1]
     rows, width = targets.shape
     # [N] flat indices (into [B * (L-1)]) of the positions computed; None: all of them
@@ -109,7 +117,8 @@ def sequence_logprobs(
               else positions.to(device)[:, 1:].reshape(-1).nonzero().squeeze(1))
     if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
                           for k in SCALED_LOGITS):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                       **images).logits[:, :-1]
         flat_logits, flat_targets = logits.reshape(rows * width, -1), targets.reshape(-1)
         if wanted is not None:
             flat_logits, flat_targets = flat_logits[wanted], flat_targets[wanted]
@@ -117,7 +126,8 @@ def sequence_logprobs(
                                              with_entropy)
     else:
         hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                  use_cache=False).last_hidden_state[:, :-1]  # [B, L-1, H]
+                                  use_cache=False, **images).last_hidden_state[:, :-1]
+        # hidden: [B, L-1, H]
         head = model.get_output_embeddings()
         flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
         if wanted is not None:
