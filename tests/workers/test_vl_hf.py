@@ -45,9 +45,13 @@ def prompts(tiny_idefics3_path):
 
 
 @pytest.fixture(scope="module")
-def sampled(tiny_idefics3_path, prompts):
+def infer(tiny_idefics3_path):
+    return HFInferStrategy(tiny_idefics3_path, WorkerConfig(infer_batch_size=8), seed=0)
+
+
+@pytest.fixture(scope="module")
+def sampled(infer, prompts):
     ids, images = prompts
-    infer = HFInferStrategy(tiny_idefics3_path, WorkerConfig(infer_batch_size=8), seed=0)
     gens = infer.generate(ids, SamplingParams(max_new_tokens=6, n=N, seed=5), images)
     rows = [ids[g.prompt_index] for g in gens]
     batch = pack_sequences(rows, [g.token_ids for g in gens], pad_id=0,
@@ -63,12 +67,19 @@ def train(path, freeze=None, lr=1e-2):
     return HFTrainStrategy(path, cfg, seed=0, total_steps=4)
 
 
-def test_hf_infer_samples_with_the_images_and_returns_their_logprobs(sampled, prompts):
+def test_hf_infer_samples_with_the_images_and_returns_their_logprobs(infer, sampled, prompts):
     gens, _ = sampled
     assert [g.prompt_index for g in gens] == [0, 0, 1, 1, 2, 2]
     for g in gens:
         assert 1 <= len(g.token_ids) <= 6 and len(g.log_probs) == len(g.token_ids)
         assert all(lp <= 0 for lp in g.log_probs)
+    # the images steer what is generated: greedy tokens of an image prompt change without
+    # them (the text prompt's stay)
+    ids, images = prompts
+    greedy = SamplingParams(max_new_tokens=6, do_sample=False)
+    seen, blind = (infer.generate(ids, greedy, i) for i in (images, None))
+    assert seen[0].token_ids != blind[0].token_ids and seen[1].token_ids != blind[1].token_ids
+    assert seen[2].token_ids == blind[2].token_ids
 
 
 def test_hf_train_logprobs_equal_hf_infers_with_the_images_and_differ_without(
