@@ -4,7 +4,9 @@ What it owns: the processor's image tensors of each row (pipelines/data/image_pr
 `ImagePrompt.features`, computed for that prompt alone: a batch of one), carried beside the
 token ids, and their collation into one model call's keyword arguments. What it does not:
 decoding images (image_files.py), token ids (the prompt's ids already hold the image tokens
-expanded), vLLM's inputs (PIL images and `engine_ids`).
+expanded). A generation request carries a `PromptImages` per prompt: the tensors for
+hf_infer, and for vllm the PIL images with the `engine_ids` it expands itself
+(pipelines/data/image_prompts.py says why the two id forms).
 
 Why per row: rows of a batch have different numbers and sizes of images, and a batch is
 cut, selected, resharded and reordered by row (TokenBatch.select / chunks / shard), so each
@@ -23,7 +25,8 @@ The two are told apart by the key and rank (`BATCHED`), not by guessing from siz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +35,19 @@ import torch.nn.functional as F
 BATCHED = {"pixel_values": 5, "pixel_attention_mask": 4}
 
 Features = dict[str, torch.Tensor]
+
+
+@dataclass
+class PromptImages:
+    """One image prompt's inputs as every generation backend takes them, beside its
+    `prompt_ids` (image tokens expanded: what the trainer scores)."""
+
+    features: Features  # the processor's image tensors (HF backends)
+    images: list[Any] = field(default_factory=list)  # bounded PIL images (vLLM)
+    engine_ids: list[int] = field(default_factory=list)  # one placeholder per image (vLLM)
+    # len(prompt_ids): where the expanded prompt ends in a request's ids (vLLM swaps
+    # those for engine_ids and keeps what follows: a partial rollout's tokens so far)
+    expanded_length: int = 0
 
 
 @dataclass
@@ -48,6 +64,10 @@ class RowImages:
             return RowImages(self.rows[index])
         picked = index.tolist() if isinstance(index, torch.Tensor) else list(index)
         return RowImages([self.rows[i] for i in picked])
+
+    @classmethod
+    def of(cls, prompts: list[PromptImages | None]) -> RowImages:
+        return cls([p.features if p is not None else None for p in prompts])
 
     def repeat(self, n: int) -> RowImages:
         """Each row n times in a row (a prompt's n samples)."""

@@ -40,8 +40,7 @@ def prompts(tiny_idefics3_path):
                        [image((20, 20, 220), (64, 30)), image((20, 200, 20), (30, 60))]),
              ImageItem("t", "say a colour", [])]
     encoded = [encode(i) for i in items]
-    return ([e.prompt_ids for e in encoded],
-            RowImages([e.features or None for e in encoded]))
+    return [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def sampled(infer, prompts):
     rows = [ids[g.prompt_index] for g in gens]
     batch = pack_sequences(rows, [g.token_ids for g in gens], pad_id=0,
                            infer_log_probs=[g.log_probs for g in gens],
-                           images=images.repeat(N))
+                           images=RowImages.of(images).repeat(N))
     return gens, batch
 
 

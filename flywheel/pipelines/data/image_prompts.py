@@ -46,6 +46,7 @@ from PIL import Image
 from flywheel.pipelines.data.image_files import BadImageError, ImageArgs, record_images
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
 from flywheel.pipelines.data.records import DataError, Prompt
+from flywheel.workers.image_inputs import PromptImages
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,13 @@ class ImagePrompt:
     engine_ids: list[int]  # one placeholder per image: vLLM's token-in ids (module doc)
     images: list[Image.Image]  # checked, bounded RGB: the engine's multi_modal_data
     features: dict[str, Any]  # the processor's image tensors (pixel_values, ...)
+
+    def inputs(self) -> PromptImages | None:
+        """What a generation request carries beside `prompt_ids` (workers/image_inputs.py);
+        None for a record without images."""
+        if not self.images:
+            return None
+        return PromptImages(self.features, self.images, self.engine_ids, len(self.prompt_ids))
 
 
 def image_messages(prompt: Prompt, n_images: int, label: str) -> list[dict[str, Any]]:

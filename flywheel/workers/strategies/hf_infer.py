@@ -39,7 +39,7 @@ from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch, pack_sequences
-from flywheel.workers.image_inputs import RowImages
+from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import (
     batched_logprobs,
@@ -80,10 +80,11 @@ class HFInferStrategy(InferStrategy):
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams,
-                 images: RowImages | None = None) -> list[Generation]:
+                 images: list[PromptImages | None] | None = None) -> list[Generation]:
         """`images` (image prompts, issue 29): per prompt, its processor's image tensors
         (workers/image_inputs.py), in context for sampling and for the returned log-probs;
         the prompt's ids hold its image tokens expanded."""
+        rows = RowImages.of(images) if images is not None else None
         if self.context_length is not None:
             longest = max(len(p) for p in prompts) + sampling.max_new_tokens
             require(longest <= self.context_length, "context_length",
@@ -94,7 +95,7 @@ class HFInferStrategy(InferStrategy):
         size = self.cfg.infer_batch_size
         for start in range(0, len(prompts), size):
             torch.manual_seed(sampling.seed + start)
-            chunk_images = images[start:start + size] if images is not None else None
+            chunk_images = rows[start:start + size] if rows is not None else None
             out.extend(self._generate_chunk(prompts[start:start + size], start, sampling,
                                             chunk_images))
         return out

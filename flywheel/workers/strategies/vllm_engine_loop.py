@@ -74,6 +74,9 @@ class _Call:
     started: float = 0.0  # when it started (wall clock), after any wait for its version
     unfinished: int = 0
     lora_id: int | None = None  # the adapter it runs on (adapters served per version)
+    # per request, vLLM's multi_modal_data ({"image": [PIL images]}) or None: an image
+    # prompt's ids are then its engine ids, one placeholder per image (image_inputs.py)
+    media: list[dict | None] = field(default_factory=list)
 
 
 @dataclass
@@ -112,10 +115,11 @@ class EngineLoop:
 
     # ---- callers' side (any thread) ----------------------------------------------------
     def generate(self, requests: list[tuple[list[int], vllm.SamplingParams]],
-                 min_version: int = 0) -> tuple[int, float, list[list[Sample]]]:
+                 min_version: int = 0, media: list[dict | None] | None = None
+                 ) -> tuple[int, float, list[list[Sample]]]:
         """Run the requests; (the version they started on, when they started, per request
         its samples in sample order). Blocks until every one of them finished."""
-        call = _Call(requests, min_version, Future())
+        call = _Call(requests, min_version, Future(), media=media or [])
         self._send(call)
         call.future.result()
         return call.version, call.started, call.samples
@@ -203,8 +207,10 @@ class EngineLoop:
             for index, (prompt, params) in enumerate(call.requests):
                 params = params.clone()
                 params.output_kind = RequestOutputKind.DELTA
-                (request,) = self.engine.renderer.render_cmpl(
-                    [TokensPrompt(prompt_token_ids=prompt, cache_salt=f"w{self.version}")])
+                tokens = TokensPrompt(prompt_token_ids=prompt, cache_salt=f"w{self.version}")
+                if call.media and call.media[index]:  # vLLM hashes the images into the
+                    tokens["multi_modal_data"] = call.media[index]  # prefix-cache key
+                (request,) = self.engine.renderer.render_cmpl([tokens])
                 rid = f"r{next(self._ids)}"  # outputs carry it; add_request returns
                 internal = self.engine.add_request(  # returns a suffixed id
                     rid, request, params, lora_request=lora)
