@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from flywheel.platform.config.acts_when_rule import ActsWhen, Condition, field_names
 from flywheel.platform.config.derived import (
+    IMAGE_INFER_BACKENDS,
     infer_is_correction,
     loads_model,
     lora_on,
     reference_from_actor,
+    takes_images,
 )
 from flywheel.platform.config.errors import KeyPath
 from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
@@ -415,23 +417,9 @@ ROLE_ROWS = [
                "by it: remove it") for role in ("actor_infer", "reference", "critic")],
 ]
 
-# Images in prompts (issue 29): the backends whose requests and batches carry a prompt's
-# image inputs (hf_infer generate, hf_train's forward: workers/image_inputs.py). vllm takes
-# them through multi_modal_data once wired; sglang, megatron_train and deepspeed_train do
-# not (their requests and forwards are text only), nor does a critic's value model.
-IMAGE_TRAIN_BACKENDS = ("hf_train",)
-IMAGE_INFER_BACKENDS = ("hf_infer",)
-
-
-def _takes_images(cfg: PipelineConfig, _: KeyPath) -> bool:
-    roles = [cfg.actor_train] + ([cfg.reference] if cfg.reference is not None else [])
-    return (cfg.pipeline_type == "rlvr" and cfg.critic is None
-            and cfg.actor_infer.strategy_args.strategy_name in IMAGE_INFER_BACKENDS
-            and all(r.strategy_args.strategy_name in IMAGE_TRAIN_BACKENDS for r in roles))
-
-
-IMAGES = Condition("with pipeline_type rlvr, actor_train (and reference) on hf_train, "
-                   "actor_infer on hf_infer and no critic", _takes_images)
+IMAGES = Condition(f"with pipeline_type rlvr, actor_train (and reference) on hf_train, "
+                   f"actor_infer on {' or '.join(IMAGE_INFER_BACKENDS)} and no critic",
+                   lambda cfg, _: takes_images(cfg))
 _NO_IMAGES = ("images reach only those backends' models (sglang, megatron_train, "
               "deepspeed_train, vllm and a critic's value model take text alone here): "
               "switch backends, or remove it")
