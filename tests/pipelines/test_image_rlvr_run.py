@@ -1,9 +1,10 @@
 """An RLVR run on image prompts end to end (issue 29): a JSONL of records whose images are
 PNG files under image_folder, the tiny random Idefics3 (mechanics, not learning), real Ray
-actors (actor_infer on hf_infer, actor_train on hf_train), 2 steps with validation. The
+actors (actor_infer on hf_infer or vllm, actor_train on hf_train), 2 steps with validation. The
 recorded sampling log-probs equal the trainer's old log-probs with the images in context
-(offpolicy/k3_kl ~ 0: a side that dropped the images would show the gap), and a run on a
-backend that takes no images is refused when the data loads."""
+(offpolicy/k3_kl ~ 0: a side that dropped the images would show the gap); the same on
+vllm (images as multi_modal_data, `long`). A run on a backend that takes no images is
+refused when the data loads."""
 
 from __future__ import annotations
 
@@ -51,10 +52,15 @@ def config(tmp_path, model: str, **top) -> dict:
     }
 
 
-@pytest.mark.slow  # ~30-60 s on 2 shared cores: Ray, two workers on the VL model
+# hf_infer: ~15-30 s on 2 shared cores (Ray, two workers on the VL model); vllm: a VL
+# engine's start on top (~20-30 s), so `long`
+@pytest.mark.parametrize("infer", ["hf_infer", pytest.param("vllm", marks=pytest.mark.long)])
+@pytest.mark.slow
 def test_an_rlvr_run_on_image_prompts_trains_with_the_images_in_context(
-        tmp_path, ray_session, tiny_idefics3_path):
-    run_dir = run(load_config_dict(config(tmp_path, tiny_idefics3_path)))
+        tmp_path, ray_session, tiny_idefics3_path, infer):
+    data = config(tmp_path, tiny_idefics3_path)
+    data["actor_infer"]["strategy_args"]["strategy_name"] = infer
+    run_dir = run(load_config_dict(data))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] > 0 and "actor/grad_norm" in r]
     assert [r["step"] for r in steps] == [1, 2]

@@ -125,3 +125,25 @@ def test_freeze_module_prefix_keeps_the_vision_tower_bit_identical(tiny_idefics3
         assert (moved == []) == (freeze is not None), (freeze, moved[:3])
     with pytest.raises(ValueError, match="'vision_tower' matches no parameter"):
         train(tiny_idefics3_path, "vision_tower")
+
+
+def test_an_image_token_the_policy_generated_is_read_as_text(tiny_idefics3_path, prompts):
+    """A sampled `<image>` is text to both engines (vLLM places image features by prompt
+    position; `generate` passes the pixels at prefill only): the trainer's log-probs of
+    such a response equal step-by-step decoding with the KV cache, the image at prefill."""
+    ids, images = prompts
+    trainer = train(tiny_idefics3_path)
+    image_id = trainer.model.config.image_token_id
+    response = [40, image_id, 50, image_id, 60]
+    batch = pack_sequences([ids[0]], [response], pad_id=0, images=RowImages.of(images[:1]))
+    scored = trainer.forward_logprobs(batch)[0, len(ids[0]):len(ids[0]) + len(response)]
+    model = trainer.model
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids[0]]), use_cache=True, **images[0].features)
+        steps = [out.logits[0, -1]]
+        for token in response[:-1]:
+            out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values,
+                        use_cache=True)
+            steps.append(out.logits[0, -1])
+    decoded = torch.stack([torch.log_softmax(s.float(), -1)[t] for s, t in zip(steps, response)])
+    assert torch.allclose(scored, decoded, atol=1e-5)

@@ -220,7 +220,7 @@ def derived_values(cfg: PipelineConfig) -> dict[str, str]:
 # hf_train's forward). sglang, megatron_train and deepspeed_train take text alone (their
 # requests and forwards carry no image tensors), and so does a critic's value model.
 IMAGE_TRAIN_BACKENDS = ("hf_train",)
-IMAGE_INFER_BACKENDS = ("hf_infer",)
+IMAGE_INFER_BACKENDS = ("hf_infer", "vllm")
 
 
 def takes_images(cfg: PipelineConfig) -> bool:

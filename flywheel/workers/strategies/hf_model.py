@@ -7,7 +7,8 @@ same logits, and of the same sampled distribution (temperature, top-k, top-p).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -117,16 +118,18 @@ def sequence_logprobs(
               else positions.to(device)[:, 1:].reshape(-1).nonzero().squeeze(1))
     if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
                           for k in SCALED_LOGITS):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                       **images).logits[:, :-1]
+        with generated_image_tokens_as_text(model, batch, input_ids, images) as model_ids:
+            logits = model(input_ids=model_ids, attention_mask=attention_mask,
+                           **images).logits[:, :-1]
         flat_logits, flat_targets = logits.reshape(rows * width, -1), targets.reshape(-1)
         if wanted is not None:
             flat_logits, flat_targets = flat_logits[wanted], flat_targets[wanted]
         log_probs, entropy = _token_logprobs(flat_logits, flat_targets, distribution,
                                              with_entropy)
     else:
-        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                  use_cache=False, **images).last_hidden_state[:, :-1]
+        with generated_image_tokens_as_text(model, batch, input_ids, images) as model_ids:
+            hidden = model.base_model(input_ids=model_ids, attention_mask=attention_mask,
+                                      use_cache=False, **images).last_hidden_state[:, :-1]
         # hidden: [B, L-1, H]
         head = model.get_output_embeddings()
         flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
@@ -150,6 +153,42 @@ def sequence_logprobs(
     if entropy is not None:
         entropy = F.pad(_scattered(entropy, wanted, rows * width).view(rows, width), (1, 0))
     return log_probs, entropy  # [B, L] each
+
+
+@contextlib.contextmanager
+def generated_image_tokens_as_text(model: torch.nn.Module, batch: TokenBatch,
+                                   input_ids: torch.Tensor, images: dict
+                                   ) -> Iterator[torch.Tensor]:
+    """The ids to give an image-text model for `input_ids`, with an image placeholder the
+    policy *generated* (on the response mask) read as the text token it is.
+
+    Why: vLLM places a prompt's image features by position, and transformers' `generate`
+    passes the pixels at prefill only, so a sampled `<image>` token is embedded as text on
+    both engines; the full-sequence forward (the trainer, hf_infer's log-prob pass) puts
+    image features at every `<image>` id instead, and fails or scores another sequence.
+    Here those response positions get another id for the model's image-token lookup, and
+    a hook on the input embedding puts the placeholder's own embedding back there."""
+    image_id = getattr(model.config, "image_token_id", None)
+    generated = None
+    if images and image_id is not None:
+        generated = (input_ids == image_id) & batch.response_mask.to(input_ids.device).bool()
+    if generated is None or not generated.any():
+        yield input_ids
+        return
+    embedding = model.get_input_embeddings()
+    placeholder = torch.full((), image_id, dtype=torch.long, device=input_ids.device)
+
+    def as_text(module, inputs, output):  # output [B, L, H]
+        if inputs[0].shape != generated.shape:
+            return output
+        return torch.where(generated[..., None], module.weight[placeholder].to(output.dtype),
+                           output)
+
+    handle = embedding.register_forward_hook(as_text)
+    try:
+        yield input_ids.masked_fill(generated, 0 if image_id != 0 else 1)
+    finally:
+        handle.remove()
 
 
 def _scattered(values: torch.Tensor, wanted: torch.Tensor | None, size: int) -> torch.Tensor:

@@ -101,6 +101,7 @@ class EngineLoop:
         self.llm = llm
         self.adapters = adapters
         self.engine = llm.llm_engine
+        self.multimodal = llm.llm_engine.model_config.is_multimodal_model
         self.name = name
         self.version = 0
         self._cond = threading.Condition()
@@ -230,6 +231,13 @@ class EngineLoop:
                 self.adapters.prune(self.engine, {c.lora_id for c, _ in self._running.values()})
             if not self.engine.has_unfinished_requests():
                 self.engine.reset_prefix_cache()  # the salt keeps old blocks apart anyway
+            if self.multimodal:
+                # image prompts: encoder outputs (vision tower + projector) cached by image
+                # hash were computed by the old weights; and vLLM 0.32's in-place reload
+                # leaves the worker's encoder cache and the scheduler's record of it
+                # disagreeing ("Encoder cache miss" on the next request with a seen image),
+                # so both are reset together here
+                self.engine.reset_encoder_cache()
         self._finish(update.future, load)
         parked, self._parked = self._parked, []
         for call in parked:
