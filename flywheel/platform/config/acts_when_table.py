@@ -421,7 +421,7 @@ IMAGES = Condition(f"with pipeline_type rlvr, actor_train (and reference) on hf_
                    f"actor_infer on {' or '.join(IMAGE_INFER_BACKENDS)} and no critic",
                    lambda cfg, _: takes_images(cfg))
 _NO_IMAGES = ("images reach only those backends' models (sglang, megatron_train, "
-              "deepspeed_train, vllm and a critic's value model take text alone here): "
+              "deepspeed_train and a critic's value model take text alone here): "
               "switch backends, or remove it")
 IMAGE_ROWS = [
     ActsWhen(f"{block}.data_args.{key}", IMAGES, does, _NO_IMAGES)
