@@ -28,9 +28,10 @@ Tokens, two forms of one prompt (the template already wrote bos and control toke
   them again (a 48-id Idefics3 prompt became 80 and generated other tokens):
   bench/vl_feasibility.py checks both.
 
-Plugging in (not wired yet, issue 29 item 1): `load_prompts` calls `encode_image_prompts`
-for data with an image column, with the worker's processor (`AutoProcessor`); the
-`ImagePrompt.images` travel with `engine_ids` to the engine and `features` to the trainer.
+Plugging in: `load_prompts` (prompt_data.py) calls `encode_image_prompts` for data with
+images, with the policy's processor; the RLVR rollout encodes each batch with the same
+encoder, and `ImagePrompt.inputs()` (workers/image_inputs.py) travels with the request:
+`features` to hf_infer and, per row, to the trainer; `images` with `engine_ids` to vllm.
 Qwen2-VL's processor object cannot be built without torchvision in transformers 5.19;
 `qwen_vl_pieces.load_vl_processor` gives such a checkpoint a stand-in with the same outputs.
 """
