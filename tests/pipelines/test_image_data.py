@@ -149,3 +149,11 @@ def test_rolls_image_keys_convert_to_flywheel_keys_that_act(tmp_path):
     assert any(d.startswith("actor_train.data_args.video_fps") for d in conversion.dropped)
     cfg = load_config_dict(conversion.data)  # hf_infer + hf_train: the keys act
     assert cfg.actor_train.data_args.image_max_pixels == 1048576
+
+
+def test_sft_refuses_image_records_instead_of_training_on_their_text(tmp_path):
+    from flywheel.pipelines.sft.run import load_sft_records
+
+    rows = [{"prompt": "p", "answer": "a", "images": ["x.png"]}]
+    with pytest.raises(DataError, match="column 'images' holds images; SFT trains on text"):
+        load_sft_records(args([write_jsonl(tmp_path / "d.jsonl", rows)]), "actor_train")
