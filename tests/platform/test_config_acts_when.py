@@ -228,6 +228,13 @@ CASES = [
     ("actor_train.data_args.image_folder",
      merged(backends("hf_infer", "hf_train"), GAE, {"actor_train": {"data_args": {
          "image_folder": "imgs"}}}), None, "and no critic"),
+    ("actor_train.model_args.freeze_module_prefix",
+     merged(backends("hf_infer", "megatron_train"), {"actor_train": {"model_args": {
+         "freeze_module_prefix": "vision_model"}}}),
+     backends("hf_infer", "hf_train"), "only hf_train's full fine-tune freezes modules"),
+    ("reference.model_args.freeze_module_prefix",
+     merged(KL, {"reference": {"model_args": {"freeze_module_prefix": "vision_model"}}}),
+     None, "this role never trains"),
 ]
 IDS = [f"{key}-{i}" for i, (key, *_) in enumerate(CASES)]
 

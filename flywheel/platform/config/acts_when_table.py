@@ -438,10 +438,13 @@ FREEZE = Condition("on actor_train with hf_train and no LoRA",
                    and not lora_on(cfg.actor_train.model_args))
 FREEZE_ROWS = [
     ActsWhen(f"{role}.model_args.freeze_module_prefix", FREEZE, "modules that do not train "
-             "(workers/strategies/hf_train.py freeze_modules)",
-             "only hf_train's full fine-tune freezes modules (LoRA already trains the adapter "
-             "alone; the other roles never train): remove it")
-    for role in ("actor_train", "actor_infer", "reference", "critic")]
+             "(workers/strategies/hf_train.py freeze_modules)", instead)
+    for role, instead in (
+        ("actor_train", "only hf_train's full fine-tune freezes modules (LoRA already trains "
+                        "the adapter alone): remove it, or use hf_train"),
+        ("actor_infer", "this role never trains: remove it"),
+        ("reference", "this role never trains: remove it"),
+        ("critic", "the critic's value model trains whole here: remove it"))]
 
 PIPELINE_ROWS = [
     # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
