@@ -184,10 +184,11 @@ def generate_chunks(actor_infer: InferRole, chunks: list[Chunk],
     the generator paused): every chunk goes to its engine at once and they share its
     batch. Otherwise a worker runs its chunks one after another."""
     def submit(rank: int, chunk: Chunk) -> ray.ObjectRef:
+        extra = {"images": chunk.images} if chunk.images is not None else {}  # text: as before
         if stream:
             return actor_infer.generate_stream(rank, chunk.prompt_ids, chunk.sampling,
-                                               min_version=0, images=chunk.images)
-        return actor_infer.generate(rank, chunk.prompt_ids, chunk.sampling, chunk.images)
+                                               min_version=0, **extra)
+        return actor_infer.generate(rank, chunk.prompt_ids, chunk.sampling, **extra)
 
     refs = [(i % actor_infer.world_size, submit(i % actor_infer.world_size, c))
             for i, c in enumerate(chunks)]
@@ -373,10 +374,11 @@ class ChunkSource:
         prompts, sampling = (segment_request(item, self.segment_tokens) if self.segment_tokens
                              else (item.prompt_ids, item.sampling))
         images = segment_images(item) if self.segment_tokens else item.images
+        extra = {"images": images} if images is not None else {}  # a text request: as before
         if self.stream:
             return self.pool.generate_stream(rank, prompts, sampling, min_version=version,
-                                             images=images)
-        return self.pool.generate(rank, prompts, sampling, images)
+                                             **extra)
+        return self.pool.generate(rank, prompts, sampling, **extra)
 
     def complete(self, item: Chunk | PartialChunk, rank: int,
                  result: GenerateResult) -> Completion[Chunk | PartialChunk, Group]:
