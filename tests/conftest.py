@@ -35,3 +35,11 @@ def arith_model_path() -> str:
     from flywheel.platform.models.builtin import resolve_pretrain
 
     return resolve_pretrain("builtin://tiny-qwen2-arith")
+
+
+@pytest.fixture(scope="session")
+def tiny_idefics3_path(tmp_path_factory) -> str:
+    """A tiny random-init Idefics3 with its processor (about a second to build; issue 29)."""
+    from flywheel.platform.models.tiny_idefics3 import build_tiny_idefics3
+
+    return str(build_tiny_idefics3(tmp_path_factory.mktemp("tiny_idefics3")))

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from flywheel.workers.image_inputs import RowImages
+
 Rows = slice | torch.Tensor
 
 
@@ -43,6 +45,10 @@ class TokenBatch:
     episode_return: torch.Tensor | None = None  # agentic: the episode's discounted return
     anchor: torch.Tensor | None = None  # agentic per-turn rows: GiGPO anchor state, -1 = pad
     truncated: torch.Tensor | None = None  # RLVR: bool, the length limit cut the response
+    # ---- per sample, not a tensor -------------------------------------------------------
+    # image prompts: each row's image tensors (image_inputs.py), passed to the model with
+    # the ids; None: a text batch
+    images: RowImages | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -54,7 +60,11 @@ class TokenBatch:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is not None:
+            if value is None:
+                continue
+            if f.name == "images":  # rows picked as per_sample picks a [B] tensor's
+                out[f.name] = value[per_sample(torch.arange(len(self))).cpu()]
+            else:
                 out[f.name] = (per_sample if f.name in SAMPLE_FIELDS else per_token)(value)
         return TokenBatch(**out)
 
@@ -89,6 +99,7 @@ def pack_sequences(
     responses: list[list[int]],
     pad_id: int,
     infer_log_probs: list[list[float]] | None = None,
+    images: RowImages | None = None,
 ) -> TokenBatch:
     """Right-pad prompt+response rows; the sampled log-probs land on the response columns.
 
@@ -104,7 +115,7 @@ def pack_sequences(
                               for p, r in zip(prompts, responses)], dtype=torch.long)
     attention_mask = (cols < ends[:, None]).long()  # [B, L]
     response_mask = ((cols >= starts[:, None]) & (cols < ends[:, None])).float()  # [B, L]
-    batch = TokenBatch(input_ids, attention_mask, response_mask)
+    batch = TokenBatch(input_ids, attention_mask, response_mask, images=images)
     if infer_log_probs is not None:
         if any(len(v) != len(r) for v, r in zip(infer_log_probs, responses)):
             raise ValueError("infer_log_probs: need one value per response token in every row")

@@ -28,6 +28,7 @@ import torch
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import Generation, SamplingParams
 from flywheel.workers.strategies.registry import strategy_class
@@ -71,20 +72,23 @@ class InferWorker(RoleWorker):
         self.awake = True  # False between `sleep` and `wake`: no call may use the engine
         self.weight_group: WeightGroup | None = None  # join_weight_group
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> GenerateResult:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list[PromptImages | None] | None = None) -> GenerateResult:
+        """`images`: per prompt its image inputs (image prompts, issue 29), or None."""
         self.require_awake("generate")
-        return self._generate(prompts, sampling, min_version=0)
+        return self._generate(prompts, sampling, min_version=0, images=images)
 
     @ray.method(concurrency_group=STREAM_GROUP)
     def generate_stream(self, prompts: list[list[int]], sampling: SamplingParams,
-                        min_version: int) -> GenerateResult:
+                        min_version: int,
+                        images: list[PromptImages | None] | None = None) -> GenerateResult:
         """`generate` beside other calls on the same engine, on weights of at least
         `min_version`; only for a backend that `streams`."""
         if not self.streams():
             raise RuntimeError(f"{self.role}: {type(self.strategy).__name__} does not "
                                "stream; call generate")
         self.require_awake("generate_stream")
-        return self._generate(prompts, sampling, min_version)
+        return self._generate(prompts, sampling, min_version, images)
 
     def streams(self) -> bool:
         return getattr(self.strategy, "streams", False)
@@ -94,17 +98,22 @@ class InferWorker(RoleWorker):
         return self.strategy.capacity if self.streams() else 0
 
     def _generate(self, prompts: list[list[int]], sampling: SamplingParams,
-                  min_version: int) -> GenerateResult:
+                  min_version: int,
+                  images: list[PromptImages | None] | None = None) -> GenerateResult:
         started = time.time()
         fold = sampling.n if sampling.expand and sampling.n > 1 else 1
         if fold > 1:
             prompts = [p for p in prompts for _ in range(fold)]
+            images = [i for i in images for _ in range(fold)] if images is not None else None
             sampling = replace(sampling, n=1)
+        # a text request passes no images: backends without image support take it as before
+        extra = {"images": images} if images is not None else {}
         if self.streams():  # busy from when the engine took it (not while it waited)
             version, started, generations = self.strategy.generate_versioned(
-                prompts, sampling, min_version)
+                prompts, sampling, min_version, **extra)
         else:
-            version, generations = self.version, self.strategy.generate(prompts, sampling)
+            version, generations = self.version, self.strategy.generate(prompts, sampling,
+                                                                        **extra)
         if fold > 1:
             generations = [replace(g, prompt_index=g.prompt_index // fold)
                            for g in generations]

@@ -49,6 +49,11 @@ def _merge(into: dict, part: dict) -> None:
             into[key] = value if not isinstance(value, dict) else merged(value)
 
 
+def backends(infer: str, train: str) -> dict:
+    return {"actor_infer": {"strategy_args": {"strategy_name": infer}},
+            "actor_train": {"strategy_args": {"strategy_name": train}}}
+
+
 # (the key as the error names it, a config writing it where it is off, a fragment turning
 # its condition on, a phrase the message must hold)
 CASES = [
@@ -220,6 +225,25 @@ CASES = [
     ("reference.device_mapping", merged(KL, LORA, {"reference": {"device_mapping": [0]}}),
      {"reference": {"model_args": {"model_name_or_path": "builtin://tiny-qwen2"}}},
      "no reference worker"),
+    # issue 29: images reach hf_infer's and hf_train's models only
+    ("actor_train.data_args.image_max_pixels",
+     merged(backends("sglang", "hf_train"), {"actor_train": {"data_args": {
+         "image_max_pixels": 4096}}}),
+     backends("hf_infer", "hf_train"), "sglang, megatron_train"),
+    ("validation.data_args.bad_images",
+     merged(backends("hf_infer", "megatron_train"), {
+         "eval_steps": 5, "validation": {"data_args": {"bad_images": "skip"}}}),
+     backends("hf_infer", "hf_train"), "switch backends"),
+    ("actor_train.data_args.image_folder",
+     merged(backends("hf_infer", "hf_train"), GAE, {"actor_train": {"data_args": {
+         "image_folder": "imgs"}}}), None, "and no critic"),
+    ("actor_train.model_args.freeze_module_prefix",
+     merged(backends("hf_infer", "megatron_train"), {"actor_train": {"model_args": {
+         "freeze_module_prefix": "vision_model"}}}),
+     backends("hf_infer", "hf_train"), "only hf_train's full fine-tune freezes modules"),
+    ("reference.model_args.freeze_module_prefix",
+     merged(KL, {"reference": {"model_args": {"freeze_module_prefix": "vision_model"}}}),
+     None, "this role never trains"),
 ]
 IDS = [f"{key}-{i}" for i, (key, *_) in enumerate(CASES)]
 

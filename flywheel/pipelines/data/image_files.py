@@ -21,10 +21,11 @@ Bad images (every one is an error naming `record <id>, image <i>`):
   header, before the pixels are decoded);
 - an http(s) URL: workers have no network; download the images into `image_folder`.
 
-How it plugs in (not wired yet, issue 29 item 1): `data_args` gains `image_key`,
-`image_folder`, `image_min_pixels`, `image_max_pixels` (ROLL's names; today the ROLL
-converter marks them missing or dropped, roll_rules.py); `parse_record` keeps the raw image
-column (before `json_row`, which turns bytes into text) and image_prompts.py encodes it.
+How it plugs in: `data_args.image_key`, `image_folder`, `image_min_pixels`,
+`image_max_pixels` (ROLL's names where ROLL has them; the converter maps them) make the
+`ImageArgs`; `parse_record` keeps the image column as JSON strings (records.py
+`json_images`: paths, bytes as data URIs) and image_prompts.py decodes them here when a
+prompt is encoded (at load, for prompt_length, and for each batch).
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ Tokens, two forms of one prompt (the template already wrote bos and control toke
   them again (a 48-id Idefics3 prompt became 80 and generated other tokens):
   bench/vl_feasibility.py checks both.
 
-Plugging in (not wired yet, issue 29 item 1): `load_prompts` calls `encode_image_prompts`
-for data with an image column, with the worker's processor (`AutoProcessor`); the
-`ImagePrompt.images` travel with `engine_ids` to the engine and `features` to the trainer.
+Plugging in: `load_prompts` (prompt_data.py) calls `encode_image_prompts` for data with
+images, with the policy's processor; the RLVR rollout encodes each batch with the same
+encoder, and `ImagePrompt.inputs()` (workers/image_inputs.py) travels with the request:
+`features` to hf_infer and, per row, to the trainer; `images` with `engine_ids` to vllm.
 Qwen2-VL's processor object cannot be built without torchvision in transformers 5.19;
 `qwen_vl_pieces.load_vl_processor` gives such a checkpoint a stand-in with the same outputs.
 """
@@ -46,6 +47,7 @@ from PIL import Image
 from flywheel.pipelines.data.image_files import BadImageError, ImageArgs, record_images
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
 from flywheel.pipelines.data.records import DataError, Prompt
+from flywheel.workers.image_inputs import PromptImages
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,13 @@ class ImagePrompt:
     engine_ids: list[int]  # one placeholder per image: vLLM's token-in ids (module doc)
     images: list[Image.Image]  # checked, bounded RGB: the engine's multi_modal_data
     features: dict[str, Any]  # the processor's image tensors (pixel_values, ...)
+
+    def inputs(self) -> PromptImages | None:
+        """What a generation request carries beside `prompt_ids` (workers/image_inputs.py);
+        None for a record without images."""
+        if not self.images:
+            return None
+        return PromptImages(self.features, self.images, self.engine_ids, len(self.prompt_ids))
 
 
 def image_messages(prompt: Prompt, n_images: int, label: str) -> list[dict[str, Any]]:

@@ -25,14 +25,27 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flywheel.pipelines.data.arithmetic_data import ensure_arithmetic_files
 from flywheel.pipelines.data.data_files import read_rows
+from flywheel.pipelines.data.image_files import ImageArgs
+from flywheel.pipelines.data.image_prompts import (
+    ImageItem,
+    ImagePromptEncoder,
+    encode_image_prompts,
+)
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
-from flywheel.pipelines.data.records import DataError, Prompt, PromptRecord, json_row
+from flywheel.pipelines.data.records import (
+    DataError,
+    Prompt,
+    PromptRecord,
+    json_images,
+    json_row,
+)
 from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.builtin import default_cache_dir
 
@@ -50,6 +63,7 @@ class Columns:
     answer: str
     tag: str
     id: str | None
+    image: str = "images"  # data_args.image_key
 
 
 def record_columns(args: DataArgs, role: str) -> Columns:
@@ -71,7 +85,8 @@ def record_columns(args: DataArgs, role: str) -> Columns:
                         f"prompt_key names '{args.prompt_key}'; write one of them")
     return Columns(prompt=args.messages or chosen["prompt_key"],
                    prompt_is_messages=args.messages is not None,
-                   answer=chosen["answer_key"], tag=chosen["tag_key"], id=args.id)
+                   answer=chosen["answer_key"], tag=chosen["tag_key"], id=args.id,
+                   image=args.image_key)
 
 
 def resolve_data_file(name: str) -> Path:
@@ -124,7 +139,9 @@ def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
     record = PromptRecord(id=str(rid) if rid is not None else where.rsplit("/", 1)[-1],
                           prompt=prompt, answer=str(row[columns.answer]),
                           tag=str(row.get(columns.tag) or ""))
-    record.row = {"id": record.id, "tag": record.tag, **json_row(row)}
+    record.images = json_images(row.get(columns.image), f"{where}: column '{columns.image}'")
+    rest = {k: v for k, v in row.items() if k != columns.image}
+    record.row = {"id": record.id, "tag": record.tag, **json_row(rest)}
     return record
 
 
@@ -207,12 +224,20 @@ def check_template_tags(tag_to_template: dict[str, str], records: list[PromptRec
 class PromptSet:
     records: list[PromptRecord]  # those that fit prompt_length
     dropped_overlong: int  # records filtered out for length
+    # image data (issue 29): every record encoded by the model's processor, image tokens
+    # counted in prompt_length (image_prompts.py); None: text prompts, tokenizer-encoded
+    image_encoder: ImagePromptEncoder | None = None
+    skipped_bad_images: int = 0  # records dropped for a bad image (bad_images: skip)
 
 
-def load_prompts(args: DataArgs, role: str, tokenizer, prompt_length: int) -> PromptSet:
+def load_prompts(args: DataArgs, role: str, tokenizer, prompt_length: int,
+                 processor: Callable[[], Any] | None = None) -> PromptSet:
     """`load_records`, minus prompts longer than `prompt_length` tokens once encoded:
-    dropped and counted (logged), or an error with `overlong_prompts: error`."""
+    dropped and counted (logged), or an error with `overlong_prompts: error`. Data with
+    images goes through `load_image_prompts` with `processor()`, the model's processor."""
     records = load_records(args, role)
+    if any(r.images for r in records):
+        return load_image_prompts(args, role, records, prompt_length, processor)
     encode = prompt_encoder(tokenizer, args)
     kept, longest = [], 0
     for record in records:
@@ -231,6 +256,38 @@ def load_prompts(args: DataArgs, role: str, tokenizer, prompt_length: int) -> Pr
     if not kept:
         raise DataError(f"{role}: every prompt is longer than prompt_length={prompt_length}")
     return PromptSet(kept, dropped)
+
+
+def image_prompt_encoder(args: DataArgs, role: str, processor: Any) -> ImagePromptEncoder:
+    """The encoder of image records: the model's processor and chat template, data_args'
+    pixel bounds, image folder, system prompt and template kwargs."""
+    if args.tag_to_template:
+        raise DataError(f"{role}.data_args.tag_to_template: image prompts are rendered by "
+                        f"the processor's one chat template; remove it")
+    bounds = ImageArgs(args.image_key, args.image_folder, args.image_max_pixels,
+                       args.image_min_pixels)
+    return ImagePromptEncoder(processor, bounds, args.template or "native",
+                              args.system_prompt, dict(args.chat_template_kwargs))
+
+
+def load_image_prompts(args: DataArgs, role: str, records: list[PromptRecord],
+                       prompt_length: int, processor: Callable[[], Any] | None) -> PromptSet:
+    """Records of data with images: every record (text-only ones too, so one template
+    renders them all) encoded by the model's processor; prompt_length counts image tokens;
+    overlong and bad-image records dropped and counted, or refused (data_args)."""
+    with_images = next(r for r in records if r.images)
+    model = processor() if processor is not None else None
+    if model is None or getattr(model, "image_processor", None) is None:
+        raise DataError(f"{role}: record {with_images.id} has images "
+                        f"(data_args.image_key '{args.image_key}') but the model has no image "
+                        f"processor: a text-only model takes no images")
+    encode = image_prompt_encoder(args, role, model)
+    items = [ImageItem(r.id, r.prompt, r.images) for r in records]
+    kept = encode_image_prompts(items, encode, prompt_length, args.overlong_prompts,
+                                args.bad_images, role)
+    by_id = {id(item): record for item, record in zip(items, records)}
+    return PromptSet([by_id[id(item)] for item in kept.items], kept.dropped_overlong,
+                     encode, kept.skipped_bad)
 
 
 @dataclass

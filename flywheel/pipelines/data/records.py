@@ -3,6 +3,7 @@ reasoning-gym tasks in reasoning_gym_data.py), and the error a bad record raises
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +25,33 @@ class PromptRecord:
     # row has no column of that name: what a reward function gets as its `record`
     # (workers/rewards/user_function.py), so tags, ids and extra fields reach it.
     row: dict[str, Any] = field(default_factory=dict)
+    # The record's images as JSON values (data_args.image_key's column, issue 29): each a
+    # path under image_folder or a `data:image/...;base64,` URI (bytes become one), so a
+    # record checkpoints as JSON with its images; decoded by image_files.py. Empty: a text
+    # prompt. Not in `row`: rewards get the record without its image data.
+    images: list[str] = field(default_factory=list)
 
 
 def json_row(row: dict) -> dict[str, Any]:
     """`row` with JSON values only (a parquet date or bytes becomes its text): it travels
     to a reward's scoring process as JSON and is checkpointed with its group."""
     return json.loads(json.dumps(row, default=str))
+
+
+def json_images(value: Any, where: str) -> list[str]:
+    """An image column's value (one image or a list: paths, bytes, data URIs, or HF
+    datasets' {"bytes", "path"} structs) as JSON strings: paths kept, bytes as base64
+    data URIs. Nothing is decoded here (image_files.py checks and decodes)."""
+    if value is None or (isinstance(value, (str, bytes, list, tuple)) and len(value) == 0):
+        return []
+    out = []
+    for i, item in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+        if isinstance(item, dict):  # bytes win over the path, as image_files reads them
+            item = item.get("bytes") or item.get("path")
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            item = "data:image/*;base64," + base64.b64encode(bytes(item)).decode()
+        if not isinstance(item, str) or not item:
+            raise DataError(f"{where}: image {i} is neither a path nor image bytes "
+                            f"({type(item).__name__})")
+        out.append(item)
+    return out

@@ -42,6 +42,7 @@ from flywheel.pipelines.rlvr.reward_routing import merged_metadata, route_reward
 from flywheel.pipelines.roles.handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
 from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
+from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.infer_worker import GenerateResult
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.response_length import response_length_reward
@@ -65,6 +66,10 @@ class Group:
     # Per response, what its reward said beside the score (RewardResult.metadata:
     # timed_out, crashed, parsed, ...), counted in the reward/* metrics.
     reward_info: list[dict] = field(default_factory=list)
+    # An image prompt's inputs (workers/image_inputs.py), which the train batch carries;
+    # not checkpointed (tensors and images): a restored group's are encoded again from its
+    # record (RLVRRollout.pack)
+    images: PromptImages | None = None
 
     # What the replay buffer, ledger and step metrics read of any group (RLVR or agentic).
     @property
@@ -82,7 +87,7 @@ class Group:
 
 
 def group_to_dict(g: Group) -> dict:
-    return asdict(g)
+    return asdict(replace(g, images=None))
 
 
 def group_from_dict(d: dict) -> Group:
@@ -98,6 +103,8 @@ class Chunk:
     records: list[PromptRecord]
     prompt_ids: list[list[int]]
     sampling: SamplingParams
+    # per prompt its image inputs (image prompts), or None for a text batch
+    images: list[PromptImages | None] | None = None
 
     @property
     def end_seq(self) -> int:
@@ -146,14 +153,16 @@ def chunk_size(batch_prompts: int, infer_workers: int, infer_batch_size: int,
 
 
 def batch_chunks(batch_index: int, records: list[PromptRecord], prompt_ids: list[list[int]],
-                 sampling: SamplingParams, size: int, run_seed: int) -> list[Chunk]:
+                 sampling: SamplingParams, size: int, run_seed: int,
+                 images: list[PromptImages | None] | None = None) -> list[Chunk]:
     """Cut one batch of prompts into chunks, each with its own deterministic seed."""
     first = batch_index * len(records)
     chunks = []
     for c, start in enumerate(range(0, len(records), size)):
         seed = run_seed * SEED_STRIDE + batch_index * 1009 + c
         chunks.append(Chunk(batch_index, first + start, records[start:start + size],
-                            prompt_ids[start:start + size], replace(sampling, seed=seed)))
+                            prompt_ids[start:start + size], replace(sampling, seed=seed),
+                            images[start:start + size] if images is not None else None))
     return chunks
 
 
@@ -162,7 +171,8 @@ def groups_from_result(chunk: Chunk, generations: list[Generation],
     by_prompt: list[list[Generation]] = [[] for _ in chunk.records]
     for g in generations:
         by_prompt[g.prompt_index].append(g)
-    return [Group(chunk.first_seq + i, rec, ids, by_prompt[i], version)
+    return [Group(chunk.first_seq + i, rec, ids, by_prompt[i], version,
+                  images=chunk.images[i] if chunk.images is not None else None)
             for i, (rec, ids) in enumerate(zip(chunk.records, chunk.prompt_ids))]
 
 
@@ -174,10 +184,11 @@ def generate_chunks(actor_infer: InferRole, chunks: list[Chunk],
     the generator paused): every chunk goes to its engine at once and they share its
     batch. Otherwise a worker runs its chunks one after another."""
     def submit(rank: int, chunk: Chunk) -> ray.ObjectRef:
+        extra = {"images": chunk.images} if chunk.images is not None else {}  # text: as before
         if stream:
             return actor_infer.generate_stream(rank, chunk.prompt_ids, chunk.sampling,
-                                               min_version=0)
-        return actor_infer.generate(rank, chunk.prompt_ids, chunk.sampling)
+                                               min_version=0, **extra)
+        return actor_infer.generate(rank, chunk.prompt_ids, chunk.sampling, **extra)
 
     refs = [(i % actor_infer.world_size, submit(i % actor_infer.world_size, c))
             for i, c in enumerate(chunks)]
@@ -239,6 +250,15 @@ def segment_request(item: Chunk | PartialChunk,
     prompts = [chunk.prompt_ids[r.prompt_index] + r.token_ids for r in todo]
     return prompts, replace(chunk.sampling, n=1, max_new_tokens=min(segment_tokens, room),
                             seed=segment_seed(chunk.sampling.seed, item.segments))
+
+
+def segment_images(item: Chunk | PartialChunk) -> list[PromptImages | None] | None:
+    """The image inputs of `segment_request`'s prompts: each continued response carries
+    its prompt's images (an image prompt's ids start with its expanded prompt)."""
+    chunk = item if isinstance(item, Chunk) else item.chunk
+    if chunk.images is None or isinstance(item, Chunk):
+        return chunk.images
+    return [chunk.images[item.responses[i].prompt_index] for i in item.unfinished()]
 
 
 def continue_chunk(item: Chunk | PartialChunk, result: GenerateResult) -> PartialChunk:
@@ -353,9 +373,12 @@ class ChunkSource:
     def submit(self, item: Chunk | PartialChunk, rank: int, version: int) -> ray.ObjectRef:
         prompts, sampling = (segment_request(item, self.segment_tokens) if self.segment_tokens
                              else (item.prompt_ids, item.sampling))
+        images = segment_images(item) if self.segment_tokens else item.images
+        extra = {"images": images} if images is not None else {}  # a text request: as before
         if self.stream:
-            return self.pool.generate_stream(rank, prompts, sampling, min_version=version)
-        return self.pool.generate(rank, prompts, sampling)
+            return self.pool.generate_stream(rank, prompts, sampling, min_version=version,
+                                             **extra)
+        return self.pool.generate(rank, prompts, sampling, **extra)
 
     def complete(self, item: Chunk | PartialChunk, rank: int,
                  result: GenerateResult) -> Completion[Chunk | PartialChunk, Group]:

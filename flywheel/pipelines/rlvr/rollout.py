@@ -17,10 +17,13 @@ Metrics beyond the loop's: `reward/*` (what the rewards said beside their scores
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.prompt_data import (
+    DataError,
     PromptEncoder,
     PromptOrder,
     PromptRecord,
@@ -28,6 +31,7 @@ from flywheel.pipelines.data.prompt_data import (
     load_prompts,
     prompt_encoder,
 )
+from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rlvr.domain_mix import DomainOrder, check_routing, training_order
 from flywheel.pipelines.rlvr.generation import (
@@ -53,8 +57,11 @@ from flywheel.pipelines.rlvr.metrics import (
 from flywheel.pipelines.rlvr.sample_masks import apply_sample_masks
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
 from flywheel.pipelines.roles.roles import Roles, streams
+from flywheel.platform.config.derived import IMAGE_INFER_BACKENDS, takes_images
 from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.infer_worker import STREAM_CALLS
 from flywheel.workers.strategies.registry import strategy_spec
 
@@ -63,30 +70,51 @@ from flywheel.workers.strategies.registry import strategy_spec
 class PromptSets:
     train: list[PromptRecord]
     validation: list[PromptRecord]
+    # data with images: the model's processor encodes the prompts (prompt_data.py)
+    image_encoder: ImagePromptEncoder | None = None
+    val_image_encoder: ImagePromptEncoder | None = None
 
 
 def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
     """Before Ray starts: the prompts, encoded as actor_train's data_args say (validation's
-    too); a record no reward takes, or in no domain, is refused here."""
+    too); a record no reward takes, or in no domain, is refused here. The model's
+    processor is loaded only for data with images."""
     train_args = cfg.actor_train.data_args
-    train = load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length).records
-    validation = []
+    processor = functools.cache(lambda: image_processor(cfg))
+    loaded = load_prompts(train_args, "actor_train", tokenizer, cfg.prompt_length, processor)
+    train = loaded.records
+    validation, val_images = [], None
     if cfg.validation and cfg.eval_steps:
         val_args = dataclasses.replace(
             cfg.validation.data_args, template=train_args.template,
             system_prompt=train_args.system_prompt,
             chat_template_kwargs=train_args.chat_template_kwargs,
             tag_to_template=train_args.tag_to_template)
-        validation = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length).records
+        loaded_val = load_prompts(val_args, "validation", tokenizer, cfg.prompt_length,
+                                  processor)
+        validation, val_images = loaded_val.records, loaded_val.image_encoder
     check_template_tags(train_args.tag_to_template, train + validation)
     check_routing(cfg, train, validation)
-    return PromptSets(train, validation)
+    return PromptSets(train, validation, loaded.image_encoder, val_images)
+
+
+def image_processor(cfg: PipelineConfig):
+    """The policy's processor, for data with images (loaded when a record has one), after
+    checking that the run's backends take images."""
+    if not takes_images(cfg):
+        raise DataError("the data has images, which this run's backends cannot take: image "
+                        "prompts need pipeline_type rlvr, actor_train (and reference) on "
+                        f"hf_train without sequence_packing, actor_infer on "
+                        f"{' or '.join(IMAGE_INFER_BACKENDS)} and no critic")
+    return load_vl_processor(resolve_pretrain(cfg.pretrain))
 
 
 def start_rlvr(cfg: PipelineConfig, roles: Roles, tokenizer, prompts: PromptSets,
                model_path: str, log_dir: Path | None) -> RLVRRollout:
     """Its workers (actor_infer, rewards) are roles, already started."""
-    return RLVRRollout(cfg, roles, tokenizer, prompts.train, prompts.validation)
+    return RLVRRollout(cfg, roles, tokenizer, prompts.train, prompts.validation,
+                       image_encoder=prompts.image_encoder,
+                       val_image_encoder=prompts.val_image_encoder)
 
 
 def segment_tokens(cfg: PipelineConfig) -> int:
@@ -107,6 +135,10 @@ class RLVRRollout:
     train_records: list[PromptRecord]
     val_records: list[PromptRecord]
     drop_reasons: tuple[str, ...] = ()  # its groups are dropped only as stale or filtered
+    # image data (issue 29): the processor encodes each batch's prompts, and their image
+    # inputs travel with the requests and, per row, with the train batch
+    image_encoder: ImagePromptEncoder | None = None
+    val_image_encoder: ImagePromptEncoder | None = None
     order: PromptOrder | DomainOrder = field(init=False)  # prompts of each batch
     encoder: PromptEncoder = field(init=False)  # prompt -> ids, by actor_train's data_args
 
@@ -144,11 +176,17 @@ class RLVRRollout:
                           cfg.actor_infer.infer_batch_size, strategy_spec(
                               cfg.actor_infer.strategy_args.strategy_name).continuous_batching,
                           streams(cfg))
-        return batch_chunks(batch_index, records, self.encode(records), sampling, size,
-                            cfg.seed)
+        ids, images = self.encode(records, self.image_encoder)
+        return batch_chunks(batch_index, records, ids, sampling, size, cfg.seed, images)
 
     def pack(self, groups: list[Group]) -> TokenBatch:
-        return pack_groups(groups, self.tokenizer.pad_token_id)
+        batch = pack_groups(groups, self.tokenizer.pad_token_id)
+        if self.image_encoder is not None:  # each row with its prompt's image tensors
+            inputs = [g.images if g.images is not None or not g.record.images
+                      else self.encode([g.record], self.image_encoder)[1][0] for g in groups]
+            batch.images = RowImages([i.features if i is not None else None
+                                      for i, g in zip(inputs, groups) for _ in g.responses])
+        return batch
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         group_size = self.cfg.num_return_sequences_in_group
@@ -169,7 +207,8 @@ class RLVRRollout:
                     else cfg.actor_infer.generating_args)
         sampling = sampling_params(gen_args, 1, seed=cfg.seed)
         size = max(1, cfg.actor_infer.infer_batch_size)
-        chunks = batch_chunks(0, records, self.encode(records), sampling, size, cfg.seed)
+        ids, images = self.encode(records, self.val_image_encoder)
+        chunks = batch_chunks(0, records, ids, sampling, size, cfg.seed, images)
         # paused (the caller): every update sent has loaded, so no version to wait for
         groups = generate_chunks(self.roles.actor_infer, chunks, stream=streams(cfg))
         self.score(groups).finish()
@@ -179,8 +218,14 @@ class RLVRRollout:
                 "val/response_length": sum(lengths) / len(lengths),
                 **domain_val_metrics(groups)}
 
-    def encode(self, records: list[PromptRecord]) -> list[list[int]]:
-        return [self.encoder(r.prompt, r.tag) for r in records]
+    def encode(self, records: list[PromptRecord], images: ImagePromptEncoder | None = None
+               ) -> tuple[list[list[int]], list[PromptImages | None] | None]:
+        """Prompt ids, and with an image encoder each prompt's image inputs (processor
+        output: image tokens expanded in the ids)."""
+        if images is None:
+            return [self.encoder(r.prompt, r.tag) for r in records], None
+        encoded = [images(ImageItem(r.id, r.prompt, r.images)) for r in records]
+        return [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
 
     def group_state(self, group: Group) -> dict:
         return group_to_dict(group)

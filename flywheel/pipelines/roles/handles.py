@@ -20,6 +20,7 @@ import torch
 from flywheel.algorithms import MismatchCorrection
 from flywheel.platform.cluster import Cluster
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.train_loop import Objective
@@ -170,16 +171,22 @@ class InferRole(Cluster):
     """actor_infer (workers/infer_worker.py): one generation call per rank at a time, or
     many at once with `generate_stream` on a backend that streams."""
 
-    def generate(self, rank: int, prompts: list[list[int]],
-                 sampling: SamplingParams) -> ray.ObjectRef:
-        """A ref to rank `rank`'s list of Generation; read it with `get(ref, rank)`."""
-        return self.submit_one(rank, "generate", prompts, sampling)
+    def generate(self, rank: int, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list[PromptImages | None] | None = None) -> ray.ObjectRef:
+        """A ref to rank `rank`'s list of Generation; read it with `get(ref, rank)`.
+        `images`: per prompt its image inputs (image prompts), or None."""
+        if images is None:
+            return self.submit_one(rank, "generate", prompts, sampling)
+        return self.submit_one(rank, "generate", prompts, sampling, images)
 
     def generate_stream(self, rank: int, prompts: list[list[int]], sampling: SamplingParams,
-                        min_version: int) -> ray.ObjectRef:
+                        min_version: int,
+                        images: list[PromptImages | None] | None = None) -> ray.ObjectRef:
         """`generate` beside the rank's other calls in one engine batch, on weights of at
         least `min_version` (a streaming backend: workers/infer_worker.py)."""
-        return self.submit_one(rank, "generate_stream", prompts, sampling, min_version)
+        if images is None:
+            return self.submit_one(rank, "generate_stream", prompts, sampling, min_version)
+        return self.submit_one(rank, "generate_stream", prompts, sampling, min_version, images)
 
     def stream_capacity(self) -> int:
         """Sequences each rank's engine decodes at once; 0 when the backend does not

@@ -52,6 +52,7 @@ from flywheel.pipelines.data.prompt_data import (
     record_columns,
     resolve_data_file,
 )
+from flywheel.pipelines.data.records import json_images
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
@@ -96,6 +97,9 @@ def load_sft_records(args: DataArgs, role: str) -> list[SFTRecord]:
         if not path.exists():
             raise DataError(f"{role}.data_args.file_name: file not found: {path}")
         for where, row in read_rows(path):
+            if json_images(row.get(columns.image), where):  # would train on the text alone
+                raise DataError(f"{where}: column '{columns.image}' holds images; SFT trains "
+                                f"on text only (image prompts run in RLVR)")
             records.append(parse_sft_record(row, where, columns.prompt, columns.answer,
                                             columns.prompt_is_messages))
     records = records[: args.max_samples] if args.max_samples else records

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from flywheel.platform.config.acts_when_rule import ActsWhen, Condition, field_names
 from flywheel.platform.config.derived import (
+    IMAGE_INFER_BACKENDS,
     infer_is_correction,
     loads_model,
     lora_on,
     reference_from_actor,
+    takes_images,
 )
 from flywheel.platform.config.errors import KeyPath
 from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
@@ -425,6 +427,36 @@ ROLE_ROWS = [
                "by it: remove it") for role in ("actor_infer", "reference", "critic")],
 ]
 
+IMAGES = Condition(f"with pipeline_type rlvr, actor_train (and reference) on hf_train "
+                   f"without sequence_packing, actor_infer on "
+                   f"{' or '.join(IMAGE_INFER_BACKENDS)} and no critic",
+                   lambda cfg, _: takes_images(cfg))
+_NO_IMAGES = ("images reach only those backends' models (sglang, megatron_train, "
+              "deepspeed_train, packed rows and a critic's value model take text alone "
+              "here): switch backends, or remove it")
+IMAGE_ROWS = [
+    ActsWhen(f"{block}.data_args.{key}", IMAGES, does, _NO_IMAGES)
+    for block in ("actor_train", "validation")
+    for key, does in (("image_key", "the column of a record's images"),
+                      ("image_folder", "the folder image paths are read from"),
+                      ("image_max_pixels", "the largest image, in pixels"),
+                      ("image_min_pixels", "the smallest image, in pixels"),
+                      ("bad_images", "what a record with a bad image does"))]
+
+FREEZE = Condition("on actor_train with hf_train and no LoRA",
+                   lambda cfg, path: str(path[0]) == "actor_train"
+                   and _backend(path, cfg) == "hf_train"
+                   and not lora_on(cfg.actor_train.model_args))
+FREEZE_ROWS = [
+    ActsWhen(f"{role}.model_args.freeze_module_prefix", FREEZE, "modules that do not train "
+             "(workers/strategies/hf_train.py freeze_modules)", instead)
+    for role, instead in (
+        ("actor_train", "only hf_train's full fine-tune freezes modules (LoRA already trains "
+                        "the adapter alone): remove it, or use hf_train"),
+        ("actor_infer", "this role never trains: remove it"),
+        ("reference", "this role never trains: remove it"),
+        ("critic", "the critic's value model trains whole here: remove it"))]
+
 PIPELINE_ROWS = [
     # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
     ActsWhen("actor_infer.generating_args.max_new_tokens", PROMPTS,
@@ -502,4 +534,5 @@ PIPELINE_ROWS = [
 
 # Pipeline rows first: a key the pipeline never reads is reported as such.
 ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
-                        *ROLE_ROWS, *LORA_ROWS]
+                        *ROLE_ROWS, *LORA_ROWS, *IMAGE_ROWS,
+                        *FREEZE_ROWS]

@@ -213,3 +213,21 @@ def derived_values(cfg: PipelineConfig) -> dict[str, str]:
     if cfg.offload_between_phases == "auto" and cfg.pipeline_type != "sft":
         out["offload_between_phases"] = str(offloads_between_phases(cfg)).lower()
     return out
+
+
+# Images in prompts (issue 29): the backends whose requests and batches carry a prompt's
+# image inputs (workers/image_inputs.py: hf_infer's generate, vllm's multi_modal_data,
+# hf_train's forward). sglang, megatron_train and deepspeed_train take text alone (their
+# requests and forwards carry no image tensors), and so does a critic's value model.
+IMAGE_TRAIN_BACKENDS = ("hf_train",)
+IMAGE_INFER_BACKENDS = ("hf_infer", "vllm")
+
+
+def takes_images(cfg: PipelineConfig) -> bool:
+    """Whether an RLVR run's roles can take image prompts (module note above)."""
+    roles = [cfg.actor_train] + ([cfg.reference] if cfg.reference is not None else [])
+    # packed rows (workers/strategies/sequence_packing.py) carry no per-row image tensors
+    return (cfg.pipeline_type == "rlvr" and cfg.critic is None
+            and not cfg.actor_train.training_args.sequence_packing
+            and cfg.actor_infer.strategy_args.strategy_name in IMAGE_INFER_BACKENDS
+            and all(r.strategy_args.strategy_name in IMAGE_TRAIN_BACKENDS for r in roles))

@@ -83,6 +83,7 @@ def check_data_args(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     if cfg.validation is not None:
         blocks.append(("validation.data_args", cfg.validation.data_args))
     for key, args in blocks:
+        check_image_bounds(key, args)
         native = "/".join(n for n, how in catalogs.templates.items() if how == "native")
         hint = f" (all but {native} apply the tokenizer's chat template)"
         encoding = catalogs.templates.get(args.template or "native", f"{key}.template",
@@ -104,6 +105,19 @@ def check_data_args(cfg: PipelineConfig, catalogs: Catalogs) -> None:
                                   f"is {mine!r} but actor_train.data_args.{name} is "
                                   f"{theirs!r}; validation prompts are encoded like training "
                                   f"prompts: leave it out or write the same value")
+
+
+def check_image_bounds(key: str, args) -> None:
+    """ROLL's pixel bounds: positive, and min no more than max (image_files.ImageArgs)."""
+    for name in ("image_max_pixels", "image_min_pixels"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ConfigError("", f"{key}.{name}", f"must be a positive pixel count, got "
+                                                   f"{value}")
+    low, high = args.image_min_pixels, args.image_max_pixels
+    if low is not None and high is not None and low > high:
+        raise ConfigError("", f"{key}.image_min_pixels", f"is {low}, more than "
+                                                         f"image_max_pixels {high}")
 
 
 def check_generating_args(cfg: PipelineConfig) -> None:

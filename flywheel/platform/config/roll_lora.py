@@ -63,3 +63,14 @@ def _drop_keys(out: Conversion, block: tuple[str, ...], why: str) -> None:
         if isinstance(node, dict) and key in node:
             node.pop(key)
             out.dropped.append(f"{'.'.join(block)}.model_args.{key}: {why}")
+
+
+def drop_frozen_elsewhere(out: Conversion) -> None:
+    """ROLL writes freeze_module_prefix on a reference too (its agentic Qwen3.5 files):
+    it acts on the model that trains, actor_train's, so other roles' copies go."""
+    for role in ("reference", "actor_infer"):
+        args = (out.data.get(role) or {}).get("model_args")
+        if isinstance(args, dict) and "freeze_module_prefix" in args:
+            args.pop("freeze_module_prefix")
+            out.dropped.append(f"{role}.model_args.freeze_module_prefix: this role never "
+                               f"trains (frozen modules are actor_train's)")

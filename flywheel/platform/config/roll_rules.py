@@ -253,7 +253,7 @@ MODEL_ARGS: dict[str, Rule] = {
     "model_type": Missing("a non-causal-LM model head (model_type)"),
     "num_labels": Drop("classification heads only"),
     "model_config_kwargs": Missing("model config overrides (model_config_kwargs)"),
-    "freeze_module_prefix": Missing("frozen modules (freeze_module_prefix)"),
+    "freeze_module_prefix": SAME,  # hf_train's frozen modules (acts_when_table.py)
     "ulysses_size": Drop("Ulysses sequence parallelism; " + _PERF),
 }
 TRAINING_ARGS: dict[str, Rule] = {
@@ -283,11 +283,13 @@ DATA_ARGS: dict[str, Rule] = {
     "eval_file_name": Missing("an eval file in data_args (flywheel: validation.data_args)"),
     "dataset_type": Drop("flywheel reads JSONL and parquet by file suffix"),
     "custom_data_kwargs_func": Missing("a custom data function (custom_data_kwargs_func)"),
-    **{k: Missing(f"vision/audio inputs ({k})") for k in (
-        "image_folder", "video_folder", "audio_folder")},
-    **{k: Drop("vision inputs only") for k in (
-        "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels",
-        "video_total_pixels", "video_fps", "video_max_frames", "video_resize_chunk_frames")},
+    # images (issue 29): flywheel's data_args keys of the same names (image_files.py); the
+    # image column is ROLL's "images", flywheel's image_key default. Video and audio: none.
+    **{k: SAME for k in ("image_folder", "image_max_pixels", "image_min_pixels")},
+    **{k: Missing(f"vision/audio inputs ({k})") for k in ("video_folder", "audio_folder")},
+    **{k: Drop("video inputs only") for k in (
+        "video_max_pixels", "video_min_pixels", "video_total_pixels", "video_fps",
+        "video_max_frames", "video_resize_chunk_frames")},
 }
 GENERATING_ARGS: dict[str, Rule] = {
     **{k: SAME for k in ("do_sample", "temperature", "top_p", "top_k", "num_beams",

@@ -82,6 +82,12 @@ class ModelArgs:
     # keeps the adapter it started on, so partial rollout's tokens stay on their start
     # version). workers/strategies/vllm_adapters.py.
     lora_sync: LoraSync = "merged"
+    # -- Frozen modules (ROLL's key): actor_train on hf_train, without LoRA --
+    # Comma-separated module prefixes whose parameters do not train (ROLL's VL configs
+    # freeze the vision tower: "vision_model"). A prefix matches a parameter whose dotted
+    # name starts with it or holds it after a dot ("vision_model" takes Idefics3's
+    # model.vision_model.*); a prefix matching no parameter is refused at start.
+    freeze_module_prefix: str | None = None
     # -- MoE: actor_train on hf_train or deepspeed_train --
     # Coefficient of the router's load-balancing loss, Megatron's form (per MoE layer,
     # coeff x E / (k x T^2) x sum_e tokens_e x sum_t p_t,e; the layers' losses add up;
@@ -240,6 +246,25 @@ class DataArgs:
     # A prompt longer than the top-level prompt_length tokens (after templating): "filter"
     # drops it when the data loads and logs how many were dropped; "error" stops the run.
     overlong_prompts: Literal["filter", "error"] = "filter"
+    # Images in prompts (issue 29; ROLL's VL data layout, pipelines/data/image_files.py).
+    # The column holding a record's image or list of images: file paths under
+    # image_folder, bytes, `data:image/...;base64,` URIs or {"bytes", "path"} structs. A
+    # record without it (or with it empty) is a text prompt. Records with images need a
+    # model with an image processor, and backends that take images: actor_train hf_train,
+    # actor_infer hf_infer (acts_when_table.py refuses the image keys elsewhere).
+    image_key: str = "images"
+    # The folder every image path is read from and must resolve inside (symlinks
+    # followed); unset: image paths are refused (bytes and data URIs need none).
+    image_folder: str | None = None
+    # Pixel bounds (width * height) each image is resized into before the model's
+    # processor sees it, aspect ratio kept (ROLL's image_max_pixels / image_min_pixels;
+    # unset: no bound on that side). Both sides of a run get the same resized image.
+    image_max_pixels: int | None = None
+    image_min_pixels: int | None = None
+    # A record whose image cannot be used (missing file, unreadable or corrupt bytes, a
+    # decompression bomb, a path outside image_folder, a URL): "error" stops the load with
+    # a one-line message naming the record; "skip" drops it and logs how many were skipped.
+    bad_images: Literal["error", "skip"] = "error"
     # RLVR training mix by domain (ROLL's key; actor_train only): domain -> probability,
     # e.g. {math: 0.7, code: 0.3}. A domain is a record tag found in the data or, as in
     # ROLL, a reward's name (the records that reward scores); a tag wins when a name is

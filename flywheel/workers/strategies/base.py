@@ -18,6 +18,7 @@ import torch
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.strategies.model_head import ModelHead
 from flywheel.workers.strategies.train_loop import Counts, Objective, OptimizerStep, run_update
 
@@ -173,8 +174,11 @@ class InferStrategy(ABC):
     streams = False
 
     @abstractmethod
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        """`sampling.n` responses per prompt, grouped by prompt, in prompt order."""
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list[PromptImages | None] | None = None) -> list[Generation]:
+        """`sampling.n` responses per prompt, grouped by prompt, in prompt order.
+        `images`: per prompt its image inputs or None (image prompts, issue 29; a backend
+        that takes none refuses them)."""
 
     @abstractmethod
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:

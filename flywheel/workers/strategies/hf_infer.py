@@ -20,6 +20,10 @@ same responses: this is what makes a synchronous run reproducible bit for bit.
 Partial rollout asks nothing of this backend: the pipeline cuts long responses into
 segments of separate `generate` calls (rlvr/generation.py), and weights change between calls.
 
+Image prompts (issue 29): `generate`'s `images` carries each prompt's processor tensors;
+they go to `generate` collated for the micro-batch (left padding moves no image token
+out of its prompt) and to the log-prob pass, one copy per sample.
+
 strategy_config: hf_infer has no keys; any key is an error (it would do nothing).
 """
 
@@ -35,6 +39,7 @@ from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch, pack_sequences
+from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.hf_model import (
     batched_logprobs,
@@ -74,7 +79,12 @@ class HFInferStrategy(InferStrategy):
         self.version = 0
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list[PromptImages | None] | None = None) -> list[Generation]:
+        """`images` (image prompts, issue 29): per prompt, its processor's image tensors
+        (workers/image_inputs.py), in context for sampling and for the returned log-probs;
+        the prompt's ids hold its image tokens expanded."""
+        rows = RowImages.of(images) if images is not None else None
         if self.context_length is not None:
             longest = max(len(p) for p in prompts) + sampling.max_new_tokens
             require(longest <= self.context_length, "context_length",
@@ -85,7 +95,9 @@ class HFInferStrategy(InferStrategy):
         size = self.cfg.infer_batch_size
         for start in range(0, len(prompts), size):
             torch.manual_seed(sampling.seed + start)
-            out.extend(self._generate_chunk(prompts[start:start + size], start, sampling))
+            chunk_images = rows[start:start + size] if rows is not None else None
+            out.extend(self._generate_chunk(prompts[start:start + size], start, sampling,
+                                            chunk_images))
         return out
 
     def generation_config(self, sampling: SamplingParams, stop_ids: list[int]
@@ -105,7 +117,8 @@ class HFInferStrategy(InferStrategy):
         )
 
     def _generate_chunk(self, prompts: list[list[int]], offset: int,
-                        sampling: SamplingParams) -> list[Generation]:
+                        sampling: SamplingParams,
+                        images: RowImages | None = None) -> list[Generation]:
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
@@ -118,6 +131,7 @@ class HFInferStrategy(InferStrategy):
             generation_config=self.generation_config(sampling, stop_ids),
             tokenizer=self.tokenizer,  # stop_strings need it
             stopping_criteria=StoppingCriteriaList([TickPerToken()]),
+            **(images.model_inputs(self.device) if images is not None else {}),
         )
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
         rows, ends = [], []
@@ -127,18 +141,22 @@ class HFInferStrategy(InferStrategy):
             rows.append(ids[:end])
             ends.append(end)
         row_prompts = [prompts[row // sampling.n] for row in range(len(rows))]
-        log_probs = self._sampled_logprobs(row_prompts, rows, sampling)
+        log_probs = self._sampled_logprobs(
+            row_prompts, rows, sampling, images.repeat(sampling.n) if images is not None
+            else None)
         return [Generation(prompt_index=offset + row // sampling.n, token_ids=ids,
                            log_probs=log_probs[row],
                            finish_reason="length" if ends[row] is None else "stop")
                 for row, ids in enumerate(rows)]
 
     def _sampled_logprobs(self, prompts: list[list[int]], responses: list[list[int]],
-                          sampling: SamplingParams) -> list[list[float]]:
-        """Each response token's log-prob under the distribution it was sampled from."""
+                          sampling: SamplingParams,
+                          images: RowImages | None = None) -> list[list[float]]:
+        """Each response token's log-prob under the distribution it was sampled from (with
+        the row's images in context: the trainer's own function, hf_model.py)."""
         distribution = (SampledDistribution(sampling.temperature, sampling.top_k,
                                             sampling.top_p) if sampling.do_sample else RAW)
-        batch = pack_sequences(prompts, responses, self.pad_id)
+        batch = pack_sequences(prompts, responses, self.pad_id, images=images)
         values = batched_logprobs(self.model, batch, len(batch), distribution)  # [B, L]
         return [values[row, len(p):len(p) + len(r)].tolist()
                 for row, (p, r) in enumerate(zip(prompts, responses))]

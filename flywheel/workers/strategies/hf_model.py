@@ -7,7 +7,8 @@ same logits, and of the same sampled distribution (temperature, top-k, top-p).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,9 +44,15 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
         kwargs["attn_implementation"] = ATTN_NAMES.get(name, name)
     # imported here, not at the top: a worker on a latency-only backend (latency_sim.py)
     # imports this module but loads no model, and transformers' model classes cost seconds
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    # an image-text checkpoint (a vision tower beside its language model: Idefics3,
+    # Qwen2-VL, ...) loads as transformers' image-text-to-text class, which takes the
+    # prompt's image tensors (workers/image_inputs.py); its lm head and base model are
+    # where sequence_logprobs reads them, as for a causal LM
+    vision = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = auto.from_pretrained(path, **kwargs)
     if not model_args.disable_gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.to(device)
@@ -107,16 +114,26 @@ def sequence_logprobs(
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
     attention_mask = batch.attention_mask.to(device)
+    # image prompts: the rows' image tensors, collated for this forward (image_inputs.py)
+    images = batch.images.model_inputs(device) if batch.images is not None else {}
     targets = input_ids[:, 1:]  # [B, L-1]
     rows, width = targets.shape
     if packing_width is None:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        source = None
+        packed, source = None, None
     else:  # no attention mask: transformers masks each sequence from the position ids
+        if images:  # the config refuses sequence_packing with image data
+            raise ValueError("sequence packing takes no image rows")
         packing = pack_rows(batch.input_ids, batch.attention_mask, packing_width)
-        inputs = packing.model_inputs(device)
+        packed = packing.model_inputs(device)
         source = packing.source[:, :-1].to(device).reshape(-1)  # [B * (L-1)] into [P * W]
         positions = batch.attention_mask if positions is None else positions
+
+    def model_inputs(model_ids: torch.Tensor) -> dict:
+        """The forward's arguments: the rows (image tensors with them), or the packs."""
+        if packed is not None:
+            return packed
+        return {"input_ids": model_ids, "attention_mask": attention_mask, **images}
+
     # [N] flat indices (into [B * (L-1)]) of the positions computed; None: all of them
     wanted = (None if positions is None
               else positions.to(device)[:, 1:].reshape(-1).nonzero().squeeze(1))
@@ -132,11 +149,14 @@ def sequence_logprobs(
     flat_targets = targets.reshape(-1) if wanted is None else targets.reshape(-1)[wanted]
     if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
                           for k in SCALED_LOGITS):
-        flat_logits = at_wanted(model(**inputs).logits)
+        with generated_image_tokens_as_text(model, batch, input_ids, images) as model_ids:
+            flat_logits = at_wanted(model(**model_inputs(model_ids)).logits)
         log_probs, entropy = _token_logprobs(flat_logits, flat_targets, distribution,
                                              with_entropy)
     else:
-        hidden = model.base_model(**(inputs | {"use_cache": False})).last_hidden_state
+        with generated_image_tokens_as_text(model, batch, input_ids, images) as model_ids:
+            hidden = model.base_model(**(model_inputs(model_ids) | {"use_cache": False})
+                                      ).last_hidden_state  # [B, L, H] (packed: [P, W, H])
         head = model.get_output_embeddings()
         flat_hidden = at_wanted(hidden)
         parts = []
@@ -157,6 +177,42 @@ def sequence_logprobs(
     if entropy is not None:
         entropy = F.pad(_scattered(entropy, wanted, rows * width).view(rows, width), (1, 0))
     return log_probs, entropy  # [B, L] each
+
+
+@contextlib.contextmanager
+def generated_image_tokens_as_text(model: torch.nn.Module, batch: TokenBatch,
+                                   input_ids: torch.Tensor, images: dict
+                                   ) -> Iterator[torch.Tensor]:
+    """The ids to give an image-text model for `input_ids`, with an image placeholder the
+    policy *generated* (on the response mask) read as the text token it is.
+
+    Why: vLLM places a prompt's image features by position, and transformers' `generate`
+    passes the pixels at prefill only, so a sampled `<image>` token is embedded as text on
+    both engines; the full-sequence forward (the trainer, hf_infer's log-prob pass) puts
+    image features at every `<image>` id instead, and fails or scores another sequence.
+    Here those response positions get another id for the model's image-token lookup, and
+    a hook on the input embedding puts the placeholder's own embedding back there."""
+    image_id = getattr(model.config, "image_token_id", None)
+    generated = None
+    if images and image_id is not None:
+        generated = (input_ids == image_id) & batch.response_mask.to(input_ids.device).bool()
+    if generated is None or not generated.any():
+        yield input_ids
+        return
+    embedding = model.get_input_embeddings()
+    placeholder = torch.full((), image_id, dtype=torch.long, device=input_ids.device)
+
+    def as_text(module, inputs, output):  # output [B, L, H]
+        if inputs[0].shape != generated.shape:
+            return output
+        return torch.where(generated[..., None], module.weight[placeholder].to(output.dtype),
+                           output)
+
+    handle = embedding.register_forward_hook(as_text)
+    try:
+        yield input_ids.masked_fill(generated, 0 if image_id != 0 else 1)
+    finally:
+        handle.remove()
 
 
 def _scattered(values: torch.Tensor, wanted: torch.Tensor | None, size: int) -> torch.Tensor:

@@ -70,6 +70,8 @@ class HFTrainStrategy(TrainStrategy):
         # the MoE load-balancing loss of model_args.moe_aux_loss_coef (policy training only)
         self.router = (router_loss_for(self.model, cfg.model_args)
                        if trainable and head.kind == "policy" else None)
+        if trainable and cfg.model_args.freeze_module_prefix:
+            freeze_modules(self.model, cfg.model_args.freeze_module_prefix)
         self.optimizer, self.scheduler = optimizer_and_schedule(
             self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
@@ -187,3 +189,20 @@ class HFTrainStrategy(TrainStrategy):
             raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
                              f"unexpected {unexpected}")
         self.model.tie_weights()
+
+
+def freeze_modules(model: torch.nn.Module, prefixes: str) -> None:
+    """`model_args.freeze_module_prefix`: the parameters under each comma-separated prefix
+    stop training (the optimizer is built over trainable parameters only: train_loop.py).
+    A prefix matches at the start of a dotted name or after a dot, so ROLL's
+    "vision_model" takes a HF model's model.vision_model.*."""
+    wanted = [p.strip().rstrip(".") for p in prefixes.split(",") if p.strip()]
+    named = list(model.named_parameters())
+    for prefix in wanted:
+        hits = [p for name, p in named if f".{prefix}." in f".{name}."]
+        if not hits:
+            raise ValueError(f"model_args.freeze_module_prefix: '{prefix}' matches no "
+                             f"parameter of the model (names start like "
+                             f"{', '.join(sorted({n.split('.')[0] for n, _ in named}))})")
+        for param in hits:
+            param.requires_grad_(False)

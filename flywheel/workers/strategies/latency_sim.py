@@ -112,7 +112,10 @@ class SimInferStrategy(InferStrategy):
         self.latency = _Latency(cfg, seed)
         self.weights_steps = 0  # the train steps in the weights synced last
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list | None = None) -> list[Generation]:
+        if images is not None and any(images):
+            raise ValueError("latency_sim: takes no image inputs (image prompts run on hf_infer)")
         self.latency.spend(self.latency.knobs["seconds_per_prompt"] * len(prompts), "generate")
         rng = random.Random(f"{sampling.seed}/{self.weights_steps}")
         lp = -math.log(self.vocab)

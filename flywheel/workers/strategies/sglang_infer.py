@@ -104,7 +104,10 @@ class SGLangInferStrategy(InferStrategy):
         return list(await asyncio.gather(*(one(r, p) for r, p in zip(requests, params,
                                                                      strict=True))))
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list | None = None) -> list[Generation]:
+        if images is not None and any(images):
+            raise ValueError("sglang: takes no image inputs (image prompts run on hf_infer)")
         if sampling.do_sample and (sampling.top_k > 0 or sampling.top_p < 1.0):
             raise ValueError(f"sglang: generating_args.top_k / top_p: {SGLANG_TRUNCATION}")
         stop = [*sampling.stop_token_ids, *([self.eos_id] if self.eos_id is not None else [])]

@@ -74,6 +74,9 @@ class _Call:
     started: float = 0.0  # when it started (wall clock), after any wait for its version
     unfinished: int = 0
     lora_id: int | None = None  # the adapter it runs on (adapters served per version)
+    # per request, vLLM's multi_modal_data ({"image": [PIL images]}) or None: an image
+    # prompt's ids are then its engine ids, one placeholder per image (image_inputs.py)
+    media: list[dict | None] = field(default_factory=list)
 
 
 @dataclass
@@ -98,6 +101,7 @@ class EngineLoop:
         self.llm = llm
         self.adapters = adapters
         self.engine = llm.llm_engine
+        self.multimodal = llm.llm_engine.model_config.is_multimodal_model
         self.name = name
         self.version = 0
         self._cond = threading.Condition()
@@ -112,10 +116,11 @@ class EngineLoop:
 
     # ---- callers' side (any thread) ----------------------------------------------------
     def generate(self, requests: list[tuple[list[int], vllm.SamplingParams]],
-                 min_version: int = 0) -> tuple[int, float, list[list[Sample]]]:
+                 min_version: int = 0, media: list[dict | None] | None = None
+                 ) -> tuple[int, float, list[list[Sample]]]:
         """Run the requests; (the version they started on, when they started, per request
         its samples in sample order). Blocks until every one of them finished."""
-        call = _Call(requests, min_version, Future())
+        call = _Call(requests, min_version, Future(), media=media or [])
         self._send(call)
         call.future.result()
         return call.version, call.started, call.samples
@@ -203,8 +208,10 @@ class EngineLoop:
             for index, (prompt, params) in enumerate(call.requests):
                 params = params.clone()
                 params.output_kind = RequestOutputKind.DELTA
-                (request,) = self.engine.renderer.render_cmpl(
-                    [TokensPrompt(prompt_token_ids=prompt, cache_salt=f"w{self.version}")])
+                tokens = TokensPrompt(prompt_token_ids=prompt, cache_salt=f"w{self.version}")
+                if call.media and call.media[index]:  # vLLM hashes the images into the
+                    tokens["multi_modal_data"] = call.media[index]  # prefix-cache key
+                (request,) = self.engine.renderer.render_cmpl([tokens])
                 rid = f"r{next(self._ids)}"  # outputs carry it; add_request returns
                 internal = self.engine.add_request(  # returns a suffixed id
                     rid, request, params, lora_request=lora)
@@ -224,6 +231,13 @@ class EngineLoop:
                 self.adapters.prune(self.engine, {c.lora_id for c, _ in self._running.values()})
             if not self.engine.has_unfinished_requests():
                 self.engine.reset_prefix_cache()  # the salt keeps old blocks apart anyway
+            if self.multimodal:
+                # image prompts: encoder outputs (vision tower + projector) cached by image
+                # hash were computed by the old weights; and vLLM 0.32's in-place reload
+                # leaves the worker's encoder cache and the scheduler's record of it
+                # disagreeing ("Encoder cache miss" on the next request with a seen image),
+                # so both are reset together here
+                self.engine.reset_encoder_cache()
         self._finish(update.future, load)
         parked, self._parked = self._parked, []
         for call in parked:

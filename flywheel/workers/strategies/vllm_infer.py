@@ -79,6 +79,7 @@ from vllm.inputs import TokensPrompt
 from flywheel.platform.config.derived import engine_memory_fraction
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.engine_options import VLLM_OWNED
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -148,6 +149,17 @@ def _reload_from_safetensors(worker) -> None:
     worker.vllm_config.load_config.load_format = "safetensors"
 
 
+def engine_form(prompt: list[int], images: PromptImages | None) -> tuple[list[int], dict | None]:
+    """(ids, multi_modal_data) of one prompt as vLLM takes it. An image prompt's `prompt`
+    starts with its expanded ids (`images.expanded_length` of them; a partial rollout's
+    continuation adds its tokens so far): vLLM gets the engine ids in their place, one
+    placeholder per image, and expands them itself; given the expanded ids it would
+    expand them again (pipelines/data/image_prompts.py)."""
+    if images is None or not images.images:
+        return prompt, None
+    return images.engine_ids + prompt[images.expanded_length:], {"image": images.images}
+
+
 def request_seed(seed: int, index: int) -> int:
     """A 63-bit seed for prompt `index` of a call seeded `seed` (no two prompts share one)."""
     digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
@@ -192,19 +204,27 @@ class VLLMInferStrategy(InferStrategy):
         """Sequences the engine decodes at once (vLLM's max_num_seqs)."""
         return self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        return self.generate_versioned(prompts, sampling)[2]
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 images: list[PromptImages | None] | None = None) -> list[Generation]:
+        return self.generate_versioned(prompts, sampling, images=images)[2]
 
     def generate_versioned(self, prompts: list[list[int]], sampling: SamplingParams,
-                           min_version: int = 0) -> tuple[int, float, list[Generation]]:
+                           min_version: int = 0,
+                           images: list[PromptImages | None] | None = None
+                           ) -> tuple[int, float, list[Generation]]:
         """`generate`, safe to call from many threads at once, started on weights of at
         least `min_version`; (the version the responses started on, when they started
-        (wall clock, after any wait for that version), the responses)."""
+        (wall clock, after any wait for that version), the responses). An image prompt
+        goes token-in as its engine ids with the images as multi_modal_data (`engine_form`)."""
         # vLLM refuses n > 1 with greedy decoding; hf_infer returns n copies: so do we
         copies = 1 if sampling.do_sample else sampling.n
-        requests = [(p, self._params(sampling, request_seed(sampling.seed, i)))
-                    for i, p in enumerate(prompts) for _ in range(copies)]
-        version, started, outputs = self.loop.generate(requests, min_version)
+        forms = [engine_form(p, images[i] if images is not None else None)
+                 for i, p in enumerate(prompts)]
+        requests = [(ids, self._params(sampling, request_seed(sampling.seed, i)))
+                    for i, (ids, _) in enumerate(forms) for _ in range(copies)]
+        media = ([media for _, media in forms for _ in range(copies)]
+                 if images is not None else None)
+        version, started, outputs = self.loop.generate(requests, min_version, media)
         gens = []
         for request, samples in enumerate(outputs):
             for sample in samples:
@@ -312,6 +332,10 @@ class VLLMInferStrategy(InferStrategy):
         return self.loop.exclusive(lambda: self._forward_logprobs(batch))
 
     def _forward_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        if batch.images is not None and any(batch.images.rows):
+            raise ValueError("vllm: forward_logprobs takes no image rows (a batch carries "
+                             "the processor's tensors, vLLM wants the images): score them "
+                             "on hf_train")
         lengths = batch.attention_mask.sum(dim=1).tolist()
         rows = [batch.input_ids[b, :n].tolist() for b, n in enumerate(lengths)]
         params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
