@@ -10,12 +10,12 @@ Images are 64x64 RGB: the tiny Idefics3's image processor is set to 64 px tiles
 (`max_image_size` 64, no splitting), so a 64x64 image is exactly one tile, 64 patches of
 8 px, 16 image tokens after the 2x2 pixel shuffle; a larger image would only be scaled
 down to it, a smaller one scaled up. Shapes are 14-22 px on a plain light background, so
-each covers a few patches and no two overlap.
+each covers several patches and no two overlap.
 
 Tasks (the record's `tag`; the answer is the exact string a correct reply is):
-- `count`: 1-5 shapes of any kind and colour: "How many shapes are there?" -> "3";
-- `colour`: 2-3 shapes of different kinds and colours: "What colour is the circle?" ->
-  "red";
+- `count`: 1-4 shapes of any kind and colour: "How many shapes are there?" -> "3";
+- `colour`: 1 or 2 shapes of different kinds and colours: "What colour is the circle?" ->
+  "red" (with two, the model must tell the kinds apart);
 - `position`: two shapes of different kinds, one in each half: "Is the square on the left
   or the right?" -> "left";
 - `grounding`: one shape; its box in ROLL's detection answer form (the form ROLL's
@@ -46,8 +46,8 @@ COLOURS = {"red": (210, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 210),
            "yellow": (225, 195, 30)}
 KINDS = ("circle", "square", "triangle")
 TASKS = ("count", "colour", "position", "grounding")
-MAX_COUNT = 5
-MIN_SIDE, MAX_SIDE = 12, 20  # shape box side, px
+MAX_COUNT = 4
+MIN_SIDE, MAX_SIDE = 14, 22  # shape box side, px
 IMAGE_MARK = "<image>"  # ROLL's prompt_image_token
 QUESTIONS = {
     "count": "How many shapes are there? Answer with a number.",
@@ -134,7 +134,7 @@ def make_item(task: str, rng: random.Random, item_id: str) -> ShapeItem:
         shapes = tuple(Shape(rng.choice(KINDS), rng.choice(colours), b) for b in boxes)
         return ShapeItem(item_id, task, QUESTIONS[task], str(len(shapes)), shapes)
     if task == "colour":
-        kinds = rng.sample(KINDS, rng.randint(2, 3))
+        kinds = rng.sample(KINDS, rng.randint(1, 2))
         paints = rng.sample(colours, len(kinds))
         boxes = layout(rng, len(kinds))
         shapes = tuple(Shape(k, c, b) for k, c, b in zip(kinds, paints, boxes))
