@@ -101,7 +101,7 @@ def test_the_chat_template_writes_one_image_mark_per_image(loaded):
     assert ids.count(image_id) == 16
 
 
-@pytest.mark.long  # ~1 min: a vLLM engine start on 2 shared cores
+@pytest.mark.long  # ~1.5 min (81 s here): a vLLM engine start on 2 shared cores
 def test_vllm_gives_hf_greedy_tokens(folder, loaded):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     vllm = pytest.importorskip("vllm")
