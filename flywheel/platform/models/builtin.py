@@ -19,7 +19,8 @@ code changes the result without changing a setting.
 A shipped model is copied into the cache (a few MB) so that every built-in resolves the same
 way, to a writable folder of its own.
 
-`tiny-qwen2` builds in <1 s; a shipped model is a copy.
+`tiny-qwen2` builds in <1 s; a shipped model is a copy (of `BuiltinModel.files`: the text
+models' SHIPPED_FILES, plus the processor's files for a vision-language model).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ RECIPE_VERSION = 1
 SHIPPED_DIR = Path(__file__).parent / "shipped"
 SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json", "warm_start.json")
+# a vision-language model also ships its processor: the image processor's settings and the
+# image token count (processor_config.json) and the chat template that writes image parts
+VL_SHIPPED_FILES = SHIPPED_FILES + ("processor_config.json", "chat_template.jinja")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class BuiltinModel:
     description: str
     arch: TinyQwen2Spec = field(default_factory=TinyQwen2Spec)
     shipped: str | None = None  # folder under SHIPPED_DIR holding the weights
+    files: tuple[str, ...] = SHIPPED_FILES  # the shipped folder's files (copied, hashed)
     # "module:function" that trains it into a folder on first use, and "module:function"
     # of the dict its cache key covers (a model too large to ship, trained from another)
     trained: tuple[str, str] | None = None
@@ -83,6 +88,15 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         arch=GRID_ARCH,
         shipped="tiny-qwen2-frozenlake",
     ),
+    "tiny-idefics3-shapes": BuiltinModel(
+        description="Idefics3 vision-language model (64 px images, 16 image tokens; Llama "
+        "text model of 4 layers, hidden 64; SmolLM2's tokenizer) after a short SFT warm start "
+        "on synthetic shape images (count, colour, position, box): greedy count/colour "
+        "accuracy well above chance and well below the ceiling, so RL has room: see "
+        "flywheel/workshop/tiny_vl_warm_start.py. Shipped weights (bf16).",
+        shipped="tiny-idefics3-shapes",
+        files=VL_SHIPPED_FILES,
+    ),
     "smollm2-135m-times-rm": BuiltinModel(
         description="SmolLM2-135M-Instruct with a scalar head (sequence classification) "
         "trained on synthetic times-table preferences, a reward model for reward_type "
@@ -97,7 +111,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 def spec_hash(model: BuiltinModel) -> str:
     """Hex digest of everything that determines the built checkpoint's weights."""
     if model.shipped is not None:
-        return shipped_digest(SHIPPED_DIR / model.shipped)
+        return shipped_digest(SHIPPED_DIR / model.shipped, model.files)
     if model.trained is not None:
         key = import_object(model.trained[1])()
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -112,16 +126,16 @@ def spec_hash(model: BuiltinModel) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def shipped_digest(folder: Path) -> str:
-    """Hex digest of a shipped folder's files (names and bytes)."""
+def shipped_digest(folder: Path, files: tuple[str, ...] = SHIPPED_FILES) -> str:
+    """Hex digest of a shipped folder's `files` (names and bytes)."""
     digest = hashlib.sha256()
-    for name in SHIPPED_FILES:
+    for name in files:
         path = folder / name
         if not path.is_file():
             raise FileNotFoundError(
                 f"shipped built-in model {folder.name}: {name} is missing from {folder} "
-                f"(package data not installed? `python -m flywheel.workshop.sft_recipes "
-                f"--write-shipped {folder.name}` makes it)")
+                f"(package data not installed? its recipe's `--write-shipped` makes it: "
+                f"flywheel.workshop.sft_recipes, or tiny_vl_warm_start for a VL model)")
         digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -160,5 +174,5 @@ def _build_into(model: BuiltinModel, out_dir: Path, cache_dir: Path) -> None:
     if model.shipped is None:
         build_tiny_qwen2(out_dir, model.arch)
         return
-    for name in SHIPPED_FILES:
+    for name in model.files:
         shutil.copyfile(SHIPPED_DIR / model.shipped / name, out_dir / name)
