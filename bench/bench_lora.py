@@ -139,6 +139,17 @@ def run_serve() -> dict:
     return out
 
 
+# The full fine-tune in the LoRA example's layout and precision (r = 1, vllm on core 1 and
+# hf_train on core 0, fp32, gradient checkpointing), which rlvr_smollm2.yaml shipped until
+# it moved to r = 0 in bf16: the two runs differ only in what trains.
+LORA_EXAMPLE_LAYOUT = [
+    "async_generation_ratio=1", "actor_infer.device_mapping=[1]",
+    "actor_train.cpu_affinity=[0]", "actor_infer.cpu_affinity=[1]", "prefetch_cpu_affinity=[1]",
+    "rewards.math_rule.cpu_affinity=[1]", "actor_train.model_args.dtype=fp32",
+    "actor_infer.model_args.dtype=fp32",
+    "actor_train.model_args.disable_gradient_checkpointing=false"]
+
+
 def run_config(config: str, steps: int, work: Path, extra: list[str]) -> dict:
     out = work / Path(config).stem / ("_".join(extra) or "run")
     command = [sys.executable, "-m", "flywheel", "run", "--config", config,
@@ -204,7 +215,8 @@ def main() -> None:
         print(f"\nsame greedy tokens, merged vs adapter: {r['same_greedy']}", flush=True)
     if "runs" in parts:
         work = Path(tempfile.mkdtemp(prefix="bench_lora-"))
-        runs = [("examples/rlvr_smollm2.yaml", []), ("examples/rlvr_smollm2_lora.yaml", [])]
+        runs = [("examples/rlvr_smollm2.yaml", LORA_EXAMPLE_LAYOUT),
+                ("examples/rlvr_smollm2_lora.yaml", [])]
         if args.adapter_run:
             runs.append(("examples/rlvr_smollm2_lora.yaml",
                          ["actor_train.model_args.lora_sync=adapter"]))
