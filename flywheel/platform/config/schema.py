@@ -452,7 +452,9 @@ class RewardConfig(WorkerConfig):
     # language model for a verdict (llm_judge below); "ifeval" checks the instruction
     # constraint the reference names (ROLL's GeneralRuleRewardWorker); "multiple_choice"
     # compares the answer's choice letter with the reference's (ROLL's
-    # CrossThinkQARuleRewardWorker), both with reward_args; "python" calls a function of the
+    # CrossThinkQARuleRewardWorker), both with reward_args; "detection" scores the IoU of
+    # the reply's boxes against the reference's (ROLL's DetectionRewardWorker, reward_args
+    # format_ratio / min_iou); "python" calls a function of the
     # user's own (reward_import_path below); or a reward registered with
     # register_reward (flywheel/workers/rewards/registry.py holds the catalog).
     reward_type: str = "math_rule"
@@ -466,8 +468,9 @@ class RewardConfig(WorkerConfig):
     reward_import_path: str | None = None
     # Settings of a reward that declares its own (a RewardSpec naming a settings dataclass,
     # e.g. a reward registered with register_reward): key -> value, checked against that
-    # dataclass when the config loads. ifeval and multiple_choice declare theirs
-    # (repetition penalty; multiple_choice's scoring); code_sandbox / llm_judge take theirs
+    # dataclass when the config loads. ifeval, multiple_choice and detection declare theirs
+    # (repetition penalty; multiple_choice's scoring; detection's format_ratio and min_iou);
+    # code_sandbox / llm_judge take theirs
     # from the blocks below and refuse it.
     reward_args: dict[str, Any] = field(default_factory=dict)
     # Record tags this reward scores; empty means every record.

@@ -72,6 +72,9 @@ REWARDS: dict[str, RewardSpec] = {
     "multiple_choice": RewardSpec("rule", "flywheel.workers.rewards.multiple_choice:build",
                                   "flywheel.workers.rewards.multiple_choice:MultipleChoiceArgs"),
     "python": RewardSpec("rule", "flywheel.workers.rewards.python_reward:build"),
+    # ROLL's DetectionRewardWorker (its IoU terms): boxes in <answer>[{"bbox_2d": ...}]</answer>
+    "detection": RewardSpec("rule", "flywheel.workers.rewards.detection:build",
+                            "flywheel.workers.rewards.detection:DetectionArgs"),
     # each reasoning-gym task's own score_answer (records of data_args.reasoning_gym)
     "reasoning_gym": RewardSpec(
         "rule", "flywheel.workers.rewards.reasoning_gym_reward:build",
