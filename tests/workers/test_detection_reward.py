@@ -55,7 +55,8 @@ def test_replies_that_do_not_parse_score_zero():
     for reply in ("circle at the top left", '[{"bbox_2d": [0, 0, 100, 100], "label": '
                   '"circle"}]', "<answer>[{\"bbox_2d\": [0, 0, 100]}]</answer>",
                   "<answer>not json</answer>", answer(([100, 0, 0, 100], "circle")),
-                  answer(([0, 0, True, 100], "circle"))):
+                  answer(([0, 0, True, 100], "circle")),
+                  "<answer>" + "[" * 5000 + "</answer>"):  # nests past Python's stack
         result = score_with(DetectionArgs(), reply, GOLD)
         assert (result.score, result.metadata["parsed"]) == (0.0, False), reply
     # two answer tags: the boxes still count, the format does not

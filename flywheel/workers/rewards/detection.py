@@ -70,7 +70,7 @@ def parse_boxes(text: str) -> list[Box]:
     body = answer_body(text)
     try:
         items = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # model output: bracket runs nest past the stack
         return []
     boxes: list[Box] = []
     for item in items if isinstance(items, list) else []:
