@@ -18,6 +18,9 @@ Variants:
                   (training_args.sequence_packing)
   + bf16          and model_args.dtype bf16 (autocast, fp32 master weights)
   + nockpt        and model_args.disable_gradient_checkpointing (the example's setting)
+  + shared        and each prompt once for its 8 samples (sequence_packing with
+                  shared_prefix_packing, one group to a pack), micro-batches of 32 rows
+                  (4 whole groups; dynamic batching sorts rows by length, which splits them)
 
 The loss curve: the mean log-prob of the batch's response tokens before each step (from
 the fused old log-probs) and each step's gradient norm: the first fp32 variants must agree
@@ -40,7 +43,8 @@ import time
 from pathlib import Path
 
 VARIANTS = ("baseline", "response_head", "response_head+dynamic", "response_head+dynamic+packing",
-            "response_head+dynamic+bf16", "response_head+dynamic+bf16+nockpt")
+            "response_head+shared", "response_head+dynamic+bf16",
+            "response_head+dynamic+bf16+nockpt", "response_head+bf16+nockpt+shared")
 PACK_WIDTH = 128  # packed-row width: 3-4 of the example's 29-44-token rows to a row
 PROMPTS, SAMPLES = 8, 8
 DATA = Path(__file__).parents[1] / "examples" / "data" / "times_tables_train.jsonl"
@@ -96,8 +100,9 @@ def run_variant(variant: str, steps: int) -> dict:
     args = TrainingArgs(learning_rate=2e-5, max_grad_norm=1.0, per_device_train_batch_size=32,
                         gradient_accumulation_steps=2,
                         dynamic_batching="dynamic" in variant, max_tokens_per_micro_batch=1024,
-                        sequence_packing="packing" in variant,
-                        max_packed_sequence_length=PACK_WIDTH)
+                        sequence_packing="packing" in variant or "shared" in variant,
+                        max_packed_sequence_length=0 if "shared" in variant else PACK_WIDTH,
+                        shared_prefix_packing="shared" in variant)
     cfg = WorkerConfig(training_args=args, infer_batch_size=64,
                        model_args=ModelArgs(dtype="bf16" if "bf16" in variant else "fp32",
                                             disable_gradient_checkpointing="nockpt" in variant))

@@ -23,6 +23,7 @@ from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
+from flywheel.workers.strategies.sequence_packing import PackingPlan
 from flywheel.workers.train_worker import TrainWorker
 from flywheel.workers.weight_buckets import gather_weights
 
@@ -131,13 +132,15 @@ def start_train_cluster(strategy: str, model_path: str, world_size: int,
                         worker_cls: type = TrainWorker,
                         env_vars: dict[str, str] | None = None, head: ModelHead = POLICY,
                         dtype: str = "fp32", model_args: ModelArgs | None = None,
-                        token_budget: int = 0, packing_width: int | None = None) -> Cluster:
+                        token_budget: int = 0, packing: PackingPlan | None = None) -> Cluster:
     """`token_budget` > 0: micro-batches cut by that budget (training_args.dynamic_batching);
-    `packing_width` not None: rows packed that wide (training_args.sequence_packing)."""
+    `packing` not None: rows packed so (training_args.sequence_packing)."""
     args = training_args(per_device, accum)
     args.dynamic_batching, args.max_tokens_per_micro_batch = token_budget > 0, token_budget
-    args.sequence_packing = packing_width is not None
-    args.max_packed_sequence_length = packing_width or 0
+    args.sequence_packing = packing is not None
+    if packing is not None:
+        args.max_packed_sequence_length = packing.width
+        args.shared_prefix_packing = packing.share_prefix
     cfg = WorkerConfig(strategy_args=StrategyArgs(strategy, dict(strategy_config)),
                        training_args=args,
                        model_args=model_args or ModelArgs(dtype=dtype))

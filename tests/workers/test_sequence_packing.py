@@ -18,7 +18,11 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_model import sequence_logprobs
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import VALUE
-from flywheel.workers.strategies.sequence_packing import check_model_packs, pack_rows
+from flywheel.workers.strategies.sequence_packing import (
+    PackingPlan,
+    check_model_packs,
+    pack_rows,
+)
 
 WIDTH = 64  # several of the tiny batch's rows (10-20 tokens) to a packed row
 
@@ -52,9 +56,9 @@ def test_packed_logprobs_equal_the_padded_ones(model, rl_batch):
     with torch.no_grad():
         padded, ent = sequence_logprobs(model, batch, with_entropy=True)
         packed, packed_ent = sequence_logprobs(model, batch, with_entropy=True,
-                                               packing_width=WIDTH)
+                                               packing=PackingPlan(WIDTH))
         head, _ = sequence_logprobs(model, batch, positions=batch.response_mask,
-                                    packing_width=WIDTH)
+                                    packing=PackingPlan(WIDTH))
     real = batch.attention_mask.bool()
     real[:, 0] = False  # column 0 has no log-prob
     assert torch.allclose(packed[real], padded[real], atol=1e-5)
@@ -70,7 +74,7 @@ def test_packed_values_equal_the_padded_ones(tiny_model_path, rl_batch):
     batch = uneven(rl_batch)
     with torch.no_grad():
         padded = VALUE.hf_outputs(critic, batch, False)[0]
-        packed = VALUE.hf_outputs(critic, batch, False, packing_width=WIDTH)[0]
+        packed = VALUE.hf_outputs(critic, batch, False, packing=PackingPlan(WIDTH))[0]
     real = batch.attention_mask.bool()
     assert torch.allclose(packed[real], padded[real], atol=1e-5)
 
@@ -124,9 +128,9 @@ class IgnoresPositions(torch.nn.Module):
 
 
 def test_a_model_that_attends_across_sequences_is_refused(model):
-    check_model_packs(model, torch.device("cpu"))
+    check_model_packs(model, PackingPlan())
     with pytest.raises(ValueError, match="attends across packed sequences"):
-        check_model_packs(IgnoresPositions(model), torch.device("cpu"))
+        check_model_packs(IgnoresPositions(model), PackingPlan())
 
 
 @pytest.mark.parametrize("training, model, phrase", [
@@ -152,6 +156,6 @@ def test_packed_zero_ranks_take_the_padded_step(train_cluster, tiny_model_path, 
     loss = actor_loss()
     ref = trainer(tiny_model_path, False).train_step(dataclasses.replace(batch), loss)
     cluster = train_cluster("deepspeed_train", tiny_model_path, 2, {"zero_stage": stage},
-                            per_device=4, accum=2, packing_width=WIDTH)
+                            per_device=4, accum=2, packing=PackingPlan(WIDTH))
     got = cluster.scatter("train_step", batch.shard(2), loss_fn=loss, ppo_epochs=1)
     assert got[0]["actor/grad_norm"] == pytest.approx(ref["actor/grad_norm"], rel=1e-5)

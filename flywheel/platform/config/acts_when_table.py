@@ -412,10 +412,12 @@ ROLE_ROWS = [
     *[ActsWhen(f"{role}.training_args.{key}", TOKEN_BUDGET, "rows packed end to end",
                "megatron_train runs padded micro-batches of one shape: remove it")
       for role in ("actor_train", "critic")
-      for key in ("sequence_packing", "max_packed_sequence_length")],
-    *[ActsWhen(f"{role}.training_args.max_packed_sequence_length", SEQUENCE_PACKING,
-               "the width of a packed row", "set sequence_packing: true, or remove it")
-      for role in ("actor_train", "critic")],
+      for key in ("sequence_packing", "max_packed_sequence_length", "shared_prefix_packing")],
+    *[ActsWhen(f"{role}.training_args.{key}", SEQUENCE_PACKING, does,
+               "set sequence_packing: true, or remove it")
+      for role in ("actor_train", "critic")
+      for key, does in (("max_packed_sequence_length", "the width of a packed row"),
+                        ("shared_prefix_packing", "one copy of a shared prompt per pack"))],
     *[ActsWhen(f"{role}.model_args.disable_gradient_checkpointing", NEVER_BACKWARD,
                "gradient checkpointing", "this role's model never runs it: remove it")
       for role in ("actor_infer", "reference", "critic")],

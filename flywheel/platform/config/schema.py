@@ -147,6 +147,14 @@ class TrainingArgs:
     # fewer, longer ones: attention costs about this many keys per token (ROLL:
     # sequence_packing_args.max_packed_sequence_length_train).
     max_packed_sequence_length: int = 0
+    # Under sequence_packing, rows that start with the same prompt (the tokens before their
+    # first response token: a GRPO group's samples) carry it once per pack, each row's
+    # response seeing the prompt and itself through a 4-D attention mask (the shared-prefix
+    # forward, workers/strategies/sequence_packing.py). The same log-probs and gradient as
+    # padded, within float rounding; with 8 samples of a short answer per prompt, about
+    # half the tokens of a step. Needs sdpa or eager attention (checked when the model
+    # loads). hf_train and deepspeed_train.
+    shared_prefix_packing: bool = False
 
 
 @dataclass

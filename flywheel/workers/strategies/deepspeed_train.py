@@ -79,7 +79,7 @@ from flywheel.workers.strategies.offload import (
     onload_torch,
 )
 from flywheel.workers.strategies.router_loss import router_loss_for
-from flywheel.workers.strategies.sequence_packing import check_model_packs, packing_width
+from flywheel.workers.strategies.sequence_packing import check_model_packs, packing_plan
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -159,13 +159,13 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.scheduler = (build_schedule(self.optimizer, cfg.training_args, total_steps)
                           if trainable else None)
         self.engine.eval()
-        self.packing = packing_width(cfg.training_args)  # None: padded rows
+        self.packing = packing_plan(cfg.training_args)  # None: padded rows
         if self.packing is not None:
-            check_model_packs(self.engine, self.device)
+            check_model_packs(self.engine, self.packing)
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         return batched_outputs(lambda micro: self.head.hf_outputs(
-            self.engine, micro, False, packing_width=self.packing)[0],
+            self.engine, micro, False, packing=self.packing)[0],
             batch, self.cfg.infer_batch_size)
 
     def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
@@ -196,7 +196,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         return accumulate(micros, objective, counts,
                           lambda micro, ent: self.head.hf_outputs(
                               self.engine, micro, ent, chunked, response_only=True,
-                              packing_width=self.packing),
+                              packing=self.packing),
                           backward, self.device, self.router, self.dp_size)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:

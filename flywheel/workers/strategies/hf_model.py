@@ -24,7 +24,7 @@ from flywheel.algorithms.sampled_distribution import (
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
-from flywheel.workers.strategies.sequence_packing import pack_rows
+from flywheel.workers.strategies.sequence_packing import PackingPlan
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ATTN_NAMES = {"fa2": "flash_attention_2"}
@@ -89,7 +89,7 @@ SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def sequence_logprobs(
     model: torch.nn.Module, batch: TokenBatch, with_entropy: bool = False,
     distribution: SampledDistribution = RAW, chunked: bool = True,
-    positions: torch.Tensor | None = None, packing_width: int | None = None,
+    positions: torch.Tensor | None = None, packing: PackingPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(x_t | x_<t) for every position, aligned with input_ids; column 0 is 0.
 
@@ -107,9 +107,9 @@ def sequence_logprobs(
     reads no prompt position, and on a short-response RL batch (SmolLM2's example: ~60
     prompt tokens, 16 response tokens) the head over 49k words is most of the work.
 
-    `packing_width` (not None: `training_args.sequence_packing`) runs the model over the
-    rows packed end to end (sequence_packing.py; 0: packs as wide as the longest row);
-    padding positions then get 0 like unwanted ones.
+    `packing` (not None: `training_args.sequence_packing`) runs the model over the rows
+    packed end to end, and with shared prefixes (sequence_packing.py); padding positions
+    then get 0 like unwanted ones.
     """
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)  # [B, L]
@@ -118,14 +118,14 @@ def sequence_logprobs(
     images = batch.images.model_inputs(device) if batch.images is not None else {}
     targets = input_ids[:, 1:]  # [B, L-1]
     rows, width = targets.shape
-    if packing_width is None:
+    if packing is None:
         packed, source = None, None
-    else:  # no attention mask: transformers masks each sequence from the position ids
+    else:
         if images:  # the config refuses sequence_packing with image data
             raise ValueError("sequence packing takes no image rows")
-        packing = pack_rows(batch.input_ids, batch.attention_mask, packing_width)
-        packed = packing.model_inputs(device)
-        source = packing.source[:, :-1].to(device).reshape(-1)  # [B * (L-1)] into [P * W]
+        packs = packing.pack(batch.input_ids, batch.attention_mask, batch.response_mask)
+        packed = packs.model_inputs(model)
+        source = packs.source[:, :-1].to(device).reshape(-1)  # [B * (L-1)] into [P * W]
         positions = batch.attention_mask if positions is None else positions
 
     def model_inputs(model_ids: torch.Tensor) -> dict:

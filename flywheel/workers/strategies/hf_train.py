@@ -44,7 +44,7 @@ from flywheel.workers.strategies.mixed_precision import MixedPrecision, fp32_wei
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.router_loss import router_loss_for
-from flywheel.workers.strategies.sequence_packing import check_model_packs, packing_width
+from flywheel.workers.strategies.sequence_packing import check_model_packs, packing_plan
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
@@ -75,15 +75,15 @@ class HFTrainStrategy(TrainStrategy):
         self.optimizer, self.scheduler = optimizer_and_schedule(
             self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
-        self.packing = packing_width(cfg.training_args)  # None: padded rows
+        self.packing = packing_plan(cfg.training_args)  # None: padded rows
         if self.packing is not None:
-            check_model_packs(self.model, self.device)
+            check_model_packs(self.model, self.packing)
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         with self.precision.autocast():
             return batched_outputs(
                 lambda micro: self.head.hf_outputs(self.model, micro, False,
-                                                   packing_width=self.packing)[0],
+                                                   packing=self.packing)[0],
                 batch, self.cfg.infer_batch_size)
 
     def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
@@ -103,7 +103,7 @@ class HFTrainStrategy(TrainStrategy):
         def forward(micro: TokenBatch, entropy: bool):
             with self.precision.autocast():  # backward follows the forward's dtypes
                 return self.head.hf_outputs(self.model, micro, entropy, response_only=True,
-                                            packing_width=self.packing)
+                                            packing=self.packing)
 
         return accumulate(micros, objective, counts, forward,
                           lambda loss, last: self.precision.scaled(loss).backward(),

@@ -26,7 +26,7 @@ from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_causal_lm, sequence_logprobs
-from flywheel.workers.strategies.sequence_packing import pack_rows
+from flywheel.workers.strategies.sequence_packing import PackingPlan
 
 VALUE_HEAD_STD = 0.02  # transformers' default initializer_range
 
@@ -57,19 +57,19 @@ class ModelHead:
 
     def hf_outputs(self, model: torch.nn.Module, batch: TokenBatch, with_entropy: bool,
                    chunked: bool = True, response_only: bool = False,
-                   packing_width: int | None = None
+                   packing: PackingPlan | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, L] outputs (and entropies). `response_only`: the policy head computes
         log-probs on the response mask only, 0 elsewhere (`sequence_logprobs`
         `positions`): what the training forward asks, since every `Objective` reads its
         outputs under the response mask. The value head is one number per position and
-        computes them all. `packing_width`: the rows packed end to end
+        computes them all. `packing`: how the rows are packed
         (sequence_packing.py; None: padded)."""
         if self.kind == "policy":
             positions = batch.response_mask if response_only else None
             return sequence_logprobs(model, batch, with_entropy, self.distribution, chunked,
-                                     positions, packing_width)
-        return token_values(model, batch, packing_width), None
+                                     positions, packing)
+        return token_values(model, batch, packing), None
 
 
 POLICY = ModelHead("policy")
@@ -96,14 +96,14 @@ def init_value_head(linear: torch.nn.Linear, seed: int) -> None:
 
 
 def token_values(model: torch.nn.Module, batch: TokenBatch,
-                 packing_width: int | None = None) -> torch.Tensor:
+                 packing: PackingPlan | None = None) -> torch.Tensor:
     """V(s_t) for every position t, aligned with input_ids; column 0 is 0 (packed: and
     every padding position)."""
     device = next(model.parameters()).device
-    if packing_width is None:
+    if packing is None:
         logits = model(input_ids=batch.input_ids.to(device),
                        attention_mask=batch.attention_mask.to(device)).logits  # [B, L, 1]
     else:
-        packing = pack_rows(batch.input_ids, batch.attention_mask, packing_width)
-        logits = packing.unpacked(model(**packing.model_inputs(device)).logits)
+        packs = packing.pack(batch.input_ids, batch.attention_mask, batch.response_mask)
+        logits = packs.unpacked(model(**packs.model_inputs(model)).logits)
     return F.pad(logits[:, :-1, 0].float(), (1, 0))  # [B, L]
