@@ -39,8 +39,13 @@ from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.roll_tools import fit_tool_wrapper
 from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
 from flywheel.platform.config.roll_val_lengths import fit_val_lengths
+from flywheel.platform.config.roll_vl import data_function, detection_reward_args
 from flywheel.platform.config.yaml_source import load_layers
 
+# what a ROLL rule reward worker loads from its model_args, where not only a tokenizer
+RULE_MODEL_USE = {"DetectionRewardWorker": "its processor (a tokenizer, and the patch size "
+                  "of its Qwen2.5-VL box rescaling, which flywheel's detection reward "
+                  "leaves out: the reference's coordinates must be the reply's)"}
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
 AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
 
@@ -52,7 +57,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     raw = layered.data
     out = Conversion(source=path, catalogs=catalogs)
     out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
-    data = served_judges(resolve_references(raw), out)
+    data = data_function(served_judges(resolve_references(raw), out), out)
     agentic = any(k in data for k in AGENTIC_MARKERS)
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type
@@ -265,6 +270,8 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
                  if key in value}
     if out.catalogs.rewards.get(reward_type, f"{name}.worker_cls").kind == "rule":
         value = _rule_reward_model(value, name, worker_cls.rsplit(".", 1)[-1], out)
+    if reward_type == "detection":
+        detection_reward_args(name, out)
     if reward_type == "llm_judge":
         value, judge = judge_settings(value, name, out)
         for key, item in judge.items():
@@ -292,7 +299,8 @@ def _rule_reward_model(value: dict[str, Any], name: str, worker: str,
     text, so a rule reward has no model to name: dropped, said."""
     if not value.get("model_args"):
         return value
-    out.dropped.append(f"{name}.model_args: ROLL's {worker} loads only a tokenizer from it; "
+    loads = RULE_MODEL_USE.get(worker, "only a tokenizer")
+    out.dropped.append(f"{name}.model_args: ROLL's {worker} loads {loads} from it; "
                        f"flywheel's rule rewards score decoded text and load no model")
     return {k: v for k, v in value.items() if k != "model_args"}
 

@@ -318,7 +318,8 @@ REWARD_WORKERS: dict[str, str] = {"MathRuleRewardWorker": "math_rule",
                                   "CodeSandboxRewardWorker": "code_sandbox",
                                   "LLMJudgeRewardWorker": "llm_judge",
                                   "GeneralRuleRewardWorker": "ifeval",
-                                  "CrossThinkQARuleRewardWorker": "multiple_choice"}
+                                  "CrossThinkQARuleRewardWorker": "multiple_choice",
+                                  "DetectionRewardWorker": "detection"}
 # ROLL reward keys only some of its workers read: flywheel reward_type -> ROLL key -> where
 # it goes (a path under the reward). On another worker ROLL ignores the key: dropped.
 REWARD_WORKER_KEYS: dict[str, dict[str, str]] = {
