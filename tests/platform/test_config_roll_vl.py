@@ -93,3 +93,16 @@ def test_a_dotted_answer_column_reads_inside_a_dict_column():
            "reward_model": {"ground_truth": "<answer>[]</answer>"}, "data_source": "coco"}
     record = parse_record(row, "f.parquet/0", columns)
     assert (record.answer, record.tag) == ("<answer>[]</answer>", "coco")
+
+
+def test_a_tracker_flywheel_lacks_is_dropped_with_its_options(tmp_path):
+    """ROLL's qwen3.5-35BA3 ppu file tracks with ml_tracker (which ROLL's own registry
+    lacks): where metrics go, not what is learned."""
+    def ml_tracker(data):
+        data.update(track_with="ml_tracker", tracker_kwargs={"project": "p"})
+
+    conversion = convert_roll(vl_file(tmp_path, ml_tracker))
+    assert conversion.missing == []
+    assert "track_with" not in conversion.data and "tracker_kwargs" not in conversion.data
+    assert any(d.startswith("track_with: 'ml_tracker': a tracker flywheel does not have "
+                            "(nor does ROLL's") for d in conversion.dropped)

@@ -119,6 +119,9 @@ def test_coco_ap_worked_by_hand():
     pred = [((20, 0, 30, 10), "cat"), ((50, 50, 60, 60), "cat"), ((0, 0, 10, 10), "cat")]
     ap = (51 + 50 * 2 / 3) / 101
     assert coco_ap(pred, gold, iou) == pytest.approx({"map": ap, "map50": ap, "map75": ap})
+    # the miss first: precision 0, 1/2, 2/3; the envelope lifts every point to 2/3
+    late = [((50, 50, 60, 60), "cat"), ((0, 0, 10, 10), "cat"), ((20, 0, 30, 10), "cat")]
+    assert coco_ap(late, gold, iou)["map"] == pytest.approx(2 / 3)
     # IoU 0.72: a hit at 0.5..0.7 (5 of 10 thresholds), a miss from 0.75; a reply box of
     # a label the reference lacks is left out; no reply box of a reference label: all 0
     one = [((0, 0, 100, 100), "cat")]

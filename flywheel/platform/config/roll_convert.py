@@ -19,7 +19,7 @@ one the file describes. The output is checked by the strict loader before it is 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, get_args
 
 from flywheel.platform.config import roll_keys as keys
 from flywheel.platform.config import roll_loss, roll_packing
@@ -77,6 +77,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
 
 
 def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
+    other_tracker = data.get("track_with") not in (None, *_trackers())
     for key, value in data.items():
         if key in out.helpers:
             continue
@@ -105,6 +106,14 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             continue  # fit_step_credit / fit_batch_adjust
         elif key in ("global_template", "tag_to_template"):
             continue  # _global_template / _tag_to_template, once every block is in
+        elif key == "track_with" and other_tracker:
+            out.dropped.append(f"track_with: {value!r}: a tracker flywheel does not have"
+                               f"{rules.UNKNOWN_TRACKERS.get(value, '')}; where metrics go "
+                               f"does not change the run (flywheel: tracking.backends' "
+                               f"default)")
+        elif key == "tracker_kwargs" and other_tracker:
+            out.dropped.append(f"tracker_kwargs: options of track_with "
+                               f"{data['track_with']!r}, dropped with it")
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
@@ -455,6 +464,12 @@ def _validate(out: Conversion) -> None:
         load_config_dict(out.data, source=f"{out.source} (converted)", catalogs=out.catalogs)
     except ConfigError as error:
         out.missing.append(f"a value flywheel rejects: {error.key_path}: {error.message}")
+
+
+def _trackers() -> tuple[str, ...]:
+    """flywheel's track_with names (the schema's Literal)."""
+    names = [a for a in get_args(field_type_at(("track_with",))) if a is not type(None)]
+    return get_args(names[0]) if names else ()
 
 
 def _is_field(path: tuple[str, ...]) -> bool:

@@ -326,6 +326,10 @@ REWARD_WORKER_KEYS: dict[str, dict[str, str]] = {
     "multiple_choice": {"reward_type": "reward_args.scoring",
                         "response_length_penalty_coef": "response_length_penalty_coef"},
 }
+# track_with values ROLL's own registry lacks too (roll/utils/tracking.py: tensorboard,
+# wandb, stdout, swanlab, trackio): why, appended to the dropped line
+UNKNOWN_TRACKERS: dict[str, str] = {
+    "ml_tracker": " (nor does ROLL's tracker registry: ROLL stops at start on it)"}
 # custom_envs.<tag> keys flywheel has no use for (ROLL's env manager plumbing).
 CUSTOM_ENV_DROPS: dict[str, str] = {
     "use_thread_lock": _PERF, "max_env_step_concurrent": _PERF,
