@@ -286,7 +286,8 @@ DATA_ARGS: dict[str, Rule] = {
     # images (issue 29): flywheel's data_args keys of the same names (image_files.py); the
     # image column is ROLL's "images", flywheel's image_key default. Video and audio: none.
     **{k: SAME for k in ("image_folder", "image_max_pixels", "image_min_pixels")},
-    **{k: Missing(f"vision/audio inputs ({k})") for k in ("video_folder", "audio_folder")},
+    "video_folder": Missing("video inputs (video_folder)"),
+    "audio_folder": Missing("audio inputs (audio_folder)"),
     **{k: Drop("video inputs only") for k in (
         "video_max_pixels", "video_min_pixels", "video_total_pixels", "video_fps",
         "video_max_frames", "video_resize_chunk_frames")},
