@@ -73,7 +73,7 @@ def test_video_and_audio_data_functions_are_refused_and_an_unknown_one_too(tmp_p
         assert any(m.startswith(feature) for m in missing), (name, missing)
 
 
-def test_a_text_file_keeps_its_own_columns(tmp_path):
+def test_a_text_file_keeps_its_own_columns_and_rolls_vl_data_function_marks_vl(tmp_path):
     def text_only(data):
         data["rewards"].pop("cv_detection")
         args = data["actor_train"]["data_args"]
@@ -84,6 +84,15 @@ def test_a_text_file_keeps_its_own_columns(tmp_path):
     conversion = convert_roll(vl_file(tmp_path, text_only))
     args = conversion.data["actor_train"]["data_args"]
     assert args.get("response") == "solution" and "tag" not in args  # ROLL's text defaults
+
+    def only_the_data_function(data):  # ROLL's VL data function named, nothing else
+        text_only(data)
+        data["actor_train"]["data_args"]["custom_data_kwargs_func"] = (
+            roll_vl._UTILS + "get_vlm_data_kwargs")
+
+    args = convert_roll(vl_file(tmp_path, only_the_data_function)).data["actor_train"][
+        "data_args"]
+    assert (args["response"], args["tag"]) == ("reward_model.ground_truth", "data_source")
 
 
 def test_a_dotted_answer_column_reads_inside_a_dict_column():

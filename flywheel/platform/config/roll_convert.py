@@ -39,7 +39,7 @@ from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.roll_tools import fit_tool_wrapper
 from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
 from flywheel.platform.config.roll_val_lengths import fit_val_lengths
-from flywheel.platform.config.roll_vl import data_function, detection_reward_args
+from flywheel.platform.config.roll_vl import data_function, detection_reward_args, is_vl
 from flywheel.platform.config.yaml_source import load_layers
 
 # what a ROLL rule reward worker loads from its model_args, where not only a tokenizer
@@ -57,7 +57,9 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     raw = layered.data
     out = Conversion(source=path, catalogs=catalogs)
     out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
-    data = data_function(served_judges(resolve_references(raw), out), out)
+    data = served_judges(resolve_references(raw), out)
+    out.vl = is_vl(data)  # before data_function takes ROLL's default data function out
+    data = data_function(data, out)
     agentic = any(k in data for k in AGENTIC_MARKERS)
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type

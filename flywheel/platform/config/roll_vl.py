@@ -140,7 +140,7 @@ def check_images(out: Conversion) -> None:
 def fit_vl(data: dict[str, Any], out: Conversion, written: dict[KeyPath, str]) -> None:
     """After the backends are final and ROLL's defaults written (roll_defaults.finish),
     before inert keys go."""
-    if out.pipeline_type != "rlvr" or not is_vl(data):
+    if out.pipeline_type != "rlvr" or not out.vl:
         return
     fit_vl_columns(data, out, written)
     check_images(out)
