@@ -12,6 +12,9 @@ configs are other pipelines), reports:
   removed ("unknown keys only"), or fails for another reason (named);
 - convert: whether `platform convert --from roll` turns it into a config that validates, or
   which flywheel-missing features stop it (counted by feature over all files);
+- vl (RLVR files ROLL runs with its VL pipeline, roll_vl.is_vl): how many convert, and
+  the ones excepted by name (`EXCEPTED`: video and audio inputs, which flywheel's prompts
+  do not take; issue 29 counts its VL target without them);
 - envs (agentic, converted): whether every env tag the converted file plays builds with its
   env_config (a key the env does not take validates but fails when the run starts) and its
   tools (tool_use), and starts an episode.
@@ -34,9 +37,19 @@ from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.roll_convert import AGENTIC_MARKERS
+from flywheel.platform.config.roll_vl import is_vl
 from flywheel.platform.config.yaml_source import load_layers
 
 OTHER_PIPELINES = ("sft", "dpo", "distill")
+_VIDEO = "video inputs (Video-R1 data and reward): flywheel's prompts take images, not video"
+# ROLL files refused for a feature flywheel leaves out on purpose, by path under the checkout
+EXCEPTED = {
+    "examples/qwen3-vl-30BA3B-video-rlvr/video_r1.yaml": _VIDEO,
+    "examples/qwen3-vl-30BA3B-video-rlvr/video_r1_sglang.yaml": _VIDEO,
+    "examples/video-rlvr/video_r1.yaml": _VIDEO,
+    "examples/qwen3-omni/audio_test_80G.yaml": "audio inputs (ROLL's Omni audio test): "
+                                               "flywheel's prompts take images, not audio",
+}
 
 
 def kind_of(path: Path) -> str | None:
@@ -129,7 +142,10 @@ def check(root: Path) -> dict:
             rows.append(row)
             continue
         row.update(roll_loads=True, converted=not conversion.missing,
-                   missing=conversion.missing, ignored=conversion.ignored)
+                   missing=conversion.missing, ignored=conversion.ignored,
+                   vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data)))
+        if row["file"] in EXCEPTED and not row["converted"]:
+            row["excepted"] = EXCEPTED[row["file"]]
         if kind == "agentic" and row["converted"]:
             row["env_errors"] = env_errors(conversion.data)
         row["native"], row["native_detail"] = native(path)
@@ -178,6 +194,13 @@ def summarize(rows: list[dict]) -> dict:
         "agentic_converted_envs_build": sum(1 for r in loads if r.get("converted") and
                                             r["kind"] == "agentic" and not r["env_errors"]),
         "not_converted_missing_features": dict(features.most_common()),
+        "vl_rlvr": {"files": sum(1 for r in loads if r.get("vl")),
+                    "converted_and_valid": sum(1 for r in loads if r.get("vl") and
+                                               r["converted"]),
+                    "excepted_by_name": {r["file"]: r["excepted"] for r in loads
+                                         if "excepted" in r},
+                    "refused": {r["file"]: r["missing"] for r in loads if r.get("vl")
+                                and not r["converted"] and "excepted" not in r}},
     }
 
 

@@ -90,3 +90,22 @@ def test_the_script_over_a_checkout_converts_a_frozen_lake_config(tmp_path):
     assert (summary["roll_loads"], summary["converted_and_valid"], summary["native_ok"]) == \
         (1, 1, 0), summary
     assert "acts only with pipeline_type agentic" in result["rows"][0]["native_detail"]
+
+
+def test_vl_files_are_counted_and_video_is_excepted_by_name(tmp_path, roll_check):
+    """Over a two-file "checkout": the VL fixture converts; the same file with ROLL's
+    Video-R1 data function at a path EXCEPTED names is refused and excepted with its
+    reason, so the VL count leaves it out."""
+    vl = Path(__file__).parents[1] / "data" / "configs" / "roll" / "vl" / "detection_rlvr.yaml"
+    data = yaml.safe_load(vl.read_text())
+    (tmp_path / "examples" / "vl").mkdir(parents=True)
+    (tmp_path / "examples" / "video-rlvr").mkdir()
+    write(tmp_path / "examples" / "vl" / "rlvr.yaml", data)
+    data["actor_train"]["data_args"]["custom_data_kwargs_func"] = (
+        "roll.datasets.vlm_dataset_utils.video_r1_get_data_kwargs")
+    write(tmp_path / "examples" / "video-rlvr" / "video_r1.yaml", data)
+    summary = roll_check.check(tmp_path)["summary"]["vl_rlvr"]
+    assert summary == {"files": 2, "converted_and_valid": 1, "refused": {},
+                       "excepted_by_name": {"examples/video-rlvr/video_r1.yaml":
+                                            roll_check.EXCEPTED[
+                                                "examples/video-rlvr/video_r1.yaml"]}}

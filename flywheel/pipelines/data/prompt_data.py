@@ -121,11 +121,26 @@ def load_records(args: DataArgs, role: str) -> list[PromptRecord]:
     return records
 
 
+def column_value(row: dict, column: str) -> Any:
+    """`row[column]`; a dotted name the row lacks reads inside dict columns
+    ("reward_model.ground_truth"). KeyError when neither is there."""
+    if column in row:
+        return row[column]
+    node: Any = row
+    for part in column.split(".") if "." in column else [column]:
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(column)
+        node = node[part]
+    return node
+
+
 def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
     for column in (columns.prompt, columns.answer):
-        if column not in row:
+        try:
+            column_value(row, column)
+        except KeyError:
             raise DataError(f"{where}: no column '{column}' (columns: {', '.join(row)}); "
-                            f"set data_args' prompt/answer columns")
+                            f"set data_args' prompt/answer columns") from None
     prompt = row[columns.prompt]
     if columns.prompt_is_messages and isinstance(prompt, str):
         try:
@@ -137,7 +152,7 @@ def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
         prompt = checked_messages(prompt, where)
     rid = row.get(columns.id) if columns.id else row.get("id")
     record = PromptRecord(id=str(rid) if rid is not None else where.rsplit("/", 1)[-1],
-                          prompt=prompt, answer=str(row[columns.answer]),
+                          prompt=prompt, answer=str(column_value(row, columns.answer)),
                           tag=str(row.get(columns.tag) or ""))
     record.images = json_images(row.get(columns.image), f"{where}: column '{columns.image}'")
     rest = {k: v for k, v in row.items() if k != columns.image}

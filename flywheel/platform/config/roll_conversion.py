@@ -17,6 +17,7 @@ class Conversion:
     source: str
     catalogs: Catalogs = field(repr=False, compare=False)  # the names flywheel has
     pipeline_type: str = "rlvr"
+    vl: bool = False  # ROLL runs it with its VL pipeline (roll_vl.is_vl, as first read)
     data: dict[str, Any] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # keys ROLL ignores too
     helpers: list[str] = field(default_factory=list)  # referenced by ${...}, then dropped

@@ -19,7 +19,7 @@ one the file describes. The output is checked by the strict loader before it is 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, get_args
 
 from flywheel.platform.config import roll_keys as keys
 from flywheel.platform.config import roll_loss, roll_packing
@@ -39,8 +39,13 @@ from flywheel.platform.config.roll_loss import fit_loss
 from flywheel.platform.config.roll_tools import fit_tool_wrapper
 from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
 from flywheel.platform.config.roll_val_lengths import fit_val_lengths
+from flywheel.platform.config.roll_vl import data_function, detection_reward_args, is_vl
 from flywheel.platform.config.yaml_source import load_layers
 
+# what a ROLL rule reward worker loads from its model_args, where not only a tokenizer
+RULE_MODEL_USE = {"DetectionRewardWorker": "its processor (a tokenizer, and the patch size "
+                  "of its Qwen2.5-VL box rescaling, which flywheel's detection reward "
+                  "leaves out: the reference's coordinates must be the reply's)"}
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
 AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
 
@@ -53,6 +58,8 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out = Conversion(source=path, catalogs=catalogs)
     out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
     data = served_judges(resolve_references(raw), out)
+    out.vl = is_vl(data)  # before data_function takes ROLL's default data function out
+    data = data_function(data, out)
     agentic = any(k in data for k in AGENTIC_MARKERS)
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type
@@ -72,6 +79,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
 
 
 def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
+    other_tracker = data.get("track_with") not in (None, *_trackers())
     for key, value in data.items():
         if key in out.helpers:
             continue
@@ -100,6 +108,14 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             continue  # fit_step_credit / fit_batch_adjust
         elif key in ("global_template", "tag_to_template"):
             continue  # _global_template / _tag_to_template, once every block is in
+        elif key == "track_with" and other_tracker:
+            out.dropped.append(f"track_with: {value!r}: a tracker flywheel does not have"
+                               f"{rules.UNKNOWN_TRACKERS.get(value, '')}; where metrics go "
+                               f"does not change the run (flywheel: tracking.backends' "
+                               f"default)")
+        elif key == "tracker_kwargs" and other_tracker:
+            out.dropped.append(f"tracker_kwargs: options of track_with "
+                               f"{data['track_with']!r}, dropped with it")
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
@@ -265,6 +281,8 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
                  if key in value}
     if out.catalogs.rewards.get(reward_type, f"{name}.worker_cls").kind == "rule":
         value = _rule_reward_model(value, name, worker_cls.rsplit(".", 1)[-1], out)
+    if reward_type == "detection":
+        detection_reward_args(name, out)
     if reward_type == "llm_judge":
         value, judge = judge_settings(value, name, out)
         for key, item in judge.items():
@@ -292,7 +310,8 @@ def _rule_reward_model(value: dict[str, Any], name: str, worker: str,
     text, so a rule reward has no model to name: dropped, said."""
     if not value.get("model_args"):
         return value
-    out.dropped.append(f"{name}.model_args: ROLL's {worker} loads only a tokenizer from it; "
+    loads = RULE_MODEL_USE.get(worker, "only a tokenizer")
+    out.dropped.append(f"{name}.model_args: ROLL's {worker} loads {loads} from it; "
                        f"flywheel's rule rewards score decoded text and load no model")
     return {k: v for k, v in value.items() if k != "model_args"}
 
@@ -447,6 +466,12 @@ def _validate(out: Conversion) -> None:
         load_config_dict(out.data, source=f"{out.source} (converted)", catalogs=out.catalogs)
     except ConfigError as error:
         out.missing.append(f"a value flywheel rejects: {error.key_path}: {error.message}")
+
+
+def _trackers() -> tuple[str, ...]:
+    """flywheel's track_with names (the schema's Literal)."""
+    names = [a for a in get_args(field_type_at(("track_with",))) if a is not type(None)]
+    return get_args(names[0]) if names else ()
 
 
 def _is_field(path: tuple[str, ...]) -> bool:

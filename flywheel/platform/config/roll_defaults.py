@@ -34,6 +34,7 @@ from flywheel.platform.config.roll_domains import fit_domain_mix
 from flywheel.platform.config.roll_lora import drop_frozen_elsewhere, fit_lora
 from flywheel.platform.config.roll_megatron import fit_moe
 from flywheel.platform.config.roll_packing import fit_packing
+from flywheel.platform.config.roll_vl import fit_vl
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
@@ -152,7 +153,9 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     fit_moe(out)  # so does a megatron_train MoE role (roll_megatron.py)
     fit_backends(out)
     fit_packing(data, out)  # where packing acts depends on the final backends
-    drop_inert(out, write_roll_defaults(data, out))
+    written = write_roll_defaults(data, out)
+    fit_vl(data, out, written)  # ROLL's VL data columns; images on the final backends
+    drop_inert(out, written)
 
 
 def kl_reward_penalty(data: dict[str, Any], out: Conversion) -> None:

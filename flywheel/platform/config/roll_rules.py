@@ -286,7 +286,8 @@ DATA_ARGS: dict[str, Rule] = {
     # images (issue 29): flywheel's data_args keys of the same names (image_files.py); the
     # image column is ROLL's "images", flywheel's image_key default. Video and audio: none.
     **{k: SAME for k in ("image_folder", "image_max_pixels", "image_min_pixels")},
-    **{k: Missing(f"vision/audio inputs ({k})") for k in ("video_folder", "audio_folder")},
+    "video_folder": Missing("video inputs (video_folder)"),
+    "audio_folder": Missing("audio inputs (audio_folder)"),
     **{k: Drop("video inputs only") for k in (
         "video_max_pixels", "video_min_pixels", "video_total_pixels", "video_fps",
         "video_max_frames", "video_resize_chunk_frames")},
@@ -318,13 +319,18 @@ REWARD_WORKERS: dict[str, str] = {"MathRuleRewardWorker": "math_rule",
                                   "CodeSandboxRewardWorker": "code_sandbox",
                                   "LLMJudgeRewardWorker": "llm_judge",
                                   "GeneralRuleRewardWorker": "ifeval",
-                                  "CrossThinkQARuleRewardWorker": "multiple_choice"}
+                                  "CrossThinkQARuleRewardWorker": "multiple_choice",
+                                  "DetectionRewardWorker": "detection"}
 # ROLL reward keys only some of its workers read: flywheel reward_type -> ROLL key -> where
 # it goes (a path under the reward). On another worker ROLL ignores the key: dropped.
 REWARD_WORKER_KEYS: dict[str, dict[str, str]] = {
     "multiple_choice": {"reward_type": "reward_args.scoring",
                         "response_length_penalty_coef": "response_length_penalty_coef"},
 }
+# track_with values ROLL's own registry lacks too (roll/utils/tracking.py: tensorboard,
+# wandb, stdout, swanlab, trackio): why, appended to the dropped line
+UNKNOWN_TRACKERS: dict[str, str] = {
+    "ml_tracker": " (nor does ROLL's tracker registry: ROLL stops at start on it)"}
 # custom_envs.<tag> keys flywheel has no use for (ROLL's env manager plumbing).
 CUSTOM_ENV_DROPS: dict[str, str] = {
     "use_thread_lock": _PERF, "max_env_step_concurrent": _PERF,

@@ -236,7 +236,9 @@ class DataArgs:
     file_name: list[str] = field(default_factory=list)
     # JSONL field holding the prompt text.
     prompt_key: str = "prompt"
-    # JSONL field holding the reference answer the reward compares against.
+    # JSONL field holding the reference answer the reward compares against. A dotted name
+    # the row lacks as a column reads inside a dict column ("reward_model.ground_truth":
+    # ROLL's VL and verl's layout).
     answer_key: str = "answer"
     # Records tagged with a domain route to the reward whose tag_included holds it.
     tag_key: str = "tag"
