@@ -148,14 +148,18 @@ def test_packing_values_that_cannot_act_are_refused(training, model, phrase):
 
 @pytest.mark.long  # two DeepSpeed ranks (make test-long)
 @pytest.mark.parametrize("stage", [1, 3])
-def test_packed_zero_ranks_take_the_padded_step(train_cluster, tiny_model_path, rl_batch, stage):
-    """deepspeed_train packs too, ZeRO-3 through the model's own forward (not chunked): two
-    ranks' packed step is hf_train's padded step."""
+@pytest.mark.parametrize("share", [False, True], ids=["packed", "shared_prefix"])
+def test_packed_zero_ranks_take_the_padded_step(train_cluster, tiny_model_path, rl_batch, stage,
+                                                share):
+    """deepspeed_train packs too (and shares prompts: shared_prefix_packing), ZeRO-3 through
+    the model's own forward (not chunked): two ranks' packed step is hf_train's padded
+    step."""
     pytest.importorskip("deepspeed")
     batch = uneven(rl_batch).select(slice(8, 24))
     loss = actor_loss()
     ref = trainer(tiny_model_path, False).train_step(dataclasses.replace(batch), loss)
     cluster = train_cluster("deepspeed_train", tiny_model_path, 2, {"zero_stage": stage},
-                            per_device=4, accum=2, packing=PackingPlan(WIDTH))
+                            per_device=4, accum=2,
+                            packing=PackingPlan(0 if share else WIDTH, share))
     got = cluster.scatter("train_step", batch.shard(2), loss_fn=loss, ppo_epochs=1)
     assert got[0]["actor/grad_norm"] == pytest.approx(ref["actor/grad_norm"], rel=1e-5)
