@@ -189,10 +189,10 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int,
             start, prefix_piece = offset, pieces + 1
             if unit.prefix:
                 pieces += 1
-                lead = unit.rows[0]
-                ids[p, offset:offset + unit.prefix] = input_ids[lead, :unit.prefix]
-                positions[p, offset:offset + unit.prefix] = torch.arange(unit.prefix)
-                piece[p, offset:offset + unit.prefix] = sees[p, offset:offset + unit.prefix] = pieces
+                span = slice(offset, offset + unit.prefix)
+                ids[p, span] = input_ids[unit.rows[0], :unit.prefix]
+                positions[p, span] = torch.arange(unit.prefix)
+                piece[p, span] = sees[p, span] = pieces
                 offset += unit.prefix
             for row in unit.rows:
                 n, k = lengths[row], unit.prefix
