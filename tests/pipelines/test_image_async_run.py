@@ -1,0 +1,32 @@
+"""The async invariants with image prompts (issue 29, item 4): one step ahead with partial
+rollouts on hf_infer, the tiny random Idefics3, real Ray actors. Every trained sample keeps
+the staleness bound, no group is trained twice, and responses continued on new weights
+carry their prompt's images into each segment (generation.segment_images: a continuation
+whose prompt holds the expanded image tokens and no pixels fails the request)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flywheel.pipelines.config import load_config_dict
+from flywheel.pipelines.run.launch import run
+
+from .test_image_rlvr_run import config
+from .test_partial_rollout import check_run
+
+
+@pytest.mark.slow
+def test_image_prompts_one_step_ahead_with_partial_rollouts(tmp_path, ray_session,
+                                                           tiny_idefics3_path):
+    data = config(tmp_path, tiny_idefics3_path, async_generation_ratio=1, max_steps=3,
+                  eval_steps=0, partial_rollout=True, partial_rollout_segment_tokens=1,
+                  response_length=8)
+    data["actor_infer"]["device_mapping"] = [1]
+    data["actor_train"]["training_args"]["learning_rate"] = 0.0
+    del data["validation"]
+    cfg = load_config_dict(data)
+    steps = check_run(run(cfg), cfg, bound=1)
+    # weights changed under some responses: their later segments ran on newer weights
+    assert sum(m["rollout/partial_frac"] for m in steps) > 0, steps
+    for m in steps:  # same weights, same images: the sampler's log-probs are the trainer's
+        assert abs(m["offpolicy/k3_kl"]) < 1e-6, m["offpolicy/k3_kl"]
