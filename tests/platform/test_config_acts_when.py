@@ -240,7 +240,8 @@ CASES = [
     ("actor_train.model_args.freeze_module_prefix",
      merged(backends("hf_infer", "megatron_train"), {"actor_train": {"model_args": {
          "freeze_module_prefix": "vision_model"}}}),
-     backends("hf_infer", "hf_train"), "only hf_train's full fine-tune freezes modules"),
+     backends("hf_infer", "deepspeed_train"), "only a full fine-tune on hf_train or "
+     "deepspeed_train freezes modules"),
     ("reference.model_args.freeze_module_prefix",
      merged(KL, {"reference": {"model_args": {"freeze_module_prefix": "vision_model"}}}),
      None, "this role never trains"),

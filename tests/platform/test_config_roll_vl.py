@@ -50,15 +50,18 @@ def test_a_detection_file_on_image_backends_converts_with_rolls_vl_columns():
     assert list(roll_vl.ROLL_IOU_THRESHOLDS) == detection.ROLL_IOU_THRESHOLDS
 
 
-def test_images_and_a_frozen_tower_on_megatron_are_refused_by_name(tmp_path):
+def test_a_megatron_vl_file_trains_on_deepspeed_with_its_images_and_frozen_tower(tmp_path):
     def megatron(data):
         data["actor_train"]["strategy_args"] = {"strategy_name": "megatron_train"}
         data["reference"]["strategy_args"] = {"strategy_name": "megatron_infer"}
 
-    missing = convert_roll(vl_file(tmp_path, megatron)).missing
-    assert any(m.startswith("image prompts with actor_train on megatron_train, reference on "
-                            "megatron_train, actor_infer on vllm") for m in missing), missing
-    assert any(m.startswith("freezing modules on megatron_train") for m in missing), missing
+    conversion = convert_roll(vl_file(tmp_path, megatron))
+    assert conversion.missing == []
+    cfg = load_config_dict(conversion.data)
+    # flywheel's Megatron path takes no images (the reference: dropped, no KL term reads it)
+    assert cfg.actor_train.strategy_args.strategy_name == "deepspeed_train"
+    assert cfg.actor_train.model_args.freeze_module_prefix == "vision_model"
+    assert any("megatron_train takes no images" in m for m in conversion.mapped)
 
 
 def test_video_and_audio_data_functions_are_refused_and_an_unknown_one_too(tmp_path):
@@ -115,3 +118,15 @@ def test_a_tracker_flywheel_lacks_is_dropped_with_its_options(tmp_path):
     assert "track_with" not in conversion.data and "tracker_kwargs" not in conversion.data
     assert any(d.startswith("track_with: 'ml_tracker': a tracker flywheel does not have "
                             "(nor does ROLL's") for d in conversion.dropped)
+
+
+def test_megatrons_vision_model_prefix_becomes_transformers_visual_for_qwen_vl(tmp_path):
+    def qwen(data):
+        data["pretrain"] = "Qwen/Qwen3-VL-4B-Instruct"
+
+    conversion = convert_roll(vl_file(tmp_path, qwen))
+    assert conversion.data["actor_train"]["model_args"]["freeze_module_prefix"] == "visual"
+    assert any("-> visual (transformers' name)" in m for m in conversion.mapped)
+    # another architecture keeps what ROLL wrote (the tiny Idefics3's tower: vision_model)
+    plain = convert_roll(VL).data["actor_train"]["model_args"]["freeze_module_prefix"]
+    assert plain == "vision_model"

@@ -445,16 +445,17 @@ IMAGE_ROWS = [
                       ("image_min_pixels", "the smallest image, in pixels"),
                       ("bad_images", "what a record with a bad image does"))]
 
-FREEZE = Condition("on actor_train with hf_train and no LoRA",
+FREEZE = Condition("on actor_train with hf_train or deepspeed_train and no LoRA",
                    lambda cfg, path: str(path[0]) == "actor_train"
-                   and _backend(path, cfg) == "hf_train"
+                   and _backend(path, cfg) in ("hf_train", "deepspeed_train")
                    and not lora_on(cfg.actor_train.model_args))
 FREEZE_ROWS = [
     ActsWhen(f"{role}.model_args.freeze_module_prefix", FREEZE, "modules that do not train "
-             "(workers/strategies/hf_train.py freeze_modules)", instead)
+             "(workers/strategies/frozen_modules.py)", instead)
     for role, instead in (
-        ("actor_train", "only hf_train's full fine-tune freezes modules (LoRA already trains "
-                        "the adapter alone): remove it, or use hf_train"),
+        ("actor_train", "only a full fine-tune on hf_train or deepspeed_train freezes "
+                        "modules (LoRA already trains the adapter alone): remove it, or "
+                        "use one of them"),
         ("actor_infer", "this role never trains: remove it"),
         ("reference", "this role never trains: remove it"),
         ("critic", "the critic's value model trains whole here: remove it"))]

@@ -217,9 +217,9 @@ def derived_values(cfg: PipelineConfig) -> dict[str, str]:
 
 # Images in prompts (issue 29): the backends whose requests and batches carry a prompt's
 # image inputs (workers/image_inputs.py: hf_infer's generate, vllm's multi_modal_data,
-# hf_train's forward). sglang, megatron_train and deepspeed_train take text alone (their
-# requests and forwards carry no image tensors), and so does a critic's value model.
-IMAGE_TRAIN_BACKENDS = ("hf_train",)
+# hf_train's and deepspeed_train's forwards). sglang and megatron_train take text alone
+# (their requests and forwards carry no image tensors), and so does a critic's value model.
+IMAGE_TRAIN_BACKENDS = ("hf_train", "deepspeed_train")
 IMAGE_INFER_BACKENDS = ("hf_infer", "vllm")
 
 

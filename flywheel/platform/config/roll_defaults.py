@@ -32,7 +32,7 @@ from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_pat
 from flywheel.platform.config.roll_backends import fit_backends, megatron_precision
 from flywheel.platform.config.roll_domains import fit_domain_mix
 from flywheel.platform.config.roll_lora import drop_frozen_elsewhere, fit_lora
-from flywheel.platform.config.roll_megatron import fit_moe
+from flywheel.platform.config.roll_megatron import fit_moe, fit_vl_megatron
 from flywheel.platform.config.roll_packing import fit_packing
 from flywheel.platform.config.roll_vl import fit_vl
 from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
@@ -151,6 +151,7 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
     drop_frozen_elsewhere(out)
     fit_moe(out)  # so does a megatron_train MoE role (roll_megatron.py)
+    fit_vl_megatron(out)  # and a VL file's megatron_train roles (images)
     fit_backends(out)
     fit_packing(data, out)  # where packing acts depends on the final backends
     written = write_roll_defaults(data, out)

@@ -126,6 +126,20 @@ def fit_moe(out: Conversion) -> None:
                                          f"transformers builds {family}")
 
 
+def fit_vl_megatron(out: Conversion) -> None:
+    """A VL RLVR file's megatron_train roles (actor_train, reference) go to
+    deepspeed_train: flywheel's Megatron path takes text alone, and images reach
+    deepspeed_train's forward (derived.IMAGE_TRAIN_BACKENDS)."""
+    if out.pipeline_type != "rlvr" or not out.vl:
+        return
+    for name in ("actor_train", "reference"):
+        role = out.data.get(name)
+        if isinstance(role, dict) and (
+                (role.get("strategy_args") or {}).get("strategy_name") == "megatron_train"):
+            megatron_to_deepspeed(out, name, "flywheel's megatron_train takes no images; "
+                                             "deepspeed_train's forward does")
+
+
 def moe_family(role: dict[str, Any], out: Conversion) -> str | None:
     """The transformers model_type of the role's MoE model, or None (reported missing)."""
     name = _model_name(role, out)

@@ -27,6 +27,7 @@ records carry images, and the run would stop at its first batch. The same for
 from __future__ import annotations
 
 import copy
+import re
 from typing import TYPE_CHECKING, Any
 
 from flywheel.platform.config.conversion import to_config
@@ -133,8 +134,9 @@ def check_images(out: Conversion) -> None:
     backend = cfg.actor_train.strategy_args.strategy_name
     if prefix and (backend not in IMAGE_TRAIN_BACKENDS or lora_on(cfg.actor_train.model_args)):
         out.missing.append(f"freezing modules on {backend} (actor_train.model_args."
-                           f"freeze_module_prefix = {prefix!r}: flywheel's hf_train "
-                           f"freezes, without LoRA; ROLL freezes here too)")
+                           f"freeze_module_prefix = {prefix!r}: flywheel's "
+                           f"{'/'.join(IMAGE_TRAIN_BACKENDS)} freeze, without LoRA; ROLL "
+                           f"freezes here too)")
 
 
 def fit_vl(data: dict[str, Any], out: Conversion, written: dict[KeyPath, str]) -> None:
@@ -143,7 +145,31 @@ def fit_vl(data: dict[str, Any], out: Conversion, written: dict[KeyPath, str]) -
     if out.pipeline_type != "rlvr" or not out.vl:
         return
     fit_vl_columns(data, out, written)
+    hf_vision_prefix(out)
     check_images(out)
+
+
+# Qwen2-VL, Qwen2.5-VL, Qwen3-VL: transformers names their vision tower `visual`; ROLL's
+# Megatron files name it `vision_model`, mcore_adapter's module name, which no HF Qwen-VL
+# module has (a prefix that matches nothing is refused when the model loads).
+QWEN_VL = re.compile(r"qwen[0-9.]*-vl", re.IGNORECASE)
+
+
+def hf_vision_prefix(out: Conversion) -> None:
+    """actor_train's freeze_module_prefix in transformers' names for a Qwen-VL model."""
+    args = (out.data.get("actor_train") or {}).get("model_args") or {}
+    prefix = args.get("freeze_module_prefix")
+    model = str(args.get("model_name_or_path") or out.data.get("pretrain") or "")
+    if not isinstance(prefix, str) or not QWEN_VL.search(model):
+        return
+    parts = [p.strip() for p in prefix.split(",")]
+    if "vision_model" not in parts:
+        return
+    args["freeze_module_prefix"] = ",".join("visual" if p == "vision_model" else p
+                                            for p in parts)
+    out.mapped.append(f"actor_train.model_args.freeze_module_prefix: {prefix} (Megatron's "
+                      f"name for {model}'s vision tower) -> {args['freeze_module_prefix']} "
+                      f"(transformers' name)")
 
 
 def detection_reward_args(name: str, out: Conversion) -> None:

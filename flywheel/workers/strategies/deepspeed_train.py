@@ -61,6 +61,7 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies import deepspeed_options
 from flywheel.workers.strategies.base import TrainStrategy
+from flywheel.workers.strategies.frozen_modules import freeze_modules
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import (
     TORCH_DTYPES,
@@ -148,6 +149,8 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         self.adapter = add_adapter(model, cfg.model_args) if lora_on(cfg.model_args) else None
         if not trainable:
             model.requires_grad_(False)
+        elif cfg.model_args.freeze_module_prefix:  # before the optimizer takes the params
+            freeze_modules(model, cfg.model_args.freeze_module_prefix)
         # the MoE load-balancing loss of model_args.moe_aux_loss_coef (policy training only)
         self.router = (router_loss_for(model, cfg.model_args)
                        if trainable and head.kind == "policy" else None)

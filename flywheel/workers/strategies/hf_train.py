@@ -28,6 +28,7 @@ from flywheel.platform.config.derived import lora_on
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
+from flywheel.workers.strategies.frozen_modules import freeze_modules
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import (
     batched_outputs,
@@ -189,20 +190,3 @@ class HFTrainStrategy(TrainStrategy):
             raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
                              f"unexpected {unexpected}")
         self.model.tie_weights()
-
-
-def freeze_modules(model: torch.nn.Module, prefixes: str) -> None:
-    """`model_args.freeze_module_prefix`: the parameters under each comma-separated prefix
-    stop training (the optimizer is built over trainable parameters only: train_loop.py).
-    A prefix matches at the start of a dotted name or after a dot, so ROLL's
-    "vision_model" takes a HF model's model.vision_model.*."""
-    wanted = [p.strip().rstrip(".") for p in prefixes.split(",") if p.strip()]
-    named = list(model.named_parameters())
-    for prefix in wanted:
-        hits = [p for name, p in named if f".{prefix}." in f".{name}."]
-        if not hits:
-            raise ValueError(f"model_args.freeze_module_prefix: '{prefix}' matches no "
-                             f"parameter of the model (names start like "
-                             f"{', '.join(sorted({n.split('.')[0] for n, _ in named}))})")
-        for param in hits:
-            param.requires_grad_(False)
