@@ -1,7 +1,7 @@
 """Writes the shape-image data of examples/rlvr_tiny_vl_shapes.yaml,
 examples/rlvr_tiny_vl_colour.yaml and examples/rlvr_tiny_vl_grounding.yaml (run from the
 repo root: `python examples/data/vl_shapes.py`; the PNG files and JSONL it writes are
-committed, ~0.8 MB).
+committed, ~1.0 MB).
 
 The items are flywheel/pipelines/data/shape_images.py's, from the same seed streams as the
 warm start of `builtin://tiny-idefics3-shapes`: the validation items are the first ones of
