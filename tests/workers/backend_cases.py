@@ -168,3 +168,26 @@ def weight_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float
     missing = {k for k in b if k != "lm_head.weight"} - set(a)
     assert not missing, missing
     return max(float((a[k] - b[k]).abs().max()) for k in set(a) & set(b))
+
+
+def stepped_grads(strategy: HFTrainStrategy) -> list[dict[str, torch.Tensor]]:
+    """The gradients each optimizer step of `strategy` steps on (filled as it trains)."""
+    grads, optimizer_step = [], strategy.optimizer_step
+
+    def record(max_grad_norm):
+        grads.append({n: p.grad.clone() for n, p in strategy.model.named_parameters()})
+        return optimizer_step(max_grad_norm)
+
+    strategy.optimizer_step = record
+    return grads
+
+
+def assert_same_step(a: dict, b: dict, grads_a: dict[str, torch.Tensor],
+                     grads_b: dict[str, torch.Tensor]) -> None:
+    """Two train steps' metrics and gradients agree within fp32 rounding (a layout that
+    changes no number: packing, shared prefixes)."""
+    assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-5)
+    for key in ("pg/loss", "entropy/mean", "pg/approx_kl"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    for name, grad in grads_a.items():
+        assert torch.allclose(grads_b[name], grad, atol=1e-7, rtol=1e-4), name

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from backend_cases import actor_loss, training_args, uneven
+from backend_cases import actor_loss, assert_same_step, stepped_grads, training_args, uneven
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_model import sequence_logprobs
@@ -86,18 +86,6 @@ def trainer(model_path: str, packing: bool) -> HFTrainStrategy:
                            total_steps=10)
 
 
-def stepped_grads(strategy: HFTrainStrategy) -> list[dict[str, torch.Tensor]]:
-    """The gradients each optimizer step of `strategy` steps on (filled as it trains)."""
-    grads, optimizer_step = [], strategy.optimizer_step
-
-    def record(max_grad_norm):
-        grads.append({n: p.grad.clone() for n, p in strategy.model.named_parameters()})
-        return optimizer_step(max_grad_norm)
-
-    strategy.optimizer_step = record
-    return grads
-
-
 def test_a_packed_train_step_takes_the_padded_step(tiny_model_path, rl_batch):
     batch = uneven(rl_batch).select(slice(8, 24))  # 8 rows cut short, 8 whole
     padded, packed = trainer(tiny_model_path, False), trainer(tiny_model_path, True)
@@ -109,11 +97,7 @@ def test_a_packed_train_step_takes_the_padded_step(tiny_model_path, rl_batch):
     a = padded.train_step(dataclasses.replace(batch), loss)
     b = packed.train_step(dataclasses.replace(batch), loss)
     assert rows_seen and max(rows_seen) < 8  # micro-batches of 8 rows went in packed
-    assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-5)
-    for key in ("pg/loss", "entropy/mean", "pg/approx_kl"):
-        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
-    for name, grad in padded_grads[0].items():
-        assert torch.allclose(packed_grads[0][name], grad, atol=1e-7, rtol=1e-4), name
+    assert_same_step(a, b, padded_grads[0], packed_grads[0])
 
 
 class IgnoresPositions(torch.nn.Module):

@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 import torch
-from backend_cases import actor_loss, training_args, uneven
+from backend_cases import actor_loss, assert_same_step, stepped_grads, training_args, uneven
 
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_model import sequence_logprobs
@@ -92,15 +92,7 @@ def trainer(model_path: str, share: bool) -> HFTrainStrategy:
 def test_a_shared_prefix_train_step_takes_the_padded_step(tiny_model_path, rl_batch):
     batch = uneven(rl_batch).select(slice(8, 24))  # 8 rows cut short, 8 whole
     padded, shared = trainer(tiny_model_path, False), trainer(tiny_model_path, True)
-    grads = []
-    for strategy in (padded, shared):
-        step = strategy.optimizer_step
-
-        def record(max_grad_norm, strategy=strategy, step=step):
-            grads.append({n: p.grad.clone() for n, p in strategy.model.named_parameters()})
-            return step(max_grad_norm)
-
-        strategy.optimizer_step = record
+    padded_grads, shared_grads = stepped_grads(padded), stepped_grads(shared)
     tokens_in = []  # tokens of each forward of the shared trainer's transformer
     shared.model.model.register_forward_pre_hook(
         lambda _, args, kwargs: tokens_in.append(kwargs["input_ids"].ne(0).sum()),
@@ -109,11 +101,7 @@ def test_a_shared_prefix_train_step_takes_the_padded_step(tiny_model_path, rl_ba
     a = padded.train_step(dataclasses.replace(batch), loss)
     b = shared.train_step(dataclasses.replace(batch), loss)
     assert sum(tokens_in) < 0.75 * batch.attention_mask.sum()  # each prompt went in once
-    assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-5)
-    for key in ("pg/loss", "entropy/mean", "pg/approx_kl"):
-        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
-    for name, grad in grads[0].items():
-        assert torch.allclose(grads[1][name], grad, atol=1e-7, rtol=1e-4), name
+    assert_same_step(a, b, padded_grads[0], shared_grads[0])
 
 
 class IgnoresMask(torch.nn.Module):
