@@ -326,5 +326,25 @@ def test_actors_taking_turns_may_share_the_sibling_devices_of_a_multi_gpu_engine
             "actor_train": {"device_mapping": [0, 1, 2, 3]}}
     load_config_dict({**both, "async_generation_ratio": 0})
     with pytest.raises(ConfigError, match=r"actor_train.device_mapping: device 1 runs part "
-                                          r".*take turns \(async_generation_ratio 0\)"):
+                                          r".*take turns on shared devices \(async_generation_ratio 0\)"):
         load_config_dict({**both, "async_generation_ratio": 1})
+
+
+def test_a_reference_may_share_a_sleeping_engines_siblings_but_a_reward_model_may_not():
+    """ROLL's VL megatron files (qwen3-vl-32B-rlvr_megatron) put the reference on every
+    device beside a two-GPU engine: its log-probs run in the training phase, with the
+    engine asleep. A reward model scores during generation, with the engine awake."""
+    both = {"actor_infer": {"device_mapping": [0, 1, 2, 3], "num_gpus_per_worker": 2},
+            "actor_train": {"device_mapping": [0, 1, 2, 3]}}
+    load_config_dict({**both, "use_kl_loss": True,
+                      "reference": {"device_mapping": [0, 1, 2, 3]}})
+    apart = {"use_kl_loss": True,
+             "actor_infer": {"device_mapping": [0, 1], "num_gpus_per_worker": 2},
+             "actor_train": {"device_mapping": [2, 3]}, "reference": {"device_mapping": [1]}}
+    with pytest.raises(ConfigError, match=r"reference.device_mapping: device 1 runs part "
+                                          r".*take turns on shared devices"):
+        load_config_dict(apart)  # no shared device: the engine never sleeps
+    judge = {"reward_type": "reward_model", "device_mapping": [1],
+             "model_args": {"model_name_or_path": "builtin://tiny-reward"}}
+    with pytest.raises(ConfigError, match=r"rewards.judge.device_mapping: device 1 runs part"):
+        load_config_dict({**both, "rewards": {"judge": judge}})

@@ -127,6 +127,13 @@ def test_megatrons_vision_model_prefix_becomes_transformers_visual_for_qwen_vl(t
     conversion = convert_roll(vl_file(tmp_path, qwen))
     assert conversion.data["actor_train"]["model_args"]["freeze_module_prefix"] == "visual"
     assert any("-> visual (transformers' name)" in m for m in conversion.mapped)
+    for name in ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-35B-A3B"):  # model.visual.* too
+
+        def qwen35(data, name=name):
+            data["pretrain"] = name
+
+        converted = convert_roll(vl_file(tmp_path, qwen35)).data
+        assert converted["actor_train"]["model_args"]["freeze_module_prefix"] == "visual"
     # another architecture keeps what ROLL wrote (the tiny Idefics3's tower: vision_model)
     plain = convert_roll(VL).data["actor_train"]["model_args"]["freeze_module_prefix"]
     assert plain == "vision_model"

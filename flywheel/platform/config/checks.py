@@ -181,16 +181,20 @@ def check_device_groups(cfg: PipelineConfig) -> None:
     check_sibling_devices(cfg)
 
 
-ACTORS = {"actor_train", "actor_infer"}
+# the roles whose work all falls while a turn-taking engine sleeps (step_loop.py)
+TRAINING_PHASE_ROLES = {"actor_train", "reference", "critic"}
 
 
 def check_sibling_devices(cfg: PipelineConfig) -> None:
     """A worker of num_gpus_per_worker > 1 (a vLLM engine over several GPUs) is placed on
     its first device; its engine starts its own processes on the others, which Ray does
     not see as taken (platform/resources.py). Another role there would share a GPU that
-    Ray counts as free: refused, unless the two are actor_train and actor_infer taking
-    turns (offloads_between_phases, ROLL's colocated layout): the sleeping engine frees
-    every device it runs on, its first and its siblings alike, while actor_train trains."""
+    Ray counts as free: refused, unless actor_train and actor_infer take turns
+    (offloads_between_phases, ROLL's colocated layout) and the role works only in the
+    training phase (actor_train, reference, critic: pipelines/loop/step_loop.py
+    `training_phase`): the sleeping engine frees every device it runs on, its first and
+    its siblings alike, while they run. Such a role's own weights stay resident while the
+    engine is awake, as they do on the engine's first device."""
     turns = offloads_between_phases(cfg)
     held: dict[int, Role] = {}  # device -> the role whose engine runs there unseen
     for role in roles(cfg):
@@ -203,10 +207,13 @@ def check_sibling_devices(cfg: PipelineConfig) -> None:
         for device in devices(role.worker):
             owner = held.get(device)
             if owner is None or owner.key_path == role.key_path or (
-                    turns and {owner.key_path, role.key_path} == ACTORS):
+                    turns and owner.key_path == "actor_infer"
+                    and role.key_path in TRAINING_PHASE_ROLES):
                 continue
-            hint = (", or let the two take turns (async_generation_ratio 0)"
-                    if {owner.key_path, role.key_path} == ACTORS else "")
+            hint = (", or let actor_train and actor_infer take turns on shared devices "
+                    "(async_generation_ratio 0)"
+                    if owner.key_path == "actor_infer" and role.key_path in TRAINING_PHASE_ROLES
+                    else "")
             raise ConfigError("", f"{role.key_path}.device_mapping",
                               f"device {device} runs part of the engine of a worker of "
                               f"{owner.key_path} (num_gpus_per_worker "

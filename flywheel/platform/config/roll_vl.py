@@ -149,10 +149,12 @@ def fit_vl(data: dict[str, Any], out: Conversion, written: dict[KeyPath, str]) -
     check_images(out)
 
 
-# Qwen2-VL, Qwen2.5-VL, Qwen3-VL: transformers names their vision tower `visual`; ROLL's
-# Megatron files name it `vision_model`, mcore_adapter's module name, which no HF Qwen-VL
-# module has (a prefix that matches nothing is refused when the model loads).
-QWEN_VL = re.compile(r"qwen[0-9.]*-vl", re.IGNORECASE)
+# Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5 (image-text models without "VL" in their
+# name: transformers' Qwen3_5ForConditionalGeneration and its MoE twin): transformers names
+# their vision tower `visual` (model.visual.*); ROLL's Megatron files name it
+# `vision_model`, mcore_adapter's module name, which no HF Qwen-VL module has (a prefix
+# that matches nothing is refused when the model loads).
+QWEN_VL = re.compile(r"qwen[0-9.]*-vl|qwen3\.5-", re.IGNORECASE)
 
 
 def hf_vision_prefix(out: Conversion) -> None:
