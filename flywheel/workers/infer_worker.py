@@ -31,6 +31,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import Generation, SamplingParams
+from flywheel.workers.strategies.frozen_modules import prefixes_of
 from flywheel.workers.strategies.registry import strategy_class
 from flywheel.workers.weight_broadcast import GroupAddress, WeightGroup
 from flywheel.workers.weight_transfer import SyncedWeights, finished_reading, received_buckets
@@ -56,7 +57,8 @@ class InferWorker(RoleWorker):
                  cfg: WorkerConfig, seed: int, num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None, context_length: int | None = None,
                  sleep_mode: bool = False, in_flight_updates: bool = False,
-                 lora_adapter: tuple[int, float] | None = None, log_path: str | None = None):
+                 lora_adapter: tuple[int, float] | None = None, log_path: str | None = None,
+                 unsynced_prefix: str | None = None):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity, log_path)
         cls = strategy_class(cfg.strategy_args.strategy_name)
         extra = {"context_length": context_length} if context_length is not None else {}
@@ -68,6 +70,8 @@ class InferWorker(RoleWorker):
             from flywheel.workers.strategies.vllm_adapters import AdapterSpec
             extra["lora_adapter"] = AdapterSpec(*lora_adapter)
         self.strategy = cls(model_path, cfg, seed=seed, **extra)
+        # actor_train's freeze_module_prefix: what its weight syncs leave out
+        self.strategy.unsynced = tuple(prefixes_of(unsynced_prefix))
         self.version = 0
         self.awake = True  # False between `sleep` and `wake`: no call may use the engine
         self.weight_group: WeightGroup | None = None  # join_weight_group

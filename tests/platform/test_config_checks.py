@@ -348,3 +348,15 @@ def test_a_reference_may_share_a_sleeping_engines_siblings_but_a_reward_model_ma
              "model_args": {"model_name_or_path": "builtin://tiny-reward"}}
     with pytest.raises(ConfigError, match=r"rewards.judge.device_mapping: device 1 runs part"):
         load_config_dict({**both, "rewards": {"judge": judge}})
+
+
+def test_a_frozen_tower_is_left_out_of_the_sync_only_when_the_engine_loads_the_same_model():
+    frozen = {"pretrain": "builtin://tiny-idefics3-shapes",
+              "actor_train": {"model_args": {"freeze_module_prefix": "vision_model"}}}
+    load_config_dict({**frozen, "actor_infer": {"model_args": {
+        "model_name_or_path": "builtin://tiny-idefics3-shapes"}}})
+    with pytest.raises(ConfigError, match=r"actor_infer.model_args.model_name_or_path: "
+                                          r"other, but actor_train loads builtin://tiny-"
+                                          r"idefics3-shapes: with freeze_module_prefix"):
+        load_config_dict({**frozen, "actor_infer": {"model_args": {
+            "model_name_or_path": "other"}}})

@@ -1,13 +1,15 @@
 """deepspeed_train with images in context (issue 29 item 2): two ranks score hf_infer's
 sampled image rows with the images (their log-probs are the sampler's), and a train step
 with `freeze_module_prefix` takes hf_train's frozen step (the same gradient norm: a vision
-tower that trained, or images that were dropped, would change it). ROLL's VL configs run
+tower that trained, or images that were dropped, would change it), and its weight sync
+leaves the frozen tower out as hf_train's does. ROLL's VL configs run
 their actor on Megatron or FSDP2, which the converter maps here."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from backend_cases import cluster_weights
 from test_vl_hf import infer, prompts, sampled, train  # noqa: F401 (fixtures)
 
 from flywheel.algorithms import PolicyLossParams
@@ -37,3 +39,7 @@ def test_deepspeed_ranks_score_and_train_with_the_images(train_cluster, tiny_ide
     trained = train(tiny_idefics3_path).train_step(batch, loss)
     assert got[0]["actor/grad_norm"] == pytest.approx(frozen["actor/grad_norm"], rel=1e-5)
     assert frozen["actor/grad_norm"] != pytest.approx(trained["actor/grad_norm"], rel=1e-3)
+    # the sync leaves the frozen tower out (ungathered under ZeRO-3) and sends the rest
+    synced = cluster_weights(cluster)
+    names = {n for n, _ in train(tiny_idefics3_path, "vision_model").weights_for_sync()}
+    assert set(synced) == names and not [n for n in names if ".vision_model." in f".{n}"]

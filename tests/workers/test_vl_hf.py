@@ -127,6 +127,31 @@ def test_freeze_module_prefix_keeps_the_vision_tower_bit_identical(tiny_idefics3
         train(tiny_idefics3_path, "vision_tower")
 
 
+def test_a_weight_sync_leaves_the_frozen_tower_out_and_the_engine_keeps_its_own(
+        tiny_idefics3_path, sampled):
+    """The tower is frozen, so the engine's copy (loaded from the same checkpoint) is
+    already the trainer's: the sync sends the rest, and after it the engine scores the
+    sampled rows, images in context, as the trained model does."""
+    _, batch = sampled
+    batch.old_log_probs = batch.infer_log_probs
+    torch.manual_seed(1)
+    batch.advantages = torch.randn(len(batch))[:, None] * batch.response_mask
+    trainer = train(tiny_idefics3_path, "vision_model")
+    trainer.train_step(batch, ActorLoss("ppo", PolicyLossParams(), "seq-mean-token-mean",
+                                        norm_length=6))
+    sent = dict(trainer.weights_for_sync())
+    assert sent and not [k for k in sent if ".vision_model." in f".{k}"]
+    engine = HFInferStrategy(tiny_idefics3_path, WorkerConfig(infer_batch_size=8), seed=0)
+    with pytest.raises(ValueError, match=r"missing=\[.*vision_model"):
+        engine.update_weights(sent, version=1)  # not told: a missing tower is a mismatch
+    engine.unsynced = ("vision_model",)
+    engine.update_weights(sent, version=1)
+    mask = batch.response_mask.bool()
+    trained = trainer.forward_logprobs(batch)
+    assert (trained[mask] - batch.infer_log_probs[mask]).abs().max() > 1e-3  # it moved
+    assert torch.allclose(engine.forward_logprobs(batch)[mask], trained[mask], atol=1e-5)
+
+
 def test_an_image_token_the_policy_generated_is_read_as_text(tiny_idefics3_path, prompts):
     """A sampled `<image>` is text to both engines (vLLM places image features by prompt
     position; `generate` passes the pixels at prefill only): the trainer's log-probs of

@@ -69,3 +69,32 @@ def test_vllm_generates_with_the_images_and_its_logprobs_are_the_trainers(
     batch.images = None  # without them the image rows' numbers are others
     blind = trainer.forward_logprobs(batch)
     assert (blind[:4][mask[:4]] - batch.infer_log_probs[:4][mask[:4]]).abs().max() > 1e-3
+
+
+def test_a_sync_without_the_frozen_tower_keeps_the_engines_and_takes_the_rest(
+        tiny_idefics3_path, encoded, vl_engine):
+    """frozen_modules.py: the sync leaves the vision tower out; vLLM's in-place reload
+    keeps the layers it is sent nothing for and loads the rest. The engine then samples
+    as the moved model with the (kept) tower does. Runs last: it changes the engine."""
+    from flywheel.platform.config.schema import ModelArgs
+
+    trainer = HFTrainStrategy(tiny_idefics3_path, WorkerConfig(
+        model_args=ModelArgs(freeze_module_prefix="vision_model"),
+        training_args=TrainingArgs()), seed=0, total_steps=1)
+    torch.manual_seed(0)
+    with torch.no_grad():  # a "train step" on what trains: every unfrozen weight moves
+        for param in trainer.model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn_like(param) * 0.05)
+    sent = dict(trainer.weights_for_sync())
+    assert not [k for k in sent if ".vision_model." in f".{k}"]
+    vl_engine.unsynced = ("vision_model",)  # as infer_worker.py sets it
+    vl_engine.update_weights(sent, version=1)
+    ids, inputs = [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
+    gens = vl_engine.generate(ids, SamplingParams(max_new_tokens=6, n=2, seed=4), inputs)
+    batch = pack_sequences([ids[g.prompt_index] for g in gens], [g.token_ids for g in gens],
+                           pad_id=0, infer_log_probs=[g.log_probs for g in gens],
+                           images=RowImages.of(inputs).repeat(2))
+    mask = batch.response_mask.bool()
+    assert torch.allclose(trainer.forward_logprobs(batch)[mask], batch.infer_log_probs[mask],
+                          atol=1e-4)

@@ -203,7 +203,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                             context_length=context_length(cfg),
                             sleep_mode=offloads_between_phases(cfg),
                             in_flight_updates=cfg.partial_rollout and streams(cfg),
-                            lora_adapter=served_adapter(cfg))
+                            lora_adapter=served_adapter(cfg),
+                            unsynced_prefix=cfg.actor_train.model_args.freeze_module_prefix)
         reference, in_actor = None, reference_from_actor(cfg)
         if cfg.reference is not None and not in_actor:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,

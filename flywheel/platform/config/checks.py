@@ -57,6 +57,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_async(cfg, catalogs.backends)
     check_phase_switch(cfg)
     check_weight_sync_carrier(cfg)
+    check_frozen_sync(cfg)
     check_cpu_affinity(cfg)
     check_sampling(cfg)
     check_fractions(cfg)
@@ -317,6 +318,22 @@ def check_weight_sync_carrier(cfg: PipelineConfig) -> None:
         raise ConfigError("", "weight_sync_carrier",
                           f"collective, but actor_train and actor_infer share device(s) "
                           f"{shared} (one rank per GPU in a broadcast group); use auto")
+
+
+def check_frozen_sync(cfg: PipelineConfig) -> None:
+    """A weight sync leaves actor_train's frozen modules out: actor_infer keeps the copy it
+    loaded (workers/strategies/frozen_modules.py), which is the trainer's only when both
+    load the same checkpoint."""
+    train = cfg.actor_train.model_args
+    infer = cfg.actor_infer.model_args.model_name_or_path
+    if train.freeze_module_prefix and infer and infer != (train.model_name_or_path
+                                                          or cfg.pretrain):
+        raise ConfigError("", "actor_infer.model_args.model_name_or_path",
+                          f"{infer}, but actor_train loads "
+                          f"{train.model_name_or_path or cfg.pretrain}: with "
+                          f"freeze_module_prefix the weight sync leaves the frozen modules "
+                          f"out, so actor_infer must load the checkpoint actor_train does; "
+                          f"remove it or make the two the same")
 
 
 def check_cpu_affinity(cfg: PipelineConfig) -> None:

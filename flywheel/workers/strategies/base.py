@@ -172,6 +172,9 @@ class InferStrategy(ABC):
     engine decodes at once): workers/infer_worker.py's generate_stream."""
 
     streams = False
+    # Module prefixes a weight sync leaves out: actor_train's frozen modules, which keep
+    # the values this engine loaded (frozen_modules.py). Set by the worker at start.
+    unsynced: tuple[str, ...] = ()
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], sampling: SamplingParams,

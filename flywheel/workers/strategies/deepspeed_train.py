@@ -61,7 +61,7 @@ from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies import deepspeed_options
 from flywheel.workers.strategies.base import TrainStrategy
-from flywheel.workers.strategies.frozen_modules import freeze_modules
+from flywheel.workers.strategies.frozen_modules import freeze_modules, unfrozen
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import (
     TORCH_DTYPES,
@@ -286,9 +286,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         bucket of copies exist at once, where the full state dict gathers the whole model
         on every rank and copies all of it to the CPU (bench/bench_deepspeed_sync.py). A
         tied parameter (lm_head = embed_tokens) goes once. With LoRA, the merged model
-        (lora.py `merged_weights`): a run gathers the A and B its adapted weights read too."""
+        (lora.py `merged_weights`): a run gathers the A and B its adapted weights read too.
+        Frozen modules are left out, ungathered (frozen_modules.py)."""
         module = self.engine.module
-        named = distinct_state_tensors(module)
+        named = list(unfrozen(distinct_state_tensors(module),
+                              self.cfg.model_args.freeze_module_prefix))
         if self.zero_stage != 3:
             yield from self._as_synced(named)
             return

@@ -41,6 +41,7 @@ from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
+from flywheel.workers.strategies.frozen_modules import under
 from flywheel.workers.strategies.hf_model import (
     batched_logprobs,
     load_causal_lm,
@@ -168,7 +169,9 @@ class HFInferStrategy(InferStrategy):
     def update_weights_from_buckets(self, buckets: Iterable[dict[str, torch.Tensor]],
                                     version: int) -> None:
         """Each bucket copied into the parameters in place as it arrives (what
-        `load_state_dict` does, a bucket at a time); a tied head follows its embedding."""
+        `load_state_dict` does, a bucket at a time); a tied head follows its embedding.
+        Names under `unsynced` (actor_train's frozen modules) may be missing: they keep
+        their loaded values."""
         targets = self.model.state_dict(keep_vars=True)
         missing, unexpected = set(targets), []
         for bucket in buckets:
@@ -179,6 +182,7 @@ class HFInferStrategy(InferStrategy):
                     continue
                 target.copy_(tensor)
                 missing.discard(name)
+        missing = {m for m in missing if not under(m, list(self.unsynced))}
         if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
             raise ValueError(f"weight sync mismatch: missing={sorted(missing)} "
                              f"unexpected={unexpected}")

@@ -28,7 +28,7 @@ from flywheel.platform.config.derived import lora_on
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
-from flywheel.workers.strategies.frozen_modules import freeze_modules
+from flywheel.workers.strategies.frozen_modules import freeze_modules, unfrozen
 from flywheel.workers.strategies.fused_old_logprobs import can_fuse_old_logprobs
 from flywheel.workers.strategies.hf_model import (
     batched_outputs,
@@ -140,11 +140,12 @@ class HFTrainStrategy(TrainStrategy):
         each into the object store before the next train step); under bf16/fp16 each fp32
         master cast on its own, one tensor at a time. A tied parameter (lm_head =
         embed_tokens) once. With LoRA, the adapter merged in, or the adapter alone
-        (`model_args.lora_sync`, lora.py)."""
+        (`model_args.lora_sync`, lora.py). Frozen modules are left out (frozen_modules.py)."""
         if self.adapter is not None:
             yield from self._lora_sync(self.precision.compute_dtype)
             return
-        for name, tensor in distinct_state_tensors(self.model):
+        for name, tensor in unfrozen(distinct_state_tensors(self.model),
+                                     self.cfg.model_args.freeze_module_prefix):
             yield name, tensor.detach().to(self.precision.compute_dtype)
 
     def _lora_sync(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:

@@ -62,8 +62,10 @@ groups).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -97,6 +99,7 @@ OWNED_KEYS = VLLM_OWNED
 CPU_KV_CACHE_BYTES = 256 << 20
 CPU_BATCHED_TOKENS = 4096  # vLLM's own CPU default for max_num_batched_tokens
 SHM_DIR = "/dev/shm"
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # kept_layers_unlogged
 
 
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
@@ -268,8 +271,9 @@ class VLLMInferStrategy(InferStrategy):
                            for bucket in buckets for name, tensor in bucket.items()}
                 self.adapters.load(self.llm.llm_engine, tensors, version)
             elif self.in_process:  # the engine's model is in this process: stream into it
-                self.llm.collective_rpc("reload_weights",
-                                        kwargs={"weights_iterator": self._stream(buckets)})
+                with kept_layers_unlogged(bool(self.unsynced)):
+                    self.llm.collective_rpc("reload_weights",
+                                            kwargs={"weights_iterator": self._stream(buckets)})
             else:
                 self._reload_through_file(self._stream(buckets))
         self.loop.update(load, version, in_flight=self.in_flight_updates)
@@ -347,3 +351,25 @@ class VLLMInferStrategy(InferStrategy):
             values = [step[tok].logprob for step, tok in zip(out.prompt_logprobs[1:], row[1:])]
             log_probs[b, 1:len(row)] = torch.tensor(values, dtype=torch.float32)
         return log_probs
+
+
+class _KeptLayerWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "%s: Failed to load weights"
+
+
+@contextlib.contextmanager
+def kept_layers_unlogged(on: bool) -> Iterator[None]:
+    """vLLM's in-place reload keeps the weights of a layer it is sent nothing for and warns
+    "<layer>: Failed to load weights" (its model_loader/reload/layerwise.py). A sync that
+    leaves a frozen tower out (frozen_modules.py) means exactly that, once per tower layer
+    per sync: those warnings are dropped while it loads."""
+    if not on:
+        yield
+        return
+    logger, quiet = logging.getLogger(RELOAD_LOGGER), _KeptLayerWarnings()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
