@@ -95,7 +95,8 @@ def test_the_prefix_cache_keys_blocks_by_the_image_too(tiny_idefics3_path, vl_en
 
     hits = []
     step = vl_engine.loop.engine.step
-    def recorded_step():  # noqa: E306 (the engine thread calls it)
+
+    def recorded_step():  # the engine thread calls it: each finished request's hits
         outputs = step()
         hits.extend(out.num_cached_tokens for out in outputs if out.finished)
         return outputs
