@@ -72,7 +72,8 @@ def test_an_rlvr_run_on_image_prompts_trains_with_the_images_in_context(
     assert [r["step"] for r in rows if "val/accuracy" in r] == [0, 2]
 
 
-@pytest.mark.long  # a second start of both roles on the VL model (~15-30 s)
+@pytest.mark.long  # two starts of both roles on the VL model: ~35 s on 2 shared cores
+@pytest.mark.slow
 def test_ratio_zero_on_image_prompts_equals_the_plain_synchronous_loop(
         tmp_path, ray_session, tiny_idefics3_path):
     """DESIGN.md invariant 1 with images: the run (ratio 0, the default, validating at steps
