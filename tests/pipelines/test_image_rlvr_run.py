@@ -3,8 +3,9 @@ PNG files under image_folder, the tiny random Idefics3 (mechanics, not learning)
 actors (actor_infer on hf_infer or vllm, actor_train on hf_train), 2 steps with validation. The
 recorded sampling log-probs equal the trainer's old log-probs with the images in context
 (offpolicy/k3_kl ~ 0: a side that dropped the images would show the gap); the same on
-vllm (images as multi_modal_data, `long`). A run on a backend that takes no images is
-refused when the data loads."""
+vllm (images as multi_modal_data, `long`). At async_generation_ratio 0 the run equals the
+plain synchronous loop number for number, image prompts and validation included (`long`).
+A run on a backend that takes no images is refused when the data loads."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.data.records import DataError
 from flywheel.pipelines.rlvr.rollout import load_prompt_sets
 from flywheel.pipelines.run.launch import run
+
+from .plain_loop import assert_same_steps, plain_sync_loop
 
 COLOURS = {"red": (220, 20, 20), "blue": (20, 20, 220), "green": (20, 200, 20)}
 
@@ -67,6 +70,23 @@ def test_an_rlvr_run_on_image_prompts_trains_with_the_images_in_context(
     for r in steps:  # the trainer's log-probs are the sampler's: same images, same weights
         assert abs(r["offpolicy/k3_kl"]) < 1e-6, r["offpolicy/k3_kl"]
     assert [r["step"] for r in rows if "val/accuracy" in r] == [0, 2]
+
+
+@pytest.mark.long  # two starts of both roles on the VL model: ~35 s on 2 shared cores
+@pytest.mark.slow
+def test_ratio_zero_on_image_prompts_equals_the_plain_synchronous_loop(
+        tmp_path, ray_session, tiny_idefics3_path):
+    """DESIGN.md invariant 1 with images: the run (ratio 0, the default, validating at steps
+    0 and 2 on image prompts too) and the loop written out train on the same image batches
+    and log the same numbers, step for step."""
+    data = config(tmp_path, tiny_idefics3_path)
+    rows = [json.loads(line) for line in
+            (run(load_config_dict(data)) / "metrics.jsonl").read_text().splitlines()]
+    piped = [r for r in rows if r["step"] > 0 and "actor/grad_norm" in r]
+    assert [r["step"] for r in rows if "val/accuracy" in r] == [0, 2]
+    plain = plain_sync_loop(load_config_dict({**data, "output_dir": str(tmp_path / "plain")}),
+                            tiny_idefics3_path, steps=2)
+    assert_same_steps(piped, plain, steps=2)
 
 
 def test_image_data_on_a_backend_without_images_is_refused_at_load(tmp_path,
