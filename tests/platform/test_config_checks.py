@@ -325,8 +325,8 @@ def test_actors_taking_turns_may_share_the_sibling_devices_of_a_multi_gpu_engine
     both = {"actor_infer": {"device_mapping": [0, 1, 2, 3], "num_gpus_per_worker": 2},
             "actor_train": {"device_mapping": [0, 1, 2, 3]}}
     load_config_dict({**both, "async_generation_ratio": 0})
-    with pytest.raises(ConfigError, match=r"actor_train.device_mapping: device 1 runs part "
-                                          r".*take turns on shared devices \(async_generation_ratio 0\)"):
+    with pytest.raises(ConfigError, match=r"actor_train.device_mapping: device 1 runs part .*"
+                                          r"take turns on shared devices \(async_generation"):
         load_config_dict({**both, "async_generation_ratio": 1})
 
 

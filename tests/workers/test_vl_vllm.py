@@ -3,9 +3,9 @@ prompt goes token-in as its engine ids (one placeholder per image) with its imag
 multi_modal_data; greedy tokens equal hf_infer's, and the sampled tokens' log-probs equal
 hf_train's with the images in the batch (and not without them). Prefix caching (issue 29
 item 4): two prompts with the same ids and different images share no cached KV block, the
-same prompt again reuses its own. `long`: one vLLM engine on a VL model starts in ~30 s on
-two busy cores (issue 29 budgets one shared engine for the suite; this module's tests share
-one)."""
+same prompt again reuses its own. A weight sync without the frozen vision tower keeps the
+engine's tower and loads the rest. `long` (7-30 s to start one VL engine on two cores; the
+suite's VL engine is test_image_rlvr_run.py's vllm run); this module's tests share one."""
 
 from __future__ import annotations
 
