@@ -25,6 +25,7 @@ The two are told apart by the key and rank (`BATCHED`), not by guessing from siz
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,3 +99,19 @@ def collate(key: str, parts: list[torch.Tensor | None], example: torch.Tensor) -
             pad += [0, shape[d - 1] - p.shape[d]]
         out.append(F.pad(p, pad))
     return torch.cat(out)
+
+
+def token_types(model: torch.nn.Module, input_ids: torch.Tensor) -> Features:
+    """`mm_token_type_ids` (1 at an image token, 0 elsewhere) for a model whose forward
+    reads it, else {}. Why: Qwen2-VL's family builds its 3-D rotary positions (multimodal
+    RoPE, Wang et al. 2024, arXiv:2409.12191) only when given them; without them
+    transformers 5.x silently gives every token 1-D positions, on the trainer and in
+    `generate` alike, so the two agree with each other and not with the model (nor with
+    vLLM, which places the image patches by their grid). `input_ids`: the ids the model
+    embeds, with sampled image tokens already read as text (hf_model.py
+    `generated_image_tokens_as_text`): only a prompt's image tokens are images."""
+    image_id = getattr(model.config, "image_token_id", None)
+    if image_id is None or "mm_token_type_ids" not in inspect.signature(
+            model.forward).parameters:
+        return {}
+    return {"mm_token_type_ids": (input_ids == image_id).int()}

@@ -39,7 +39,7 @@ from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
 from flywheel.platform.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch, pack_sequences
-from flywheel.workers.image_inputs import PromptImages, RowImages
+from flywheel.workers.image_inputs import PromptImages, RowImages, token_types
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.frozen_modules import under
 from flywheel.workers.strategies.hf_model import (
@@ -132,7 +132,8 @@ class HFInferStrategy(InferStrategy):
             generation_config=self.generation_config(sampling, stop_ids),
             tokenizer=self.tokenizer,  # stop_strings need it
             stopping_criteria=StoppingCriteriaList([TickPerToken()]),
-            **(images.model_inputs(self.device) if images is not None else {}),
+            **(images.model_inputs(self.device) | token_types(self.model, input_ids.to(
+                self.device)) if images is not None else {}),
         )
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
         rows, ends = [], []

@@ -24,6 +24,7 @@ from flywheel.algorithms.sampled_distribution import (
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.image_inputs import token_types
 from flywheel.workers.strategies.sequence_packing import PackingPlan
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,7 +133,8 @@ def sequence_logprobs(
         """The forward's arguments: the rows (image tensors with them), or the packs."""
         if packed is not None:
             return packed
-        return {"input_ids": model_ids, "attention_mask": attention_mask, **images}
+        types = token_types(model, model_ids) if images else {}
+        return {"input_ids": model_ids, "attention_mask": attention_mask, **images, **types}
 
     # [N] flat indices (into [B * (L-1)]) of the positions computed; None: all of them
     wanted = (None if positions is None

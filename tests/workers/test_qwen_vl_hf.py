@@ -1,0 +1,132 @@
+"""A user's Qwen2.5-VL checkpoint on hf_infer and hf_train (issue 29 item 2), through the
+loading path it takes (a random-init one saved and reloaded: tiny_qwen_vl.py). Its prompts
+come from `load_vl_processor` (the Qwen-VL pieces: this machine has no torchvision). The
+sampler's log-probs, decoded step by step with the KV cache, equal the trainer's one
+forward over prompt and response with the images: the two place the 3-D rotary positions
+the same way. Plain 1-D positions give other numbers, so the parity checks them.
+`freeze_module_prefix: visual` (the converter's name for ROLL's vision_model) takes
+exactly transformers' `model.visual.*`, and the weight sync leaves it out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+from tiny_qwen_vl import build_tiny_qwen2_5_vl
+
+from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
+from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
+from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+from flywheel.workers.batch import pack_sequences
+from flywheel.workers.image_inputs import RowImages
+from flywheel.workers.strategies.base import SamplingParams
+from flywheel.workers.strategies.hf_infer import HFInferStrategy
+from flywheel.workers.strategies.hf_train import HFTrainStrategy
+
+
+def image(colour, size=(112, 84)) -> Image.Image:
+    img = Image.new("RGB", size, (255, 255, 255))
+    img.paste(Image.new("RGB", (size[0] // 2, size[1] // 2), colour), (4, 6))
+    return img
+
+
+@pytest.fixture(scope="module")
+def qwen_vl(tmp_path_factory) -> str:
+    return str(build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
+
+
+@pytest.fixture(scope="module")
+def prompts(qwen_vl):
+    encode = ImagePromptEncoder(load_vl_processor(qwen_vl), template="chat")
+    encoded = [encode(i) for i in (
+        ImageItem("a", "what colour is the square?", [image((220, 20, 20))]),
+        ImageItem("b", "<image> and <image>: same colour?",
+                  [image((20, 20, 220), (96, 40)), image((20, 200, 20), (40, 96))]),
+        ImageItem("t", "say a colour", []))]
+    return [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
+
+
+@pytest.fixture(scope="module")
+def infer(qwen_vl):
+    return HFInferStrategy(qwen_vl, WorkerConfig(infer_batch_size=8), seed=0)
+
+
+@pytest.fixture(scope="module")
+def sampled(infer, prompts):
+    ids, inputs = prompts
+    gens = infer.generate(ids, SamplingParams(max_new_tokens=6, n=2, seed=5), inputs)
+    return pack_sequences([ids[g.prompt_index] for g in gens], [g.token_ids for g in gens],
+                          pad_id=0, infer_log_probs=[g.log_probs for g in gens],
+                          images=RowImages.of(inputs).repeat(2))
+
+
+def trainer(path: str, freeze: str | None = None) -> HFTrainStrategy:
+    return HFTrainStrategy(path, WorkerConfig(
+        model_args=ModelArgs(freeze_module_prefix=freeze),
+        training_args=TrainingArgs(per_device_train_batch_size=6)), seed=0, total_steps=1)
+
+
+def test_the_trainers_logprobs_are_the_samplers_with_the_images_and_3d_positions(
+        qwen_vl, sampled):
+    batch, model = sampled, trainer(qwen_vl)
+    mask = batch.response_mask.bool()
+    assert len(batch) == 6 and int(mask.sum()) > 6
+    scored = model.forward_logprobs(batch)
+    assert torch.allclose(scored[mask], batch.infer_log_probs[mask], atol=1e-5)
+    # 1-D positions (what a text model uses) move the image rows' numbers
+    base = model.model.model  # Qwen2_5_VLModel, which the log-prob pass calls
+    forward = base.forward
+
+    def flat_positions(*args, **kwargs):
+        kwargs["position_ids"] = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return forward(*args, **kwargs)
+
+    base.forward = flat_positions
+    flat = model.forward_logprobs(batch)
+    base.forward = forward
+    image_rows = mask[:4]
+    assert (flat[:4][image_rows] - scored[:4][image_rows]).abs().max() > 1e-3
+    batch.images, kept = None, batch.images  # and so does dropping the images
+    blind = model.forward_logprobs(batch)
+    batch.images = kept
+    assert (blind[:4][image_rows] - scored[:4][image_rows]).abs().max() > 1e-3
+
+
+def test_generate_decodes_with_the_positions_the_trainer_scores_with(qwen_vl, infer,
+                                                                     prompts):
+    """hf_infer records log-probs with the trainer's own forward, so the parity above does
+    not see how `generate` itself placed the patches: its step-by-step scores (greedy: the
+    raw logits) must be the trainer's log-probs of the tokens it chose."""
+    ids, inputs = prompts
+    generate, scores = infer.model.generate, []
+
+    def recording(*args, **kwargs):
+        result = generate(*args, **kwargs | {"output_scores": True,
+                                             "return_dict_in_generate": True})
+        scores.append(torch.stack(result.scores, 1).log_softmax(-1))  # [B, T, V]
+        return result
+
+    infer.model.generate = recording
+    try:
+        gens = infer.generate(ids, SamplingParams(max_new_tokens=5, do_sample=False), inputs)
+    finally:
+        infer.model.generate = generate
+    batch = pack_sequences(ids, [g.token_ids for g in gens], pad_id=0,
+                           images=RowImages.of(inputs))
+    scored = trainer(qwen_vl).forward_logprobs(batch)
+    for row, g in enumerate(gens):
+        steps = torch.arange(len(g.token_ids))
+        decoded = scores[0][row, steps, torch.tensor(g.token_ids)]
+        start = len(ids[row])
+        assert torch.allclose(decoded, scored[row, start:start + len(g.token_ids)],
+                              atol=1e-4), row
+
+
+def test_freezing_visual_takes_the_vision_tower_and_the_sync_leaves_it_out(qwen_vl):
+    model = trainer(qwen_vl, "visual")
+    frozen = {n for n, p in model.model.named_parameters() if not p.requires_grad}
+    assert frozen == {n for n, _ in model.model.named_parameters()
+                      if n.startswith("model.visual.")}
+    sent = {n for n, _ in model.weights_for_sync()}
+    assert sent and not [n for n in sent if n.startswith("model.visual.")]
+    assert "lm_head.weight" in sent
