@@ -113,6 +113,40 @@ def test_bad_images_are_refused_naming_the_record_or_skipped_and_counted(tmp_pat
     assert [r.id for r in loaded.records] == ["good"] and loaded.skipped_bad_images == 3
 
 
+def test_images_inside_chat_message_parts_are_the_records_images(tmp_path, processor):
+    """transformers'/Qwen-VL's {"type": "image", "image": ...} and OpenAI's
+    {"type": "image_url", "image_url": {"url": ...}} parts: their images, in order, where
+    the parts stand; a URL is refused when the record loads (workers fetch nothing)."""
+    import base64
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "red.png").write_bytes(png())
+    uri = "data:image/png;base64," + base64.b64encode(png((20, 20, 220))).decode()
+    parts = [{"type": "text", "text": "first"}, {"type": "image", "image": "red.png"},
+             {"type": "text", "text": "then"}, {"type": "image_url", "image_url": {"url": uri}}]
+    rows = [{"id": "m", "prompt": [{"role": "user", "content": parts}], "answer": "red"}]
+    data = args([write_jsonl(tmp_path / "d.jsonl", rows)], image_folder=str(tmp_path / "img"),
+                messages="prompt")
+    (record,) = load_prompts(data, "actor_train", processor.tokenizer, 200,
+                             lambda: processor).records
+    assert record.images == ["red.png", uri]
+    assert [p["type"] for p in record.prompt[0]["content"]] == ["text", "image", "text", "image"]
+    assert uri not in json.dumps(record.row)  # rewards get the messages without the image
+    encoded = load_prompts(data, "actor_train", processor.tokenizer, 200,
+                           lambda: processor).image_encoder(item(record))
+    text = processor.tokenizer.decode(encoded.engine_ids)
+    assert text.index("first") < text.index("<image>") < text.index("then")
+    assert [i.getpixel((0, 0)) for i in encoded.images] == [(200, 30, 30), (20, 20, 220)]
+    parts[1]["image"] = "https://example.com/red.png"
+    data.file_name = [write_jsonl(tmp_path / "u.jsonl", rows)]
+    with pytest.raises(DataError, match=r"record m, image 0.*is a URL; workers do not fetch"):
+        load_prompts(data, "actor_train", processor.tokenizer, 200, lambda: processor)
+    rows[0]["images"] = ["red.png"]
+    data.file_name = [write_jsonl(tmp_path / "b.jsonl", rows)]
+    with pytest.raises(DataError, match=r"images both in column 'images' and inside"):
+        load_prompts(data, "actor_train", processor.tokenizer, 200, lambda: processor)
+
+
 def test_a_text_only_model_is_refused_with_the_reason(tmp_path, tiny_model_path):
     from transformers import AutoTokenizer
 

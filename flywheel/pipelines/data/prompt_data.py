@@ -43,6 +43,7 @@ from flywheel.pipelines.data.records import (
     DataError,
     Prompt,
     PromptRecord,
+    images_in_parts,
     json_images,
     json_row,
 )
@@ -148,14 +149,21 @@ def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
         except json.JSONDecodeError:
             raise DataError(f"{where}: column '{columns.prompt}' is neither a list of "
                             f"messages nor its JSON text") from None
+    inline: list[str] = []
     if not isinstance(prompt, str):
-        prompt = checked_messages(prompt, where)
+        prompt, inline = images_in_parts(checked_messages(prompt, where), where)
     rid = row.get(columns.id) if columns.id else row.get("id")
     record = PromptRecord(id=str(rid) if rid is not None else where.rsplit("/", 1)[-1],
                           prompt=prompt, answer=str(column_value(row, columns.answer)),
                           tag=str(row.get(columns.tag) or ""))
     record.images = json_images(row.get(columns.image), f"{where}: column '{columns.image}'")
+    if inline and record.images:
+        raise DataError(f"{where}: images both in column '{columns.image}' and inside its "
+                        f"messages' image parts; give them in one place")
+    record.images = record.images or inline
     rest = {k: v for k, v in row.items() if k != columns.image}
+    if inline:  # the messages without their image data, as the column's images are kept out
+        rest[columns.prompt] = prompt
     record.row = {"id": record.id, "tag": record.tag, **json_row(rest)}
     return record
 

@@ -55,3 +55,37 @@ def json_images(value: Any, where: str) -> list[str]:
                             f"({type(item).__name__})")
         out.append(item)
     return out
+
+
+# Keys a chat-format image part may hold its image under: transformers' and Qwen-VL's
+# {"type": "image", "image" | "url" | "path": ...}, OpenAI's {"type": "image_url",
+# "image_url": {"url": ...}}
+PART_IMAGE_KEYS = ("image", "url", "path", "image_url")
+
+
+def images_in_parts(messages: list[dict[str, Any]], where: str
+                    ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Chat messages whose image parts carry their own image: the messages with each such
+    part made a plain {"type": "image"} (where the processor's template puts the image
+    tokens), and the images in order, as `json_images` gives them. An http(s) URL is kept
+    here and refused by image_files.py when the record loads (workers fetch nothing)."""
+    out, images = [], []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            source = next((part[k] for k in PART_IMAGE_KEYS if kind in ("image", "image_url")
+                           and part.get(k) is not None), None)
+            if source is None:
+                parts.append(part)
+                continue
+            if isinstance(source, dict) and "url" in source:  # OpenAI's {"url": ...}
+                source = source["url"]
+            images += json_images(source, f"{where}: image part {len(images)}")
+            parts.append({"type": "image"})
+        out.append({**message, "content": parts})
+    return out, images
