@@ -24,6 +24,7 @@ from flywheel.algorithms.sampled_distribution import (
 from flywheel.platform.config.schema import ModelArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.omni_thinker import is_omni, load_thinker
 from flywheel.workers.strategies.sequence_packing import PackingPlan
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -50,9 +51,14 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
     # Qwen2-VL, ...) loads as transformers' image-text-to-text class, which takes the
     # prompt's image tensors (workers/image_inputs.py); its lm head and base model are
     # where sequence_logprobs reads them, as for a causal LM
-    vision = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
-    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    model = auto.from_pretrained(path, **kwargs)
+    # A Qwen3-Omni checkpoint (no auto class) loads as its thinker (omni_thinker.py).
+    config = AutoConfig.from_pretrained(path)
+    if is_omni(config):
+        model = load_thinker(path, config, **kwargs)
+    else:
+        vision = getattr(config, "vision_config", None) is not None
+        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        model = auto.from_pretrained(path, **kwargs)
     if not model_args.disable_gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.to(device)
@@ -147,8 +153,7 @@ def sequence_logprobs(
         return flat if wanted is None else flat[wanted]
 
     flat_targets = targets.reshape(-1) if wanted is None else targets.reshape(-1)[wanted]
-    if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
-                          for k in SCALED_LOGITS):
+    if not chunked or own_logits(model):
         with generated_image_tokens_as_text(model, batch, input_ids, images) as model_ids:
             flat_logits = at_wanted(model(**model_inputs(model_ids)).logits)
         log_probs, entropy = _token_logprobs(flat_logits, flat_targets, distribution,
@@ -177,6 +182,18 @@ def sequence_logprobs(
     if entropy is not None:
         entropy = F.pad(_scattered(entropy, wanted, rows * width).view(rows, width), (1, 0))
     return log_probs, entropy  # [B, L] each
+
+
+def own_logits(model: torch.nn.Module) -> bool:
+    """Whether the log-probs come from the model's own (whole-batch) logits rather than
+    its base model's hidden states through the head in chunks: logits that are not
+    lm_head(hidden) (SCALED_LOGITS), and a model that is its own base model (Qwen3-Omni's
+    thinker, base_model_prefix "thinker": the images are merged into the embeddings in its
+    top-level forward, and its text model takes no image inputs). A PEFT model is judged
+    by the model it wraps."""
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return (core.base_model is core
+            or any(getattr(model.config, k, None) not in (None, 1.0) for k in SCALED_LOGITS))
 
 
 @contextlib.contextmanager
