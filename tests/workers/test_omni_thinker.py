@@ -23,6 +23,7 @@ from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_model import load_causal_lm
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
+from flywheel.workers.strategies.router_loss import METRIC
 
 N = 2  # samples per prompt
 VISION = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
@@ -122,8 +123,8 @@ def sampled(omni):
     return infer, batch
 
 
-def train(path, freeze=None):
-    cfg = WorkerConfig(model_args=ModelArgs(freeze_module_prefix=freeze),
+def train(path, freeze=None, aux=None):
+    cfg = WorkerConfig(model_args=ModelArgs(freeze_module_prefix=freeze, moe_aux_loss_coef=aux),
                        training_args=TrainingArgs(learning_rate=1e-2, max_grad_norm=0.0,
                                                   per_device_train_batch_size=4))
     return HFTrainStrategy(path, cfg, seed=0, total_steps=2)
@@ -164,9 +165,11 @@ def test_frozen_towers_stay_bit_identical_and_the_checkpoint_reloads(omni, sampl
     torch.manual_seed(0)
     batch.advantages = torch.randn(len(batch))[:, None] * batch.response_mask
     loss = ActorLoss("ppo", PolicyLossParams(), "seq-mean-token-mean", norm_length=5)
-    trainer = train(path, "visual,audio_tower")  # roll_vl.py's names for ROLL's prefix
+    # roll_vl.py's names for ROLL's prefix; the converted file's router loss ("model": the
+    # thinker's text_config.router_aux_loss_coef)
+    trainer = train(path, "visual,audio_tower", aux="model")
     before = {k: v.clone() for k, v in trainer.state_dict_for_sync().items()}
-    trainer.train_step(batch, loss)
+    assert trainer.train_step(batch, loss)[METRIC] > 0
     after = trainer.state_dict_for_sync()
     towers = [k for k in before if k.startswith(("visual.", "audio_tower."))]
     text = [k for k in before if k.startswith("model.layers.")]

@@ -168,8 +168,8 @@ def _named_family(name: str) -> str | None:
 
 def _in_transformers(family: str) -> bool:
     """Whether this transformers has the family's modeling module (each of MOE_FAMILIES
-    is a causal LM there, or Qwen3-Omni's thinker). Found, not imported: importing transformers' auto classes
-    costs seconds, and a conversion loads no model."""
+    is a causal LM there, or Qwen3-Omni's thinker). Found, not imported: importing
+    transformers' auto classes costs seconds, and a conversion loads no model."""
     try:
         return importlib.util.find_spec(f"transformers.models.{family}.modeling_{family}"
                                         ) is not None
