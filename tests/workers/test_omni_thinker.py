@@ -4,17 +4,21 @@ loads as its thinker (the `thinker.*` weights, nothing random); prompts go throu
 processor's image path (QwenVLPieces without torchvision); hf_train's log-probs with the
 image equal hf_infer's and differ without it; freezing ROLL's towers (in transformers'
 names) keeps them bit-identical through a train step; the saved checkpoint reloads as the
-trained thinker."""
+trained thinker, and `platform export` writes the full Omni checkpoint back (the talker
+carried unchanged); deepspeed_train scores the image batch like hf_infer."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 from flywheel.algorithms import PolicyLossParams
+from flywheel.cli import main
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import QwenVLPieces, load_vl_processor
+from flywheel.platform.checkpoint import writing_checkpoint
 from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
@@ -158,7 +162,8 @@ def test_hf_train_logprobs_equal_hf_infers_with_the_image_and_differ_without(omn
                           atol=1e-5)
 
 
-def test_frozen_towers_stay_bit_identical_and_the_checkpoint_reloads(omni, sampled, tmp_path):
+def test_frozen_towers_stay_bit_identical_and_the_checkpoint_reloads_and_exports(
+        omni, sampled, tmp_path):
     path, _ = omni
     _, batch = sampled
     batch.old_log_probs = batch.infer_log_probs
@@ -176,15 +181,36 @@ def test_frozen_towers_stay_bit_identical_and_the_checkpoint_reloads(omni, sampl
     assert towers and text
     assert all(torch.equal(before[k], after[k]) for k in towers)
     assert any(not torch.equal(before[k], after[k]) for k in text)
-    trainer.save(str(tmp_path / "checkpoint"))
-    reloaded = load_causal_lm(str(tmp_path / "checkpoint" / "model"), ModelArgs(),
-                              torch.device("cpu")).state_dict()
+    # the run's checkpoint holds the thinker alone, which reloads as trained
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"pretrain": path}))
+    with writing_checkpoint(run_dir, 1) as tmp:
+        trainer.save(str(tmp / "actor_train"))
+    reloaded = load_causal_lm(str(run_dir / "checkpoint-1" / "actor_train" / "model"),
+                              ModelArgs(), torch.device("cpu")).state_dict()
     assert set(reloaded) == set(after)
-    assert all(torch.equal(reloaded[k].float(), after[k].float()) for k in after)
+    assert all(torch.equal(reloaded[k], after[k]) for k in after)
+    # `platform export` writes the full Omni checkpoint: the trained thinker, the base's
+    # talker and code2wav unchanged, the processor's files; transformers' whole model and
+    # flywheel (its thinker) load it
+    out = tmp_path / "served"
+    assert main(["export", str(run_dir), "-o", str(out), "--dtype", "fp32"]) == 0
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+    whole = Qwen3OmniMoeForConditionalGeneration.from_pretrained(out).state_dict()
+    _, saved = omni
+    assert set(whole) == set(saved)
+    assert all(torch.equal(whole[f"thinker.{k}"], after[k]) for k in after)
+    speech = [k for k in saved if k.startswith(("talker.", "code2wav."))]
+    assert speech and all(torch.equal(whole[k], saved[k]) for k in speech)
+    assert isinstance(load_vl_processor(out), QwenVLPieces)
+    again = load_causal_lm(str(out), ModelArgs(), torch.device("cpu")).state_dict()
+    assert all(torch.equal(again[k], after[k]) for k in after)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", [0, pytest.param(3, marks=pytest.mark.long)])
+@pytest.mark.long  # a Ray cluster per stage: ~8 s each on 2 cores (make test-long)
+@pytest.mark.parametrize("stage", [0, 3])
 def test_deepspeed_scores_the_image_batch_like_hf_train(omni, sampled, train_cluster, stage):
     """The converted ROLL file's layout: deepspeed_train's reference at ZeRO-0 (the chunked
     path, judged through the engine: hf_model.own_logits) and its actor at ZeRO-3 (the

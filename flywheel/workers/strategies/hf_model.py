@@ -43,25 +43,30 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
     if model_args.attn_implementation:
         name = model_args.attn_implementation
         kwargs["attn_implementation"] = ATTN_NAMES.get(name, name)
+    model = load_pretrained(path, **kwargs)
+    if not model_args.disable_gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model.to(device)
+
+
+def load_pretrained(path: str, **kwargs) -> torch.nn.Module:
+    """The checkpoint at `path` as the class flywheel's HF backends (and `platform export`)
+    load it as; `kwargs` as for `from_pretrained`."""
     # imported here, not at the top: a worker on a latency-only backend (latency_sim.py)
     # imports this module but loads no model, and transformers' model classes cost seconds
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
+    config = AutoConfig.from_pretrained(path)
+    # A Qwen3-Omni checkpoint (no auto class) loads as its thinker (omni_thinker.py).
+    if is_omni(config):
+        return load_thinker(path, config, **kwargs)
     # an image-text checkpoint (a vision tower beside its language model: Idefics3,
     # Qwen2-VL, ...) loads as transformers' image-text-to-text class, which takes the
     # prompt's image tensors (workers/image_inputs.py); its lm head and base model are
     # where sequence_logprobs reads them, as for a causal LM
-    # A Qwen3-Omni checkpoint (no auto class) loads as its thinker (omni_thinker.py).
-    config = AutoConfig.from_pretrained(path)
-    if is_omni(config):
-        model = load_thinker(path, config, **kwargs)
-    else:
-        vision = getattr(config, "vision_config", None) is not None
-        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-        model = auto.from_pretrained(path, **kwargs)
-    if not model_args.disable_gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    return model.to(device)
+    vision = getattr(config, "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    return auto.from_pretrained(path, **kwargs)
 
 
 def distinct_state_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
