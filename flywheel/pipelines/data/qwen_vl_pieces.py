@@ -1,5 +1,5 @@
-"""Qwen2-VL / Qwen2.5-VL image prompts where their processor class cannot be built: the
-same outputs for text and images, from the two pieces that do build.
+"""Qwen2-VL / Qwen2.5-VL (and Qwen3-Omni) image prompts where their processor class cannot
+be built: the same outputs for text and images, from the two pieces that do build.
 
 Why: in transformers 5.19 without torchvision (this machine; the Makefile removes PyPI's
 CUDA build), `Qwen2VLProcessor(...)` and `Qwen2_5_VLProcessor(...)` fail in their argument

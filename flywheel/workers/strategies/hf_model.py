@@ -194,7 +194,8 @@ def own_logits(model: torch.nn.Module) -> bool:
     its base model's hidden states through the head in chunks: logits that are not
     lm_head(hidden) (SCALED_LOGITS), and a model that is its own base model (Qwen3-Omni's
     thinker, base_model_prefix "thinker": the images are merged into the embeddings in its
-    top-level forward, and its text model takes no image inputs). A DeepSpeed engine and a
+    top-level forward, and its text model takes no image inputs; the cost is the whole
+    [B, L, V] logits of a micro-batch at once). A DeepSpeed engine and a
     PEFT model are judged by the model they wrap (an engine's `base_model` is its module's)."""
     core = getattr(model, "module", model)  # a DeepSpeed engine's model
     core = core.get_base_model() if hasattr(core, "get_base_model") else core  # PEFT
