@@ -126,7 +126,7 @@ def test_megatrons_vision_model_prefix_becomes_transformers_visual_for_qwen_vl(t
 
     conversion = convert_roll(vl_file(tmp_path, qwen))
     assert conversion.data["actor_train"]["model_args"]["freeze_module_prefix"] == "visual"
-    assert any("-> visual (transformers' name)" in m for m in conversion.mapped)
+    assert any("-> visual (transformers' names)" in m for m in conversion.mapped)
     for name in ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-35B-A3B"):  # model.visual.* too
 
         def qwen35(data, name=name):
@@ -137,3 +137,28 @@ def test_megatrons_vision_model_prefix_becomes_transformers_visual_for_qwen_vl(t
     # another architecture keeps what ROLL wrote (the tiny Idefics3's tower: vision_model)
     plain = convert_roll(VL).data["actor_train"]["model_args"]["freeze_module_prefix"]
     assert plain == "vision_model"
+
+
+def test_qwen3_omni_on_megatron_trains_its_thinker_with_rolls_towers_frozen(tmp_path):
+    """ROLL's qwen3-omni/rlvr_megatron.yaml: the MoE family is Qwen3-Omni (its thinker
+    loads, workers/strategies/omni_thinker.py), not Qwen3-MoE, and the four mcore_adapter
+    prefixes become the thinker's two towers (the talker and code2wav are never loaded)."""
+    def omni(data, prefix="vision_model,audio_model,talker,code2wav"):
+        data["pretrain"] = "Qwen/Qwen3-Omni-30B-A3B-Thinking"
+        data["actor_train"]["model_args"]["freeze_module_prefix"] = prefix
+        data["actor_train"]["strategy_args"] = {"strategy_name": "megatron_train",
+                                                "strategy_config": {
+                                                    "expert_model_parallel_size": 8}}
+        data["reference"]["strategy_args"] = {"strategy_name": "megatron_infer"}
+
+    conversion = convert_roll(vl_file(tmp_path, omni))
+    assert conversion.missing == []
+    cfg = load_config_dict(conversion.data)
+    assert cfg.actor_train.model_args.freeze_module_prefix == "visual,audio_tower"
+    assert cfg.actor_train.strategy_args.strategy_name == "deepspeed_train"
+    assert any("transformers builds qwen3_omni_moe" in m for m in conversion.mapped)
+    assert any("-> visual,audio_tower (transformers' names; talker, code2wav: not in the "
+               "thinker" in m for m in conversion.mapped)
+    # the speech parts alone: nothing the trained model has is left to freeze
+    alone = convert_roll(vl_file(tmp_path, lambda d: omni(d, "talker,code2wav"))).data
+    assert "freeze_module_prefix" not in alone["actor_train"]["model_args"]

@@ -1,5 +1,5 @@
-"""Qwen2-VL / Qwen2.5-VL image prompts where their processor class cannot be built: the
-same outputs for text and images, from the two pieces that do build.
+"""Qwen2-VL / Qwen2.5-VL (and Qwen3-Omni) image prompts where their processor class cannot
+be built: the same outputs for text and images, from the two pieces that do build.
 
 Why: in transformers 5.19 without torchvision (this machine; the Makefile removes PyPI's
 CUDA build), `Qwen2VLProcessor(...)` and `Qwen2_5_VLProcessor(...)` fail in their argument
@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 IMAGE_PAD = "<|image_pad|>"
-# Checked here with Qwen2.5-VL's HF model (bench/vl_feasibility.py); Qwen3-VL's processor is
-# not (its image processor differs: 16 px patches), so it is not taken over.
-QWEN_VL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+# Checked here with Qwen2.5-VL's HF model (bench/vl_feasibility.py) and Qwen3-Omni's thinker
+# (tests/workers/test_omni_thinker.py: its processor expands `<|image_pad|>` the same way,
+# from the Qwen2-VL image processor of its checkpoint, 16 px patches); Qwen3-VL's processor
+# is not (its image processor differs), so it is not taken over.
+QWEN_VL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_omni_moe")
 
 
 @dataclass

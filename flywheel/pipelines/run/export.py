@@ -1,6 +1,7 @@
 """`platform export CHECKPOINT_OR_RUN_DIR -o OUT_DIR`: a checkpoint as one Hugging Face model
-folder for serving (safetensors, config, tokenizer), loadable by `AutoModelForCausalLM`, by
-vLLM, and by flywheel as a `pretrain:`.
+folder for serving (safetensors, config, tokenizer), loadable by transformers (the class the
+run's backends load: `AutoModelForCausalLM`, an image-text one), by vLLM, and by flywheel as a
+`pretrain:`.
 
 Why a command: a LoRA checkpoint holds only the adapter (`actor_train/adapter`, a PEFT
 folder) and relies on the run's own base model, named in the run's config.yaml; a serving
@@ -16,7 +17,10 @@ What a checkpoint may hold (first match wins):
 - `adapter/` (an SFT run with LoRA) and the checkpoint itself (an SFT run: already a model
   folder) likewise.
 The weights are written in `model_args.dtype` of the run's actor_train (the dtype the run
-served) unless `dtype` says otherwise; the tokenizer is the base model's.
+served) unless `dtype` says otherwise; the tokenizer (and an image-text model's processor
+files) are the base model's. A Qwen3-Omni run trained the thinker alone: its folder is the
+full Omni checkpoint again, the base's talker and code2wav copied unchanged
+(workers/strategies/omni_thinker.py `as_full_checkpoint`).
 
 What it does not do: shard, quantise, or export the critic or a reward model.
 """
@@ -34,6 +38,7 @@ from flywheel.platform.checkpoint import MARKER, complete_checkpoints
 from flywheel.platform.config.schema import PipelineConfig
 
 ROLE = "actor_train"
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 RUN_CONFIG = "config.yaml"
 
 
@@ -87,11 +92,13 @@ def run_config(checkpoint: Path) -> PipelineConfig:
 def export(source: Path, out: Path, dtype: str | None = None) -> Path:
     """The merged model folder of `source`'s checkpoint at `out` (written beside, then
     renamed, so a killed export leaves no half folder); returns the checkpoint exported."""
+    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
     from flywheel.pipelines.roles.roles import actor_train_model
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_tokenizer
+    from flywheel.workers.strategies.omni_thinker import as_full_checkpoint, is_omni
 
     hf_logging.disable_progress_bar()  # the command prints one line of its own
     if out.exists() and any(out.iterdir()):
@@ -107,6 +114,9 @@ def export(source: Path, out: Path, dtype: str | None = None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     load_tokenizer(base).save_pretrained(tmp)
+    copy_processor_files(base, tmp)
+    if is_omni(AutoConfig.from_pretrained(base)):  # the talker and code2wav, unchanged
+        as_full_checkpoint(tmp, base)
     if out.exists():
         out.rmdir()
     os.replace(tmp, out)
@@ -131,6 +141,19 @@ def merged_model(base: str, adapter: Path, dtype: torch.dtype) -> torch.nn.Modul
 
 
 def _load(path: str | Path, dtype: torch.dtype) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+    """As the run's backends load it: a causal LM, an image-text model, Qwen3-Omni's
+    thinker (hf_model.load_pretrained)."""
+    from flywheel.workers.strategies.hf_model import load_pretrained
 
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return load_pretrained(str(path), dtype=dtype)
+
+
+def copy_processor_files(base: str, out: Path) -> None:
+    """The base's image processor files (an image-text model's), beside the tokenizer's:
+    flywheel's image prompts load the processor from the model folder."""
+    from flywheel.workers.strategies.omni_thinker import base_file
+
+    for name in PROCESSOR_FILES:
+        found = base_file(base, name, required=False)
+        if found is not None:
+            shutil.copyfile(found, out / name)

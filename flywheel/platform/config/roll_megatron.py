@@ -26,8 +26,9 @@ Every key of the Megatron strategy_config is accounted for, never dropped in a h
 - `bf16` / `fp16` were made `model_args.dtype` before (roll_backends.megatron_precision).
 - Any other key is refused: the conversion cannot vouch for what it does.
 
-MoE families: the model must be one transformers builds as a causal LM (MOE_FAMILIES, whose
-modeling module this transformers must have), judged from the pretrain name: the
+MoE families: the model must be one transformers builds as a causal LM, or Qwen3-Omni,
+whose thinker flywheel loads (MOE_FAMILIES, whose modeling module this transformers must
+have), judged from the pretrain name: the
 checkpoint's config is not read offline. A family it lacks is refused.
 """
 
@@ -83,6 +84,9 @@ BALANCING = "moe_router_load_balancing_type"
 # pretrain name pattern -> transformers model_type (checked against transformers' causal-LM
 # mapping); the first match wins, so the more specific patterns come first.
 MOE_FAMILIES: tuple[tuple[str, str], ...] = (
+    # before qwen3-*-a3b: Qwen3-Omni-30B-A3B is qwen3_omni_moe, whose thinker flywheel
+    # trains (workers/strategies/omni_thinker.py)
+    (r"qwen3[-_.]?omni", "qwen3_omni_moe"),
     (r"qwen3[-_.]?next", "qwen3_next"), (r"qwen3\.5-.*-a\d+b", "qwen3_5_moe"),
     (r"qwen3-.*-a\d+b", "qwen3_moe"), (r"qwen2-.*-a\d+b|qwen1\.5-moe", "qwen2_moe"),
     (r"mixtral", "mixtral"),
@@ -164,8 +168,8 @@ def _named_family(name: str) -> str | None:
 
 def _in_transformers(family: str) -> bool:
     """Whether this transformers has the family's modeling module (each of MOE_FAMILIES
-    is a causal LM there). Found, not imported: importing transformers' auto classes
-    costs seconds, and a conversion loads no model."""
+    is a causal LM there, or Qwen3-Omni's thinker). Found, not imported: importing
+    transformers' auto classes costs seconds, and a conversion loads no model."""
     try:
         return importlib.util.find_spec(f"transformers.models.{family}.modeling_{family}"
                                         ) is not None

@@ -155,23 +155,40 @@ def fit_vl(data: dict[str, Any], out: Conversion, written: dict[KeyPath, str]) -
 # `vision_model`, mcore_adapter's module name, which no HF Qwen-VL module has (a prefix
 # that matches nothing is refused when the model loads).
 QWEN_VL = re.compile(r"qwen[0-9.]*-vl|qwen3\.5-", re.IGNORECASE)
+QWEN_VL_NAMES: dict[str, str | None] = {"vision_model": "visual"}
+# Qwen3-Omni: flywheel trains its thinker (workers/strategies/omni_thinker.py), whose towers
+# transformers names `visual` and `audio_tower` (mcore_adapter: vision_model, audio_model).
+# The talker and code2wav are not loaded, so RL never changes them: their prefixes have
+# nothing left to freeze and go (None).
+QWEN_OMNI = re.compile(r"qwen3[-_.]?omni", re.IGNORECASE)
+OMNI_NAMES: dict[str, str | None] = {"vision_model": "visual", "audio_model": "audio_tower",
+                                     "talker": None, "code2wav": None}
 
 
 def hf_vision_prefix(out: Conversion) -> None:
-    """actor_train's freeze_module_prefix in transformers' names for a Qwen-VL model."""
+    """actor_train's freeze_module_prefix in transformers' names for a Qwen-VL or
+    Qwen3-Omni model (the key goes if nothing is left to freeze)."""
     args = (out.data.get("actor_train") or {}).get("model_args") or {}
     prefix = args.get("freeze_module_prefix")
     model = str(args.get("model_name_or_path") or out.data.get("pretrain") or "")
-    if not isinstance(prefix, str) or not QWEN_VL.search(model):
+    names = (OMNI_NAMES if QWEN_OMNI.search(model)
+             else QWEN_VL_NAMES if QWEN_VL.search(model) else None)
+    if not isinstance(prefix, str) or names is None:
         return
-    parts = [p.strip() for p in prefix.split(",")]
-    if "vision_model" not in parts:
+    parts = [p.strip() for p in prefix.split(",") if p.strip()]
+    if not any(p in names for p in parts):
         return
-    args["freeze_module_prefix"] = ",".join("visual" if p == "vision_model" else p
-                                            for p in parts)
+    kept = [names.get(p, p) for p in parts if names.get(p, p) is not None]
+    gone = [p for p in parts if p in names and names[p] is None]
+    if kept:
+        args["freeze_module_prefix"] = ",".join(kept)
+    else:
+        args.pop("freeze_module_prefix")
+    why = (f"; {', '.join(gone)}: not in the thinker flywheel trains (never loaded, so "
+           f"never trained)" if gone else "")
     out.mapped.append(f"actor_train.model_args.freeze_module_prefix: {prefix} (Megatron's "
-                      f"name for {model}'s vision tower) -> {args['freeze_module_prefix']} "
-                      f"(transformers' name)")
+                      f"names for {model}'s modules) -> {','.join(kept) or 'unset'} "
+                      f"(transformers' names{why})")
 
 
 def detection_reward_args(name: str, out: Conversion) -> None:

@@ -25,6 +25,7 @@ from flywheel.platform.config.schema import ModelArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import token_types
+from flywheel.workers.strategies.omni_thinker import is_omni, load_thinker
 from flywheel.workers.strategies.sequence_packing import PackingPlan
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -43,20 +44,30 @@ def load_causal_lm(path: str, model_args: ModelArgs, device: torch.device) -> to
     if model_args.attn_implementation:
         name = model_args.attn_implementation
         kwargs["attn_implementation"] = ATTN_NAMES.get(name, name)
+    model = load_pretrained(path, **kwargs)
+    if not model_args.disable_gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model.to(device)
+
+
+def load_pretrained(path: str, **kwargs) -> torch.nn.Module:
+    """The checkpoint at `path` as the class flywheel's HF backends (and `platform export`)
+    load it as; `kwargs` as for `from_pretrained`."""
     # imported here, not at the top: a worker on a latency-only backend (latency_sim.py)
     # imports this module but loads no model, and transformers' model classes cost seconds
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
+    config = AutoConfig.from_pretrained(path)
+    # A Qwen3-Omni checkpoint (no auto class) loads as its thinker (omni_thinker.py).
+    if is_omni(config):
+        return load_thinker(path, config, **kwargs)
     # an image-text checkpoint (a vision tower beside its language model: Idefics3,
     # Qwen2-VL, ...) loads as transformers' image-text-to-text class, which takes the
     # prompt's image tensors (workers/image_inputs.py); its lm head and base model are
     # where sequence_logprobs reads them, as for a causal LM
-    vision = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    vision = getattr(config, "vision_config", None) is not None
     auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    model = auto.from_pretrained(path, **kwargs)
-    if not model_args.disable_gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    return model.to(device)
+    return auto.from_pretrained(path, **kwargs)
 
 
 def distinct_state_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -149,8 +160,7 @@ def sequence_logprobs(
         return flat if wanted is None else flat[wanted]
 
     flat_targets = targets.reshape(-1) if wanted is None else targets.reshape(-1)[wanted]
-    if not chunked or any(getattr(model.config, k, None) not in (None, 1.0)
-                          for k in SCALED_LOGITS):
+    if not chunked or own_logits(model):
         with generated_image_tokens_as_text(model, batch, input_ids, images) as model_ids:
             flat_logits = at_wanted(model(**model_inputs(model_ids)).logits)
         log_probs, entropy = _token_logprobs(flat_logits, flat_targets, distribution,
@@ -179,6 +189,20 @@ def sequence_logprobs(
     if entropy is not None:
         entropy = F.pad(_scattered(entropy, wanted, rows * width).view(rows, width), (1, 0))
     return log_probs, entropy  # [B, L] each
+
+
+def own_logits(model: torch.nn.Module) -> bool:
+    """Whether the log-probs come from the model's own (whole-batch) logits rather than
+    its base model's hidden states through the head in chunks: logits that are not
+    lm_head(hidden) (SCALED_LOGITS), and a model that is its own base model (Qwen3-Omni's
+    thinker, base_model_prefix "thinker": the images are merged into the embeddings in its
+    top-level forward, and its text model takes no image inputs; the cost is the whole
+    [B, L, V] logits of a micro-batch at once). A DeepSpeed engine and a
+    PEFT model are judged by the model they wrap (an engine's `base_model` is its module's)."""
+    core = getattr(model, "module", model)  # a DeepSpeed engine's model
+    core = core.get_base_model() if hasattr(core, "get_base_model") else core  # PEFT
+    return (core.base_model is core
+            or any(getattr(model.config, k, None) not in (None, 1.0) for k in SCALED_LOGITS))
 
 
 @contextlib.contextmanager

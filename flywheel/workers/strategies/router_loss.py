@@ -72,7 +72,9 @@ def router_loss_for(model: torch.nn.Module, model_args: ModelArgs) -> RouterLoss
     setting = model_args.moe_aux_loss_coef
     if setting is None or setting == 0:
         return None
-    config = model.config
+    # the text model's config: a composite one (Qwen3-Omni's thinker) keeps the MoE
+    # settings in its text_config; a text model's is its own
+    config = model.config.get_text_config()
     recorder = getattr(model, "_can_record_outputs", None) or {}
     spec = recorder.get("router_logits")
     top_k = getattr(config, "num_experts_per_tok", None)
