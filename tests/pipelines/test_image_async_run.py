@@ -18,9 +18,12 @@ from .test_partial_rollout import check_run
 @pytest.mark.slow
 def test_image_prompts_one_step_ahead_with_partial_rollouts(tmp_path, ray_session,
                                                            tiny_idefics3_path):
-    data = config(tmp_path, tiny_idefics3_path, async_generation_ratio=1, max_steps=3,
+    # a batch's generation (16 one-token segments) outlasts a train step several times
+    # over, so syncs land under its responses from step 3 on; 8 tokens and 3 steps left
+    # that to a race a busy machine sometimes lost (no partial response at all)
+    data = config(tmp_path, tiny_idefics3_path, async_generation_ratio=1, max_steps=4,
                   eval_steps=0, partial_rollout=True, partial_rollout_segment_tokens=1,
-                  response_length=8)
+                  response_length=16)
     data["actor_infer"]["device_mapping"] = [1]
     data["actor_train"]["training_args"]["learning_rate"] = 0.0
     del data["validation"]
