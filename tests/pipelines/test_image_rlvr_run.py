@@ -3,7 +3,7 @@ PNG files under image_folder, the tiny random Idefics3 (mechanics, not learning)
 actors (actor_infer on hf_infer or vllm, actor_train on hf_train), 2 steps with validation.
 The recorded sampling log-probs equal the trainer's old log-probs with the images in
 context (offpolicy/k3_kl ~ 0: a side that dropped the images would show the gap); on vllm
-the images go as multi_modal_data (hf_infer's run is `long`). At async_generation_ratio 0
+the images go as multi_modal_data (both runs `long`). At async_generation_ratio 0
 the run equals the plain synchronous loop number for number, image prompts and validation
 included (`long`). A run on a backend that takes no images is refused when the data loads."""
 
@@ -55,10 +55,10 @@ def config(tmp_path, model: str, **top) -> dict:
     }
 
 
-# ~10-25 s each on 2 shared cores (Ray, two workers on the VL model). The suite runs the
-# vllm one; hf_infer's image path runs there in test_image_async_run.py (one step ahead,
-# partial rollouts), so this one is `long`
-@pytest.mark.parametrize("infer", [pytest.param("hf_infer", marks=pytest.mark.long), "vllm"])
+# ~10-25 s each on 2 shared cores (Ray, two workers on the VL model): `long`. The suite's
+# image run with Ray is test_image_async_run.py's on vllm (one VL engine for issue 29)
+@pytest.mark.long
+@pytest.mark.parametrize("infer", ["hf_infer", "vllm"])
 @pytest.mark.slow
 def test_an_rlvr_run_on_image_prompts_trains_with_the_images_in_context(
         tmp_path, ray_session, tiny_idefics3_path, infer):
