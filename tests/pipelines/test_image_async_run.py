@@ -24,7 +24,7 @@ from .test_partial_rollout import check_run
 @pytest.mark.parametrize("infer", ["vllm", pytest.param("hf_infer", marks=pytest.mark.long)])
 @pytest.mark.slow
 def test_image_prompts_one_step_ahead_with_partial_rollouts(tmp_path, ray_session,
-                                                           tiny_idefics3_path, infer):
+                                                           tiny_idefics3_path, infer, capsys):
     # a batch's generation (16 tokens; on hf_infer 16 one-token segments) outlasts a train
     # step several times over, so syncs land under its responses from step 3 on; 8 tokens
     # and 3 steps left that to a race a busy machine sometimes lost
@@ -37,6 +37,9 @@ def test_image_prompts_one_step_ahead_with_partial_rollouts(tmp_path, ray_sessio
     del data["validation"]
     cfg = load_config_dict(data)
     steps = check_run(run(cfg), cfg, bound=1)
+    # the tower is frozen (vision_model): the syncs leave it out, and the engine's stays
+    assert "weight sync sends: every weight but actor_train's frozen modules (vision_model)" \
+        in capsys.readouterr().out
     # weights changed under some responses: their later tokens came from newer weights
     assert sum(m["rollout/partial_frac"] for m in steps) > 0, steps
     for m in steps:  # same weights, same images: the sampler's log-probs are the trainer's

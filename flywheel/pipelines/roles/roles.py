@@ -250,6 +250,10 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 "the LoRA adapter alone (A and B), served by vllm as one adapter per version "
                 "(lora_sync: adapter)" if served_adapter(cfg) else
                 "the weights with the LoRA adapter merged in (lora_sync: merged)"), flush=True)
+        frozen = cfg.actor_train.model_args.freeze_module_prefix
+        if frozen:
+            print(f"weight sync sends: every weight but actor_train's frozen modules "
+                  f"({frozen}), which actor_infer keeps as it loaded them", flush=True)
         if in_actor:
             print("reference: actor_train's model with its LoRA adapter disabled (no "
                   "reference worker, no second copy of the weights)", flush=True)
