@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from PIL import Image
+from vl_cases import image
 
 from flywheel.algorithms import PolicyLossParams
 from flywheel.cli import main
@@ -101,12 +101,6 @@ def omni(tmp_path_factory):
     return str(out), build_tiny_omni(out)
 
 
-def image(colour, size=(64, 60)) -> Image.Image:
-    img = Image.new("RGB", size, (255, 255, 255))
-    img.paste(Image.new("RGB", (size[0] // 2, size[1] // 2), colour), (4, 6))
-    return img
-
-
 @pytest.fixture(scope="module")
 def sampled(omni):
     """hf_infer's samples of an image prompt and a text prompt, as a train batch."""
@@ -114,7 +108,8 @@ def sampled(omni):
     processor = load_vl_processor(path)
     assert isinstance(processor, QwenVLPieces)  # no torchvision: the processor's pieces
     encode = ImagePromptEncoder(processor, template="chat")
-    encoded = [encode(ImageItem("a", "what colour is the square?", [image((220, 20, 20))])),
+    square = image((220, 20, 20), (64, 60))
+    encoded = [encode(ImageItem("a", "what colour is the square?", [square])),
                encode(ImageItem("t", "say a colour", []))]
     ids, images = [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
     # 64x60 -> 64x64 px (multiples of 32): 4x4 patches of 16 px, 2x2 merged: 4 image tokens

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from PIL import Image
 from tiny_qwen_vl import build_tiny_qwen2_5_vl
+from vl_cases import image, sampled_batch
 
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
@@ -24,12 +24,6 @@ from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 
 
-def image(colour, size=(112, 84)) -> Image.Image:
-    img = Image.new("RGB", size, (255, 255, 255))
-    img.paste(Image.new("RGB", (size[0] // 2, size[1] // 2), colour), (4, 6))
-    return img
-
-
 @pytest.fixture(scope="module")
 def qwen_vl(tmp_path_factory) -> str:
     return str(build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
@@ -39,7 +33,7 @@ def qwen_vl(tmp_path_factory) -> str:
 def prompts(qwen_vl):
     encode = ImagePromptEncoder(load_vl_processor(qwen_vl), template="chat")
     encoded = [encode(i) for i in (
-        ImageItem("a", "what colour is the square?", [image((220, 20, 20))]),
+        ImageItem("a", "what colour is the square?", [image((220, 20, 20), (112, 84))]),
         ImageItem("b", "<image> and <image>: same colour?",
                   [image((20, 20, 220), (96, 40)), image((20, 200, 20), (40, 96))]),
         ImageItem("t", "say a colour", []))]
@@ -54,10 +48,8 @@ def infer(qwen_vl):
 @pytest.fixture(scope="module")
 def sampled(infer, prompts):
     ids, inputs = prompts
-    gens = infer.generate(ids, SamplingParams(max_new_tokens=6, n=2, seed=5), inputs)
-    return pack_sequences([ids[g.prompt_index] for g in gens], [g.token_ids for g in gens],
-                          pad_id=0, infer_log_probs=[g.log_probs for g in gens],
-                          images=RowImages.of(inputs).repeat(2))
+    _, batch = sampled_batch(infer, ids, inputs, SamplingParams(max_new_tokens=6, n=2, seed=5))
+    return batch
 
 
 def trainer(path: str, freeze: str | None = None) -> HFTrainStrategy:

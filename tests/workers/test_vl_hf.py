@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from PIL import Image
+from vl_cases import image, sampled_batch
 
 from flywheel.algorithms import PolicyLossParams
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
@@ -23,12 +23,6 @@ from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 
 N = 2  # samples per prompt
-
-
-def image(colour, size=(48, 40)) -> Image.Image:
-    img = Image.new("RGB", size, (255, 255, 255))
-    img.paste(Image.new("RGB", (size[0] // 2, size[1] // 2), colour), (4, 6))
-    return img
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +45,7 @@ def infer(tiny_idefics3_path):
 @pytest.fixture(scope="module")
 def sampled(infer, prompts):
     ids, images = prompts
-    gens = infer.generate(ids, SamplingParams(max_new_tokens=6, n=N, seed=5), images)
-    rows = [ids[g.prompt_index] for g in gens]
-    batch = pack_sequences(rows, [g.token_ids for g in gens], pad_id=0,
-                           infer_log_probs=[g.log_probs for g in gens],
-                           images=RowImages.of(images).repeat(N))
-    return gens, batch
+    return sampled_batch(infer, ids, images, SamplingParams(max_new_tokens=6, n=N, seed=5))
 
 
 def train(path, freeze=None, lr=1e-2):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from PIL import Image
+from vl_cases import image, sampled_batch
 
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
@@ -23,12 +23,6 @@ from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 
 pytestmark = pytest.mark.long
-
-
-def image(colour, size=(48, 40)) -> Image.Image:
-    img = Image.new("RGB", size, (255, 255, 255))
-    img.paste(Image.new("RGB", (size[0] // 2, size[1] // 2), colour), (4, 6))
-    return img
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +59,8 @@ def test_vllm_generates_with_the_images_and_its_logprobs_are_the_trainers(
     assert ([g.token_ids for g in vl_engine.generate(ids, greedy, inputs)]
             == [g.token_ids for g in hf.generate(ids, greedy, inputs)])
 
-    gens = vl_engine.generate(ids, SamplingParams(max_new_tokens=6, n=2, seed=3), inputs)
-    batch = pack_sequences([ids[g.prompt_index] for g in gens], [g.token_ids for g in gens],
-                           pad_id=0, infer_log_probs=[g.log_probs for g in gens],
-                           images=RowImages.of(inputs).repeat(2))
+    _, batch = sampled_batch(vl_engine, ids, inputs,
+                             SamplingParams(max_new_tokens=6, n=2, seed=3))
     mask = batch.response_mask.bool()
     assert torch.allclose(trainer.forward_logprobs(batch)[mask], batch.infer_log_probs[mask],
                           atol=1e-4)
@@ -139,10 +131,8 @@ def test_a_sync_without_the_frozen_tower_keeps_the_engines_and_takes_the_rest(
     vl_engine.unsynced = ("vision_model",)  # as infer_worker.py sets it
     vl_engine.update_weights(sent, version=1)
     ids, inputs = [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
-    gens = vl_engine.generate(ids, SamplingParams(max_new_tokens=6, n=2, seed=4), inputs)
-    batch = pack_sequences([ids[g.prompt_index] for g in gens], [g.token_ids for g in gens],
-                           pad_id=0, infer_log_probs=[g.log_probs for g in gens],
-                           images=RowImages.of(inputs).repeat(2))
+    _, batch = sampled_batch(vl_engine, ids, inputs,
+                             SamplingParams(max_new_tokens=6, n=2, seed=4))
     mask = batch.response_mask.bool()
     assert torch.allclose(trainer.forward_logprobs(batch)[mask], batch.infer_log_probs[mask],
                           atol=1e-4)
