@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_qwen_vl import build_tiny_qwen2_5_vl
-from vl_cases import image, sampled_batch
+from vl_cases import (
+    check_continuation,
+    decoded_logprobs,
+    greedy_with_scores,
+    image,
+    sampled_batch,
+)
 
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
@@ -90,28 +96,20 @@ def test_generate_decodes_with_the_positions_the_trainer_scores_with(qwen_vl, in
     not see how `generate` itself placed the patches: its step-by-step scores (greedy: the
     raw logits) must be the trainer's log-probs of the tokens it chose."""
     ids, inputs = prompts
-    generate, scores = infer.model.generate, []
-
-    def recording(*args, **kwargs):
-        result = generate(*args, **kwargs | {"output_scores": True,
-                                             "return_dict_in_generate": True})
-        scores.append(torch.stack(result.scores, 1).log_softmax(-1))  # [B, T, V]
-        return result
-
-    infer.model.generate = recording
-    try:
-        gens = infer.generate(ids, SamplingParams(max_new_tokens=5, do_sample=False), inputs)
-    finally:
-        infer.model.generate = generate
+    gens, scores = greedy_with_scores(infer, ids, inputs, max_new_tokens=5)
     batch = pack_sequences(ids, [g.token_ids for g in gens], pad_id=0,
                            images=RowImages.of(inputs))
     scored = trainer(qwen_vl).forward_logprobs(batch)
     for row, g in enumerate(gens):
-        steps = torch.arange(len(g.token_ids))
-        decoded = scores[0][row, steps, torch.tensor(g.token_ids)]
         start = len(ids[row])
-        assert torch.allclose(decoded, scored[row, start:start + len(g.token_ids)],
-                              atol=1e-4), row
+        assert torch.allclose(decoded_logprobs(scores, row, g.token_ids),
+                              scored[row, start:start + len(g.token_ids)], atol=1e-4), row
+
+
+def test_a_continuation_holding_a_sampled_image_pad_reads_it_as_text(qwen_vl, infer, prompts):
+    """vl_cases.check_continuation on Qwen2.5-VL: a sampled `<|image_pad|>` in the response
+    so far is neither an image patch nor, for the 3-D positions, an image token."""
+    check_continuation(infer, trainer(qwen_vl), prompts)
 
 
 def test_freezing_visual_takes_the_vision_tower_and_the_sync_leaves_it_out(qwen_vl):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vl_cases import image, sampled_batch
+from vl_cases import check_continuation, image, sampled_batch
 
 from flywheel.algorithms import PolicyLossParams
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
@@ -139,6 +139,11 @@ def test_a_weight_sync_leaves_the_frozen_tower_out_and_the_engine_keeps_its_own(
     trained = trainer.forward_logprobs(batch)
     assert (trained[mask] - batch.infer_log_probs[mask]).abs().max() > 1e-3  # it moved
     assert torch.allclose(engine.forward_logprobs(batch)[mask], trained[mask], atol=1e-5)
+
+
+def test_a_continuation_holding_a_sampled_image_token_reads_it_as_text(tiny_idefics3_path,
+                                                                       infer, prompts):
+    check_continuation(infer, train(tiny_idefics3_path), prompts)  # vl_cases.py says why
 
 
 def test_an_image_token_the_policy_generated_is_read_as_text(tiny_idefics3_path, prompts):

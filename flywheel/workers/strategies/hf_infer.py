@@ -44,6 +44,7 @@ from flywheel.workers.strategies.base import Generation, InferStrategy, Sampling
 from flywheel.workers.strategies.frozen_modules import under
 from flywheel.workers.strategies.hf_model import (
     batched_logprobs,
+    image_tokens_as_text,
     load_causal_lm,
     load_tokenizer,
     pick_device,
@@ -92,13 +93,17 @@ class HFInferStrategy(InferStrategy):
                     f"a prompt of {longest - sampling.max_new_tokens} tokens plus "
                     f"max_new_tokens={sampling.max_new_tokens} exceeds the run's context "
                     f"length {self.context_length}")
+        # where each prompt's own ids end: past it, a partial rollout's response so far
+        ends = [i.expanded_length if i is not None else len(p)
+                for p, i in zip(prompts, images)] if images is not None else None
         out: list[Generation] = []
         size = self.cfg.infer_batch_size
         for start in range(0, len(prompts), size):
             torch.manual_seed(sampling.seed + start)
             chunk_images = rows[start:start + size] if rows is not None else None
             out.extend(self._generate_chunk(prompts[start:start + size], start, sampling,
-                                            chunk_images))
+                                            chunk_images,
+                                            ends[start:start + size] if ends else None))
         return out
 
     def generation_config(self, sampling: SamplingParams, stop_ids: list[int]
@@ -118,23 +123,32 @@ class HFInferStrategy(InferStrategy):
         )
 
     def _generate_chunk(self, prompts: list[list[int]], offset: int,
-                        sampling: SamplingParams,
-                        images: RowImages | None = None) -> list[Generation]:
+                        sampling: SamplingParams, images: RowImages | None = None,
+                        prompt_ends: list[int] | None = None) -> list[Generation]:
+        """`prompt_ends`: with images, where each prompt's own ids end; the ids after it (a
+        partial rollout's response so far) are read as text, as they were sampled."""
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
+        continued = torch.zeros_like(input_ids, dtype=torch.bool)
         for i, p in enumerate(prompts):  # left padding keeps every prompt's end aligned
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
+            if prompt_ends is not None:
+                continued[i, width - len(p) + prompt_ends[i]:] = True
         stop_ids = [self.eos_id, *sampling.stop_token_ids]
-        result = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-            generation_config=self.generation_config(sampling, stop_ids),
-            tokenizer=self.tokenizer,  # stop_strings need it
-            stopping_criteria=StoppingCriteriaList([TickPerToken()]),
-            **(images.model_inputs(self.device) | token_types(self.model, input_ids.to(
-                self.device)) if images is not None else {}),
-        )
+        input_ids = input_ids.to(self.device)
+        with image_tokens_as_text(self.model, input_ids,
+                                  continued.to(self.device) if images is not None else None
+                                  ) as model_ids:
+            result = self.model.generate(
+                input_ids=model_ids, attention_mask=attention.to(self.device),
+                generation_config=self.generation_config(sampling, stop_ids),
+                tokenizer=self.tokenizer,  # stop_strings need it
+                stopping_criteria=StoppingCriteriaList([TickPerToken()]),
+                **(images.model_inputs(self.device) | token_types(self.model, model_ids)
+                   if images is not None else {}),
+            )
         new_tokens = result.sequences[:, width:].cpu()  # [B*n, T]
         rows, ends = [], []
         for row in range(new_tokens.shape[0]):
@@ -142,10 +156,16 @@ class HFInferStrategy(InferStrategy):
             end = response_end(ids, set(stop_ids), sampling.stop_strings, self.tokenizer.decode)
             rows.append(ids[:end])
             ends.append(end)
+        # the log-prob pass scores the response so far with the new tokens (all text past
+        # the prompt's own ids: hf_model.generated_image_tokens_as_text), keeping the new
+        cut = [prompt_ends[row // sampling.n] if prompt_ends else len(prompts[row // sampling.n])
+               for row in range(len(rows))]
         row_prompts = [prompts[row // sampling.n] for row in range(len(rows))]
         log_probs = self._sampled_logprobs(
-            row_prompts, rows, sampling, images.repeat(sampling.n) if images is not None
-            else None)
+            [p[:c] for p, c in zip(row_prompts, cut)],
+            [p[c:] + ids for p, c, ids in zip(row_prompts, cut, rows)], sampling,
+            images.repeat(sampling.n) if images is not None else None)
+        log_probs = [lp[len(p) - c:] for lp, p, c in zip(log_probs, row_prompts, cut)]
         return [Generation(prompt_index=offset + row // sampling.n, token_ids=ids,
                            log_probs=log_probs[row],
                            finish_reason="length" if ends[row] is None else "stop")

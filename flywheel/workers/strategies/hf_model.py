@@ -218,10 +218,22 @@ def generated_image_tokens_as_text(model: torch.nn.Module, batch: TokenBatch,
     image features at every `<image>` id instead, and fails or scores another sequence.
     Here those response positions get another id for the model's image-token lookup, and
     a hook on the input embedding puts the placeholder's own embedding back there."""
+    generated = batch.response_mask.to(input_ids.device).bool() if images else None
+    with image_tokens_as_text(model, input_ids, generated) as model_ids:
+        yield model_ids
+
+
+@contextlib.contextmanager
+def image_tokens_as_text(model: torch.nn.Module, input_ids: torch.Tensor,
+                         text: torch.Tensor | None) -> Iterator[torch.Tensor]:
+    """`generated_image_tokens_as_text` for any mask: the image placeholders at `text`
+    ([B, L] bool, or None: none) are embedded as the text token they are. hf_infer's
+    `generate` uses it for a partial rollout's continuation, whose prompt holds the
+    response so far (hf_infer.py)."""
     image_id = getattr(model.config, "image_token_id", None)
     generated = None
-    if images and image_id is not None:
-        generated = (input_ids == image_id) & batch.response_mask.to(input_ids.device).bool()
+    if text is not None and image_id is not None:
+        generated = (input_ids == image_id) & text
     if generated is None or not generated.any():
         yield input_ids
         return
@@ -229,9 +241,12 @@ def generated_image_tokens_as_text(model: torch.nn.Module, batch: TokenBatch,
     placeholder = torch.full((), image_id, dtype=torch.long, device=input_ids.device)
 
     def as_text(module, inputs, output):  # output [B, L, H]
-        if inputs[0].shape != generated.shape:
-            return output
-        return torch.where(generated[..., None], module.weight[placeholder].to(output.dtype),
+        rows, width = inputs[0].shape
+        if width != generated.shape[1] or rows % generated.shape[0]:
+            return output  # a decoding step of `generate`, not the full ids
+        # `generate` repeats each row for its num_return_sequences (repeat_interleave)
+        mask = generated.repeat_interleave(rows // generated.shape[0], dim=0)
+        return torch.where(mask[..., None], module.weight[placeholder].to(output.dtype),
                            output)
 
     handle = embedding.register_forward_hook(as_text)
