@@ -94,16 +94,16 @@ class HFInferStrategy(InferStrategy):
                     f"max_new_tokens={sampling.max_new_tokens} exceeds the run's context "
                     f"length {self.context_length}")
         # where each prompt's own ids end: past it, a partial rollout's response so far
-        ends = [i.expanded_length if i is not None else len(p)
-                for p, i in zip(prompts, images)] if images is not None else None
+        prompt_ends = [i.expanded_length if i is not None else len(p)
+                       for p, i in zip(prompts, images)] if images is not None else None
         out: list[Generation] = []
         size = self.cfg.infer_batch_size
         for start in range(0, len(prompts), size):
             torch.manual_seed(sampling.seed + start)
             chunk_images = rows[start:start + size] if rows is not None else None
             out.extend(self._generate_chunk(prompts[start:start + size], start, sampling,
-                                            chunk_images,
-                                            ends[start:start + size] if ends else None))
+                                            chunk_images, prompt_ends[start:start + size]
+                                            if prompt_ends else None))
         return out
 
     def generation_config(self, sampling: SamplingParams, stop_ids: list[int]
@@ -156,8 +156,9 @@ class HFInferStrategy(InferStrategy):
             end = response_end(ids, set(stop_ids), sampling.stop_strings, self.tokenizer.decode)
             rows.append(ids[:end])
             ends.append(end)
-        # the log-prob pass scores the response so far with the new tokens (all text past
-        # the prompt's own ids: hf_model.generated_image_tokens_as_text), keeping the new
+        # the log-prob pass scores the response so far and the new tokens as one response
+        # (text past the prompt's own ids: hf_model.generated_image_tokens_as_text); the
+        # new tokens' log-probs are kept
         cut = [prompt_ends[row // sampling.n] if prompt_ends else len(prompts[row // sampling.n])
                for row in range(len(rows))]
         row_prompts = [prompts[row // sampling.n] for row in range(len(rows))]
