@@ -9,6 +9,8 @@ suite's VL engine is test_image_rlvr_run.py's vllm run); this module's tests sha
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from vl_cases import image, sampled_batch
@@ -111,12 +113,24 @@ def test_the_prefix_cache_keys_blocks_by_the_image_too(tiny_idefics3_path, vl_en
     assert trainers(red).abs().max() > 1e-3  # RED's KV would have given these
 
 
+class RecordedLog(logging.Handler):
+    """The warnings a logger passes on."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def test_a_sync_without_the_frozen_tower_keeps_the_engines_and_takes_the_rest(
         tiny_idefics3_path, encoded, vl_engine):
     """frozen_modules.py: the sync leaves the vision tower out; vLLM's in-place reload
     keeps the layers it is sent nothing for and loads the rest. The engine then samples
     as the moved model with the (kept) tower does. Runs last: it changes the engine."""
     from flywheel.platform.config.schema import ModelArgs
+    from flywheel.workers.strategies.vllm_infer import RELOAD_LOGGERS
 
     trainer = HFTrainStrategy(tiny_idefics3_path, WorkerConfig(
         model_args=ModelArgs(freeze_module_prefix="vision_model"),
@@ -129,7 +143,19 @@ def test_a_sync_without_the_frozen_tower_keeps_the_engines_and_takes_the_rest(
     sent = dict(trainer.weights_for_sync())
     assert not [k for k in sent if ".vision_model." in f".{k}"]
     vl_engine.unsynced = ("vision_model",)  # as infer_worker.py sets it
-    vl_engine.update_weights(sent, version=1)
+    said = RecordedLog()
+    loggers = [logging.getLogger(name) for name in RELOAD_LOGGERS]
+    for logger in loggers:
+        logger.addHandler(said)
+    try:
+        vl_engine.update_weights(sent, version=1)
+        del sent["model.text_model.norm.weight"]  # a weight outside the tower still shows
+        vl_engine.update_weights(sent, version=1)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(said)
+    assert said.messages == ["Following weights were not loaded from checkpoint: "
+                             "{'model.text_model.norm.weight'}"], said.messages
     ids, inputs = [e.prompt_ids for e in encoded], [e.inputs() for e in encoded]
     _, batch = sampled_batch(vl_engine, ids, inputs,
                              SamplingParams(max_new_tokens=6, n=2, seed=4))

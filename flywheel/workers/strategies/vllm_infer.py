@@ -84,6 +84,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.engine_options import VLLM_OWNED
+from flywheel.workers.strategies.frozen_modules import under
 from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.stops import response_end
 from flywheel.workers.strategies.strategy_config import checked_config
@@ -99,7 +100,8 @@ OWNED_KEYS = VLLM_OWNED
 CPU_KV_CACHE_BYTES = 256 << 20
 CPU_BATCHED_TOKENS = 4096  # vLLM's own CPU default for max_num_batched_tokens
 SHM_DIR = "/dev/shm"
-RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # kept_layers_unlogged
+RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",  # kept_layers_unlogged
+                  "vllm.model_executor.model_loader.reload.inplace")
 
 
 def engine_kwargs(cfg: WorkerConfig, model_path: str, seed: int, on_gpu: bool,
@@ -271,7 +273,7 @@ class VLLMInferStrategy(InferStrategy):
                            for bucket in buckets for name, tensor in bucket.items()}
                 self.adapters.load(self.llm.llm_engine, tensors, version)
             elif self.in_process:  # the engine's model is in this process: stream into it
-                with kept_layers_unlogged(bool(self.unsynced)):
+                with kept_layers_unlogged(self.unsynced):
                     self.llm.collective_rpc("reload_weights",
                                             kwargs={"weights_iterator": self._stream(buckets)})
             else:
@@ -353,23 +355,38 @@ class VLLMInferStrategy(InferStrategy):
         return log_probs
 
 
-class _KeptLayerWarnings(logging.Filter):
+@dataclasses.dataclass
+class _KeptLayerWarnings:
+    """Drops what vLLM says of the layers a sync leaves out (`prefixes`), keeps the rest."""
+
+    prefixes: tuple[str, ...]
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != "%s: Failed to load weights"
+        if record.msg == "%s: Failed to load weights":  # per layer, names no weight
+            return False
+        if record.msg == "Following weights were not loaded from checkpoint: %s":
+            missed = {n for n in record.args[0] if not under(n, list(self.prefixes))}
+            record.args = (missed,)
+            return bool(missed)  # a weight outside the frozen modules still shows
+        return True
 
 
 @contextlib.contextmanager
-def kept_layers_unlogged(on: bool) -> Iterator[None]:
-    """vLLM's in-place reload keeps the weights of a layer it is sent nothing for and warns
-    "<layer>: Failed to load weights" (its model_loader/reload/layerwise.py). A sync that
-    leaves a frozen tower out (frozen_modules.py) means exactly that, once per tower layer
-    per sync: those warnings are dropped while it loads."""
-    if not on:
+def kept_layers_unlogged(prefixes: tuple[str, ...]) -> Iterator[None]:
+    """vLLM's in-place reload keeps the weights of a layer it is sent nothing for, warns
+    "<layer>: Failed to load weights" for each (its model_loader/reload/layerwise.py) and
+    lists every weight not loaded (reload/inplace.py). A sync that leaves a frozen tower
+    out (frozen_modules.py) means exactly that, every sync: while it loads, those
+    warnings go, and the list keeps only weights outside `prefixes`."""
+    if not prefixes:
         yield
         return
-    logger, quiet = logging.getLogger(RELOAD_LOGGER), _KeptLayerWarnings()
-    logger.addFilter(quiet)
+    quiet = _KeptLayerWarnings(prefixes)
+    loggers = [logging.getLogger(name) for name in RELOAD_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
     try:
         yield
     finally:
-        logger.removeFilter(quiet)
+        for logger in loggers:
+            logger.removeFilter(quiet)
