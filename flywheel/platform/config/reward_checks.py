@@ -15,6 +15,7 @@ import re
 
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.config.reward_limit_checks import check_reward_limits
 
 PROBS = "domain_interleave_probs"
 SUM_TOLERANCE = 0.01  # probabilities summing to 1 within this are rescaled to exactly 1
@@ -28,6 +29,7 @@ def check_reward_routing(cfg: PipelineConfig) -> None:
                                                     f"scores no records: remove it")
     for name, reward in cfg.rewards.items():
         check_reward_shaping(name, reward.format_pattern, reward.response_length_penalty_coef)
+        check_reward_limits(name, reward)
         key = f"rewards.{name}.weight"
         if not math.isfinite(reward.weight):
             raise ConfigError("", key, f"must be a finite number, got {reward.weight}")

@@ -498,6 +498,20 @@ class RewardConfig(WorkerConfig):
     sample_timeout_s: float = 30.0
     # Child processes per reward worker scoring samples in parallel (each has the limit).
     scoring_processes: int = 1
+    # Samples of one reward worker timed out in a row (none scored between) after which
+    # the reward is declared broken and the run stops (RewardHangs); 0: never. The first
+    # timeout is said on the console. (workers/rewards/reward_limits.py)
+    max_consecutive_timeouts: int = 8
+    # Steps in a row in which this reward scored none of its samples (every one failed,
+    # went unscored, timed out or crashed) after which the run stops
+    # (RewardScoresNothing); 0: never. A step whose samples mostly failed is said on the
+    # console whatever this is.
+    max_failed_steps: int = 3
+    # Address-space limit (RLIMIT_AS) in MiB of each scoring process and every process it
+    # starts; reward code over it fails its sample (counted), the run goes on. Unset: 4096
+    # for a rule reward (code_sandbox: at least its sandbox's memory_mb + 1024), none for
+    # a reward that loads a model; 0: no limit.
+    memory_mb: int | None = None
     # A regex every response this reward scores must match (ROLL's key): Python re.match
     # with DOTALL and MULTILINE on the whole response; a response that does not match gets
     # -1 added to its score (ROLL's format reward; metadata format_ok,

@@ -65,6 +65,8 @@ class UserScorer:
                 answers = self.user.call_batch(samples)
             except NotAScore as e:
                 return [self._failed(f"returned {e}") for _ in samples]
+            except MemoryError:  # over memory_mb: scoring_process.py counts the request
+                raise
             except (Exception, SystemExit) as e:
                 return [self._failed(raised(e)) for _ in samples]
             return [self._result(answer) for answer in answers]
@@ -72,6 +74,8 @@ class UserScorer:
         for sample in samples:
             try:
                 answer = self.user.call_one(sample)
+            except MemoryError:
+                raise
             except (Exception, SystemExit) as e:
                 results.append(self._failed(raised(e)))
             else:
@@ -83,6 +87,9 @@ class UserScorer:
             return coerce(answer)
         except NotAScore as e:
             return self._failed(f"returned {e}")
+        except Exception as e:  # noqa: BLE001 (reading a user's object ran its code)
+            return self._failed(f"returned an answer that could not be read "
+                                f"({type(e).__name__}: {str(e)[:200]})")
 
     def _failed(self, what: str) -> RewardResult:
         """Score 0, counted; the process's first failure carries its report."""

@@ -8,31 +8,27 @@ sandbox), then scores one request per message until its input closes: a list of 
 each [prompt, response, reference, record], answered with one result per sample
 ({"results": [...]}). A reward that is not batched gets one sample a request
 (time_limit.py); a batched one (registry.SampleReward) the samples of a batch. Every frame
-is JSON (time_limit.py): no pickle either way. It asks the kernel to kill it when its
-parent dies, so a reward worker that dies leaves no scorer behind. Anything the reward
-prints goes to stderr: stdout carries only the answers.
+is JSON (time_limit.py): no pickle either way. It first splits into a supervisor and the
+scorer (process_tree.py): the scorer runs under the address-space limit (a second
+argument, MiB), and every process below it dies with it or with the reward worker, `setsid`
+ones included. A request that runs out of that memory (MemoryError) scores its samples 0
+with `crashed` and `out_of_memory` (reward/out_of_memory). Anything the reward prints goes
+to stderr: stdout carries only the answers.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import sys
 
 from flywheel.platform.config.schema import RewardConfig
+from flywheel.workers.rewards.process_tree import supervised
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.time_limit import read_frame, write_frame
 
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent died before the request took effect
-            os._exit(1)
+# A request that ran out of the address-space limit (reward_limits.py): each of its samples
+OUT_OF_MEMORY = {"crashed": True, "out_of_memory": True}
 
 
 def reward_config(data: object) -> RewardConfig:
@@ -59,8 +55,17 @@ def samples(data: object) -> list[Sample]:
     return [one(item) for item in data]
 
 
+def out_of_memory(cfg: RewardConfig, samples: int) -> str:
+    """The report of a scoring process's first MemoryError (the console gets it once)."""
+    return (f"reward '{cfg.reward_type}' ran out of memory (its address-space limit, "
+            f"rewards.*.memory_mb, is {sys.argv[2] if len(sys.argv) > 2 else 'unset'} MiB) "
+            f"on a request of {samples} sample(s): they score 0 and count in "
+            f"reward/out_of_memory; later ones are only counted")
+
+
 def main() -> None:
-    die_with_parent()
+    # argv: the builder's import path, then the address-space limit in MiB (none: no limit)
+    supervised(int(sys.argv[2]) if len(sys.argv) > 2 else None)
     stdin, answers = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr
     from flywheel.workers.rewards.registry import sample_reward
@@ -69,10 +74,13 @@ def main() -> None:
         cfg = reward_config(json.loads(read_frame(stdin) or b"null"))
         reward = sample_reward(cfg.reward_type, cfg, build=sys.argv[1])
     except Exception as e:  # sent to the worker, which raises it as its own start error
-        write_frame(answers, json.dumps({"error": str(e).splitlines()[0]}).encode())
+        why = (str(e) or type(e).__name__).splitlines()[0]  # a MemoryError has no message
+        write_frame(answers, json.dumps({"error": why}).encode())
         return
     write_frame(answers, json.dumps({"ready": True, "batched": reward.batched}).encode())
+    said = False  # this process reported its first MemoryError
     while (request := read_frame(stdin)) is not None:
+        asked: list[Sample] = []
         try:
             asked = samples(json.loads(request))
             results = reward.score(asked)
@@ -80,6 +88,11 @@ def main() -> None:
                 raise ValueError(f"{len(results)} results for {len(asked)} samples")
             answer = json.dumps({"results": [{"score": float(r.score), "metadata": r.metadata}
                                              for r in results]})
+        except MemoryError:  # over memory_mb: the samples' failure, counted, not the run's
+            report, said = {} if said else {"fn_traceback": out_of_memory(cfg, len(asked))}, True
+            answer = json.dumps({"results": [{"score": 0.0,
+                                              "metadata": {**OUT_OF_MEMORY, **report}}
+                                             for _ in asked]})
         except Exception as e:
             answer = json.dumps({"error": f"{type(e).__name__}: {e}".splitlines()[0]})
         write_frame(answers, answer.encode())

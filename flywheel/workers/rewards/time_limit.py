@@ -48,7 +48,9 @@ from dataclasses import dataclass, field
 
 from flywheel.platform.config.schema import RewardConfig
 from flywheel.platform.liveness import tick
+from flywheel.workers.rewards.process_tree import CLEANUP_S
 from flywheel.workers.rewards.registry import Sample, reward_spec
+from flywheel.workers.rewards.reward_limits import memory_limit_mb
 from flywheel.workers.rewards.result import RewardResult
 
 # A child's start: imports and building the reward (a sandbox probe, a judge model's load);
@@ -58,6 +60,11 @@ START_TIMEOUT_S = 120.0
 
 class ScorerError(RuntimeError):
     """A reward could not be started or raised while scoring (one line: what and why)."""
+
+
+class RewardHangs(ScorerError):
+    """A reward's samples timed out `max_consecutive_timeouts` times in a row
+    (reward_limits.py): the function hangs, and every sample would cost the full limit."""
 
 
 def write_frame(fd: int, payload: bytes) -> None:
@@ -99,19 +106,30 @@ class _Child:
         write_frame(self.proc.stdin.fileno(), json.dumps(obj).encode())
 
     def kill(self) -> None:
-        """SIGKILL the child's process group (it leads its own session), then reap it."""
+        """SIGTERM the child's supervisor, which SIGKILLs the scorer and every process
+        below it, `setsid` ones included (process_tree.py), then exits; if it has not
+        within its cleanup time, SIGKILL the child's process group (it leads its own
+        session). Then reap it."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=CLEANUP_S + 1.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         self.proc.stdin.close()
         self.proc.stdout.close()
 
 
-def start_child(cfg: RewardConfig, build: str, timeout_s: float = START_TIMEOUT_S) -> _Child:
-    """A child with `cfg`'s reward built by `build` (its import path, the child's only
-    argument), or ScorerError with the child's own reason."""
+def start_child(cfg: RewardConfig, build: str, timeout_s: float = START_TIMEOUT_S,
+                memory_mb: int | None = None) -> _Child:
+    """A child with `cfg`'s reward built by `build` (its import path, the child's first
+    argument) under an address-space limit of `memory_mb` MiB (its second; None: none),
+    or ScorerError with the child's own reason."""
+    limit = [] if memory_mb is None else [str(memory_mb)]
     proc = subprocess.Popen([sys.executable, "-m", "flywheel.workers.rewards.scoring_process",
-                             build],
+                             build, *limit],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             start_new_session=True)
     child = _Child(proc)
@@ -149,10 +167,15 @@ class TimeLimitedScorer:
         # The reward's builder by import path (registry.py); unset: this process's catalog.
         self.build = build or _builder(cfg.reward_type)
         # Started now, so a reward that cannot run here (no sandbox) fails the worker's start.
-        self._children: list[_Child | None] = [start_child(cfg, self.build, start_timeout_s)
-                                               for _ in range(cfg.scoring_processes)]
+        self.memory_mb = memory_limit_mb(cfg) or None  # 0: no limit
+        self._children: list[_Child | None] = [self._start() for _ in
+                                               range(cfg.scoring_processes)]
         self.batched = self._children[0].batched  # hand out batches, not single samples
         self.reported_failure = False  # a user function's failure report was written
+        self.timeouts_in_a_row = 0  # requests timed out since the last one answered
+        # What the console should hear of this scorer (the first timeout), newest last;
+        # the reward worker hands them to the driver while a call is busy (reward_worker.py)
+        self.notices: list[str] = []
 
     def score(self, items: Sequence[tuple]) -> list[RewardResult]:
         """Samples (or (prompt, response, reference) triples) scored in parallel, results
@@ -178,6 +201,7 @@ class TimeLimitedScorer:
                         results[i] = RewardResult(0.0, {"timed_out": True})
                     self._replace(slot)
                     tick()  # so is one given up on
+                    self._timed_out(len(part))
         return results
 
     def close(self) -> None:
@@ -195,13 +219,42 @@ class TimeLimitedScorer:
         bounds = [n * j // k for j in range(k + 1)]
         return deque(list(range(a, b)) for a, b in zip(bounds, bounds[1:]))
 
+    def _start(self) -> _Child:
+        return start_child(self.cfg, self.build, self.start_timeout_s, self.memory_mb)
+
+    def _timed_out(self, samples: int) -> None:
+        """Count a request killed at its limit: the first is said (notices, the worker's
+        log); `max_consecutive_timeouts` in a row declare the reward broken."""
+        cfg = self.cfg
+        self.timeouts_in_a_row += 1
+        if len(self.notices) == 0:
+            what = "a sample" if samples == 1 else f"a batch of {samples} samples"
+            self.notice(f"reward '{cfg.reward_type}': {what} timed out at sample_timeout_s "
+                        f"{cfg.sample_timeout_s:g}s (scored 0, counted in reward/timed_out; "
+                        f"{cfg.max_consecutive_timeouts or 'no'} timeouts in a row stop "
+                        f"the run)")
+        k = cfg.max_consecutive_timeouts
+        if k and self.timeouts_in_a_row >= k:
+            for slot, child in enumerate(self._children):  # nothing left running
+                if child is not None and child.items:
+                    self._replace(slot)
+            what = "batches" if self.batched else "samples"
+            raise RewardHangs(f"reward '{cfg.reward_type}': {self.timeouts_in_a_row} "
+                              f"{what} in a row timed out at sample_timeout_s "
+                              f"{cfg.sample_timeout_s:g}s (max_consecutive_timeouts {k}): "
+                              f"it hangs; fix it, or raise sample_timeout_s or "
+                              f"max_consecutive_timeouts")
+
+    def notice(self, text: str) -> None:
+        self.notices.append(text)
+        print(f"WARNING rewards: {text}", file=sys.stderr, flush=True)
+
     def _hand_out(self, samples: list[Sample], todo: deque[list[int]]) -> None:
         for slot, child in enumerate(self._children):
             if not todo:
                 return
             if child is None:
-                child = self._children[slot] = start_child(self.cfg, self.build,
-                                                           self.start_timeout_s)
+                child = self._children[slot] = self._start()
             if not child.items:
                 child.items = todo.popleft()
                 child.send([[*samples[i][:3], samples[i].record or {}] for i in child.items])
@@ -214,6 +267,7 @@ class TimeLimitedScorer:
         if answer is None:  # died by itself: the samples are lost, the worker is not
             self._replace(slot)
             return [RewardResult(0.0, {"crashed": True}) for _ in part]
+        self.timeouts_in_a_row = 0  # an answer, whatever it says: the reward does not hang
         msg = json.loads(answer)
         if "error" in msg:
             raise ScorerError(f"reward '{self.cfg.reward_type}' raised: {msg['error']}")

@@ -21,8 +21,8 @@ when it takes `**kwargs`. A function with none of the three names, a required pa
 form does not pass (TRL's form excepted: its columns are known only per batch) or a
 positional-only one is refused when the reward starts, in one line.
 
-Answers (`coerce`): a finite number (any `numbers.Real`: int, float, bool, numpy scalars)
-is the score; a dict is `score` (a finite number) plus metadata (its other keys, JSON, kept
+Answers (`coerce`): a finite number (any `numbers.Real` whose float() is finite: int,
+float, bool, numpy scalars; `10**400` has none) is the score; a dict is `score` (a finite number) plus metadata (its other keys, JSON, kept
 with the sample's reward metadata like a built-in reward's); None says "no score for this
 sample" (TRL's way for a reward that does not apply): it scores 0 and is counted
 (`fn_unscored`). Anything else (a string, NaN, a dict without `score`, metadata that is not
@@ -51,7 +51,8 @@ FORMS: tuple[tuple[Form, str, tuple[str, ...]], ...] = (
     ("flywheel", "response", ("prompt", "response", "reference", "record")),
 )
 # metadata keys flywheel sets itself: a function's metadata may not use them
-RESERVED = frozenset({"fn_error", "fn_unscored", "fn_traceback", "timed_out", "crashed"})
+RESERVED = frozenset({"fn_error", "fn_unscored", "fn_traceback", "timed_out", "crashed",
+                      "out_of_memory", "unscored_by"})
 # record columns TRL's form does not pass as columns (prompts replaces prompt)
 NOT_COLUMNS = frozenset({"prompt", "prompts", "completions"})
 SHOWN_CHARS = 80  # of a bad answer's repr, in its one-line reason
@@ -158,18 +159,31 @@ def coerce(answer: Any) -> RewardResult:
 
 
 def finite(value: Any) -> float:
-    """`value` as a float score, or NotAScore."""
+    """`value` as a float score, or NotAScore. A number that has no float (an int or
+    Fraction past 1.8e308: float() raises OverflowError) or whose float() raises anything
+    is NotAScore too (issue 53: `10**400` stopped the run)."""
     if not isinstance(value, numbers.Real):
         raise NotAScore(f"{shown(value)}, not a number")
-    score = float(value)
+    try:
+        score = float(value)
+    except Exception as e:  # noqa: BLE001 (a user type's __float__ may raise anything)
+        raise NotAScore(f"{shown(value)}, which has no float value "
+                        f"({type(e).__name__}: {str(e)[:SHOWN_CHARS]})") from None
     if not math.isfinite(score):
         raise NotAScore(f"{score}, not a finite number")
     return score
 
 
 def shown(value: Any) -> str:
-    """A value and its type in a few words, for a one-line reason."""
-    text = repr(value)
+    """A value and its type in a few words, for a one-line reason. A huge int is shown by
+    its size (repr refuses past 4300 digits), and a repr that raises by its type."""
+    if isinstance(value, int) and value.bit_length() > 4 * SHOWN_CHARS:
+        text = f"an int of {value.bit_length()} bits"
+        return f"{text} (a {type(value).__name__})"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 (a user type's __repr__ may raise anything)
+        text = "<no repr>"
     if len(text) > SHOWN_CHARS:
         text = text[:SHOWN_CHARS - 3] + "..."
     return f"{text} (a {type(value).__name__})"
