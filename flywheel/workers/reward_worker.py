@@ -2,7 +2,9 @@
 
 The reward itself runs in the worker's killable scoring processes (rewards/time_limit.py),
 under the hard per-sample limit `sample_timeout_s`: a hanging or crashing sample costs that
-sample (scored 0, counted in its metadata), never the worker.
+sample (scored 0, counted in its metadata), never the worker. The first timeout is said on
+the console while the call still runs (`progress`), and a reward whose samples time out
+`max_consecutive_timeouts` times in a row stops the run (time_limit.RewardHangs).
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import ray
+
 from flywheel.platform.config.schema import RewardConfig
-from flywheel.platform.liveness import doing
+from flywheel.platform.liveness import PROGRESS_GROUP, doing, snapshot
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.rewards.time_limit import START_TIMEOUT_S, TimeLimitedScorer
@@ -29,6 +33,13 @@ class RewardWorker(RoleWorker):
         # driver), since this process never ran a user's register_reward
         self.scorer = TimeLimitedScorer(replace(cfg or RewardConfig(), reward_type=reward_type),
                                         start_timeout_s, build)
+
+    @ray.method(concurrency_group=PROGRESS_GROUP)
+    def progress(self) -> tuple[int, str, list[str]]:
+        """RoleWorker's (counter, doing), and what the console should hear of this
+        worker's scoring so far (its scorer's notices: the first timeout), read by the
+        driver while a score call runs (pipelines/roles/handles.py RewardRole)."""
+        return (*snapshot(), list(self.scorer.notices))
 
     def score(self, items: Sequence[Sample | tuple[str, str, str]]) -> list[RewardResult]:
         # each scored sample ticks (time_limit.py): a long batch that moves is not a stall

@@ -84,7 +84,8 @@ def test_user_function_scores_by_record_columns_and_its_failures_are_counted(
     # an exception, then garbage answers: 0 each, counted; the hang is the time limit's
     assert raised.scores == [0.0, 0.0] and garbage.scores == [0.0, 0.0, 0.0]
     assert all(i["fn_error"] for g in (raised, garbage, raised_again) for i in g.reward_info)
-    assert hung.scores == [0.0] and hung.reward_info == [{"timed_out": True}]
+    assert hung.scores == [0.0] and hung.reward_info == [
+        {"timed_out": True, "unscored_by": {"mine": "timed_out"}}]  # reward_health.py
     assert unscored.scores == [0.0] and unscored.reward_info[0]["fn_unscored"]
     metrics = reward_info_metrics(Taken(groups))
     assert metrics["reward/fn_errors"] == 6.0 and metrics["reward/fn_unscored"] == 1.0
@@ -100,6 +101,20 @@ def test_user_function_scores_by_record_columns_and_its_failures_are_counted(
     again = role.get(role.score(0, [Sample("q", "yes", "", {"case": "by_column",
                                                              "expected": "yes", "tag": ""})]), 0)
     assert again[0].score == 1.0
+
+
+def test_the_first_timeout_reaches_the_console_while_the_worker_is_asked(worker, caplog):
+    # the driver asks a scoring worker for its progress while it waits (prefetch.py every
+    # SCORE_ASK_S); the answer carries the worker's notices, each said once
+    role, _ = worker
+    hang = Sample("q", "h", "", {"case": "hang"})
+    assert role.get(role.score(0, [hang]), 0)[0].metadata["timed_out"]
+    with caplog.at_level(logging.WARNING, logger="flywheel.pipelines.roles.handles"):
+        assert len(role.progress(0, 5.0)) == 2  # (counter, doing), as for any role
+        role.progress(0, 5.0)
+    said = [r.getMessage() for r in caplog.records if r.name.endswith("handles")]
+    assert len(said) == 1 and said[0].startswith(
+        "rewards.mine: reward 'python': a sample timed out at sample_timeout_s 1s")
 
 
 @pytest.fixture

@@ -81,6 +81,10 @@ from flywheel.workers.role_worker import pin_thread
 from flywheel.workers.weight_transfer import SyncedWeights
 
 POLL_S = 0.02
+# A reward worker in a score call is asked for its progress after this long without news,
+# so that what it has to say (its first timeout: workers/reward_worker.py) reaches the
+# console within seconds, not after a fifth of timeouts.score_s
+SCORE_ASK_S = 2.0
 
 
 @dataclass
@@ -377,16 +381,19 @@ class PrefetchGenerator(Generic[W, G]):
                                   f"{self.settings.stall_timeout_s:g}s "
                                   f"(running {job.item.describe()})")
         for cluster, rank, clock in self._s.scoring_clocks.values():
-            if self._quiet(clock, cluster, rank):
+            if self._quiet(clock, cluster, rank, ask_after_s=SCORE_ASK_S):
                 raise WorkerError(cluster.role, rank, f"scoring made no progress for "
                                                       f"{self.settings.score_timeout_s:g}s")
 
     @staticmethod
-    def _quiet(clock: ProgressClock, pool: Cluster, rank: int) -> bool:
+    def _quiet(clock: ProgressClock, pool: Cluster, rank: int,
+               ask_after_s: float | None = None) -> bool:
         """Whether the worker made no progress for the clock's limit (asked only once it
-        has been quiet for a fifth of it, and not more than once a second)."""
+        has been quiet for `ask_after_s`, default a fifth of it, and not more than once a
+        second)."""
         quiet = time.monotonic() - clock.since
-        if quiet > clock.limit_s / 5 and time.monotonic() - clock.asked > 1.0:
+        ask_after_s = clock.limit_s / 5 if ask_after_s is None else ask_after_s
+        if quiet > ask_after_s and time.monotonic() - clock.asked > 1.0:
             clock.asked = time.monotonic()
             clock.saw(pool.progress(rank, min(1.0, clock.limit_s / 5)))
         return clock.stalled()

@@ -38,6 +38,7 @@ import ray
 
 from flywheel.pipelines.data.prompt_data import PromptRecord, reward_prompt
 from flywheel.pipelines.loop.seams import Completion
+from flywheel.pipelines.rlvr.reward_health import UNSCORED, why_unscored
 from flywheel.pipelines.rlvr.reward_routing import merged_metadata, route_rewards
 from flywheel.pipelines.roles.handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
@@ -288,6 +289,9 @@ class ScoringJob:
     weights: list[float] = field(default_factory=list)  # per part; empty: every part 1
     # per part, its reward's response_length_penalty_coef; empty: every part 0
     length_coefs: list[float] = field(default_factory=list)
+    # per part, its reward's name, kept in `unscored_by` of each sample it did not score
+    # (rlvr/reward_health.py); empty: not kept
+    names: list[str] = field(default_factory=list)
 
     @property
     def refs(self) -> list[ray.ObjectRef]:
@@ -296,6 +300,7 @@ class ScoringJob:
     def finish(self) -> list[Group]:
         scores: dict[int, list[float]] = {}
         infos: dict[int, list[list[dict]]] = {}
+        unscored: dict[int, list[dict[str, str]]] = {}
         for p, (cluster, rank, ref, indices) in enumerate(self.parts):
             weight = self.weights[p] if self.weights else 1.0
             coef = self.length_coefs[p] if self.length_coefs else 0.0
@@ -304,14 +309,19 @@ class ScoringJob:
                 scored = [next(results) for _ in self.groups[gi].texts]
                 total = scores.setdefault(gi, [0.0] * len(scored))
                 info = infos.setdefault(gi, [[] for _ in scored])
+                failed = unscored.setdefault(gi, [{} for _ in scored])
                 for i, r in enumerate(scored):
                     length = (coef * response_length_reward(
                         len(self.groups[gi].responses[i].token_ids)) if coef else 0.0)
                     total[i] += weight * (r.score + length)
                     info[i].append(r.metadata)
+                    if self.names and (why := why_unscored(r.metadata)) is not None:
+                        failed[i][self.names[p]] = why
         for gi, total in scores.items():
             self.groups[gi].scores = total
-            self.groups[gi].reward_info = [merged_metadata(parts) for parts in infos[gi]]
+            self.groups[gi].reward_info = [
+                {**merged_metadata(parts), **({UNSCORED: by} if by else {})}
+                for parts, by in zip(infos[gi], unscored[gi])]
         return self.groups
 
 
@@ -336,7 +346,7 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
         group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                        for g in group.responses]
     prompts = [reward_prompt(tokenizer, g.prompt_ids) for g in groups]
-    parts, weights, length_coefs = [], [], []
+    parts, weights, length_coefs, names = [], [], [], []
     routes = route_rewards([g.record.tag for g in groups], reward_cfgs, aggregation)
     for name, indices in routes.items():
         cluster = reward_clusters[name]
@@ -349,7 +359,8 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)
                 length_coefs.append(reward_cfgs[name].response_length_penalty_coef)
-    return ScoringJob(groups, parts, weights, length_coefs)
+                names.append(name)
+    return ScoringJob(groups, parts, weights, length_coefs, names)
 
 
 @dataclass

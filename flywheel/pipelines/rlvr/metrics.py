@@ -28,7 +28,9 @@ def partial_rollout_metrics(groups: list[Group], step: int) -> dict[str, float]:
 def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
     """What the rewards said about the samples whose fate this step decided (trained or
     dropped): `reward/timed_out` and `reward/crashed` count samples the hard per-sample
-    limit killed or whose scoring process died (each scored 0); `reward/parse_rate` is the
+    limit killed or whose scoring process died (each scored 0), `reward/out_of_memory`
+    (present when any) those of them whose request ran out of the scoring process's
+    memory_mb; `reward/parse_rate` is the
     share of samples, among those whose reward reports it, in which an answer was found;
     `reward/judge_parse_failures` counts llm_judge samples whose judge gave no verdict that
     parsed (each scored 0), present when an llm_judge reward scored any of them;
@@ -43,6 +45,9 @@ def reward_info_metrics(taken: Taken) -> dict[str, float]:  # RLVR groups
              for info in g.reward_info]
     metrics = {"reward/timed_out": float(sum(bool(i.get("timed_out")) for i in infos)),
                "reward/crashed": float(sum(bool(i.get("crashed")) for i in infos))}
+    oom = sum(bool(i.get("out_of_memory")) for i in infos)
+    if oom:
+        metrics["reward/out_of_memory"] = float(oom)
     parsed = [bool(i["parsed"]) for i in infos if "parsed" in i]
     if parsed:
         metrics["reward/parse_rate"] = sum(parsed) / len(parsed)

@@ -54,6 +54,7 @@ from flywheel.pipelines.rlvr.metrics import (
     reward_info_metrics,
     uniform_group_metrics,
 )
+from flywheel.pipelines.rlvr.reward_health import RewardHealth
 from flywheel.pipelines.rlvr.sample_masks import apply_sample_masks
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
 from flywheel.pipelines.roles.roles import Roles, streams
@@ -141,10 +142,12 @@ class RLVRRollout:
     val_image_encoder: ImagePromptEncoder | None = None
     order: PromptOrder | DomainOrder = field(init=False)  # prompts of each batch
     encoder: PromptEncoder = field(init=False)  # prompt -> ids, by actor_train's data_args
+    health: RewardHealth = field(init=False)  # rewards that score nothing (reward_health.py)
 
     def __post_init__(self) -> None:
         self.order = training_order(self.train_records, self.cfg)
         self.encoder = prompt_encoder(self.tokenizer, self.cfg.actor_train.data_args)
+        self.health = RewardHealth(self.cfg.rewards, self.cfg.reward_aggregation)
 
     @property
     def batch_groups(self) -> int:
@@ -194,6 +197,7 @@ class RLVRRollout:
         return masked | add_advantages(batch, self.cfg, group_size, kl_coef)
 
     def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:
+        self.health.check(taken, step)  # says, or stops, a reward that scores nothing
         metrics = (reward_info_metrics(taken) | domain_reward_metrics(taken.groups)
                    | uniform_group_metrics(taken.groups))
         if self.cfg.partial_rollout:  # RLVR only: agentic episodes run whole (agentic_checks)

@@ -10,6 +10,7 @@ raises `WorkerError` naming role and rank, like every gather).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -27,6 +28,8 @@ from flywheel.workers.strategies.train_loop import Objective
 from flywheel.workers.weight_broadcast import Backend, GroupAddress
 from flywheel.workers.weight_shm import shared_memory_room
 from flywheel.workers.weight_transfer import SyncedWeights
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -157,6 +160,19 @@ class RewardRole(Cluster):
     def score(self, rank: int, items: list[Sample]) -> ray.ObjectRef:
         """A ref to rank `rank`'s list of RewardResult, one per item, in order."""
         return self.submit_one(rank, "score", items)
+
+    def progress(self, rank: int, wait_s: float) -> tuple[int, str] | None:
+        """Cluster's, after writing to the console each notice the worker has not said yet
+        (its first timeout: workers/reward_worker.py), while `get` waits for a score."""
+        answer = super().progress(rank, wait_s)
+        if answer is None or len(answer) < 3:
+            return answer
+        said = self.__dict__.setdefault("notices_said", {})
+        for text in answer[2][said.get(rank, 0):]:
+            log.warning("%s%s: %s", self.role, f" rank {rank}" if self.world_size > 1 else "",
+                        text)
+        said[rank] = len(answer[2])
+        return answer[0], answer[1]
 
 
 class EnvRole(Cluster):

@@ -41,6 +41,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
 from flywheel.workers.rewards.registry import reward_spec
+from flywheel.workers.rewards.reward_limits import memory_limit_mb
 from flywheel.workers.strategies.model_head import VALUE, policy_head
 from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
@@ -226,6 +227,9 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                 devices, where = role_devices(role, rcfg), placement
                 threads = rcfg.num_threads or (len(rcfg.cpu_affinity) if rcfg.cpu_affinity
                                                else default_threads)
+            # the scoring processes' memory limit by the reward's kind, known here even
+            # for a reward registered in this process only (workers/rewards/reward_limits.py)
+            wcfg = replace(wcfg, memory_mb=memory_limit_mb(rcfg))
             rewards[name] = launched(RewardRole.launch(
                 role, RewardWorker, devices, where, timeout_s=cfg.timeouts.score_s,
                 log_dir=log_dir,

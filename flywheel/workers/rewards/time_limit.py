@@ -50,8 +50,8 @@ from flywheel.platform.config.schema import RewardConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.rewards.process_tree import CLEANUP_S
 from flywheel.workers.rewards.registry import Sample, reward_spec
-from flywheel.workers.rewards.reward_limits import memory_limit_mb
 from flywheel.workers.rewards.result import RewardResult
+from flywheel.workers.rewards.reward_limits import memory_limit_mb
 
 # A child's start: imports and building the reward (a sandbox probe, a judge model's load);
 # reward workers pass the run's timeouts.startup_s instead.

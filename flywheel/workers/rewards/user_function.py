@@ -22,12 +22,13 @@ form does not pass (TRL's form excepted: its columns are known only per batch) o
 positional-only one is refused when the reward starts, in one line.
 
 Answers (`coerce`): a finite number (any `numbers.Real` whose float() is finite: int,
-float, bool, numpy scalars; `10**400` has none) is the score; a dict is `score` (a finite number) plus metadata (its other keys, JSON, kept
-with the sample's reward metadata like a built-in reward's); None says "no score for this
-sample" (TRL's way for a reward that does not apply): it scores 0 and is counted
-(`fn_unscored`). Anything else (a string, NaN, a dict without `score`, metadata that is not
-JSON or uses one of flywheel's own keys, a TRL list of the wrong length) is `NotAScore`,
-a failure of the function like an exception (python_reward.py counts both).
+float, bool, numpy scalars) is the score; a dict is `score` (a finite number) plus
+metadata (its other keys, JSON, kept with the sample's reward metadata like a built-in
+reward's); None says "no score for this sample" (TRL's way for a reward that does not
+apply): it scores 0 and is counted (`fn_unscored`). Anything else (a string, NaN, an int
+with no float such as `10**400`, a dict without `score`, metadata that is not JSON or uses
+one of flywheel's own keys, a TRL list of the wrong length) is `NotAScore`, a failure of
+the function like an exception (python_reward.py counts both).
 """
 
 from __future__ import annotations
