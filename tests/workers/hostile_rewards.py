@@ -46,3 +46,13 @@ def misbehave(prompt: str, response: str, reference: str, record: dict):
             time.sleep(600)
         return 1.0
     raise AssertionError(f"unknown case {case}")
+
+
+def always_raises(response: str):
+    """A function broken on every sample (issue 44: such a run used to end "done")."""
+    raise ValueError(f"cannot read {response!r}")
+
+
+def always_hangs(response: str):
+    """A function that never answers (issue 53: 110 s a step for 32 samples, in silence)."""
+    time.sleep(3600)
