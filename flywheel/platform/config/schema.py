@@ -181,7 +181,8 @@ class GeneratingArgs:
     do_sample: bool = True
     # CTRL repetition penalty (> 0; 1.0 off) on every token already in prompt or response,
     # applied the same way by hf_infer, vllm and sglang. The model's own
-    # generation_config.json never applies: only what is written here.
+    # generation_config.json never applies: only what is written here. Validation only:
+    # refused in actor_infer (the trainer's log-probs do not include it).
     repetition_penalty: float = 1.0
     # A response ends (finish "stop") at the token that completes any of these strings,
     # kept in the response; every infer backend honours them, beside the tokenizer's eos.
