@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 
 import pytest
 import torch
@@ -66,29 +65,6 @@ def gemma_batch(tiny_gemma2_path):
                            [g.token_ids for g in gens], pad_id=0,
                            infer_log_probs=[g.log_probs for g in gens])
     return batch, infer
-
-
-@pytest.fixture
-def one_rank_group():
-    """A torch.distributed group of one gloo rank for an in-process deepspeed_train (what
-    TrainWorker.init_process_group sets up), destroyed afterwards."""
-    import torch.distributed as dist
-
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK",
-                                            "WORLD_SIZE", "LOCAL_RANK")}
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0")
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def test_a_softcap_of_one_still_caps():
