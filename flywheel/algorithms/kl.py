@@ -24,14 +24,25 @@ import torch
 from torch import Tensor
 
 from flywheel.algorithms.aggregation import Count, aggregate_loss, masked_mean
+from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT
 
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
 KL_ESTIMATORS: tuple[str, ...] = get_args(KLEstimator)
 
 
 def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: str) -> Tensor:
-    """Per-token KL estimate [B, T] from ℓ and ℓ_ref [B, T]; see the module docstring."""
+    """Per-token KL estimate [B, T] from ℓ and ℓ_ref [B, T]; see the module docstring.
+
+    A token the policy gives probability 0 (outside its top-k / top-p kept set at the
+    current weights: ℓ = OUTSIDE_LOGIT, algorithms/sampled_distribution.py) is outside the
+    support of π_θ: it adds π_θ(a) log(π_θ(a) / π_ref(a)) = 0 to KL(π_θ ‖ π_ref) and has no
+    gradient, so its estimate is 0, not ~1e4 (k1) or exp(1e4) = inf (k3). It happens once
+    the policy has moved off the weights that sampled the token (a later mini-batch, or
+    generation running ahead)."""
     delta = log_probs - ref_log_probs  # [B, T], Δ = ℓ - ℓ_ref
+    outside = log_probs < OUTSIDE_LOGIT / 2  # [B, T], π_θ(a) = 0
+    # zeroed before the estimator, so no inf is formed whose gradient would be nan
+    delta = torch.where(outside, torch.zeros_like(delta), delta)
     if estimator == "k1":
         return delta
     if estimator == "abs":

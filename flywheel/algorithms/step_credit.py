@@ -12,7 +12,7 @@ pipeline (roll/pipeline/agentic/utils.py compute_response_level_rewards):
                     Training", arXiv 2505.10978, eqs. 5-7): the episode part normalises
                     the episode's total reward R(tau) over the episodes of its group; the
                     step part normalises G_t over its *anchor-state group*, the turns of
-                    that group's episodes that saw the same observation, so two actions
+                    that group's episodes played from the same env state, so two actions
                     taken from one state are compared with each other.
 
 `norm`: subtract the set's mean when centring, divide by its std (+eps) when scaling; zero
@@ -63,7 +63,7 @@ def _set_mean(values: Tensor, sets: Tensor) -> Tensor:
 
 def anchor_ids(keys: Sequence[Hashable]) -> list[int]:
     """One id per distinct key, numbered by first appearance (key = env group plus the
-    observation a turn saw)."""
+    env state a turn was played from)."""
     ids: dict[Hashable, int] = {}
     return [ids.setdefault(key, len(ids)) for key in keys]
 

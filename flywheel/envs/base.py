@@ -22,6 +22,10 @@ Info contract (what the env manager reads; see `trajectory.episode_metrics`):
 - `action_is_valid` (bool), every step. Episode metric: fraction of valid steps.
 - `success` (bool), every step (False until the episode is won). Episode metric: its value
   at the last step.
+- `state_key` (optional, in reset's info and every step's): the env's state, for GiGPO's
+  anchor groups (observations that show one state alike may differ, e.g. a counter in the
+  text); any value, compared as text. Without it the observation text is the state. Not a
+  metric.
 - Any other bool/int/float key is an env-specific per-step metric. Episode metric: mean
   over the steps that reported it.
 Across episodes every metric is a plain mean (`aggregate_metrics`).

@@ -42,7 +42,7 @@ import numpy as np
 from flywheel.envs.base import TextEnv
 from flywheel.envs.chat_turns import ChatTurns
 from flywheel.envs.registry import make
-from flywheel.envs.trajectory import Trajectory, episode_metrics
+from flywheel.envs.trajectory import STATE_KEY, Trajectory, episode_metrics
 
 TURN_PLACEHOLDERS = frozenset({"observation", "turn_idx", "actions_left"})
 
@@ -180,11 +180,12 @@ class EnvManager:
     def _start(self, trajectory: Trajectory, tokenizer: Tokenizer) -> bool:
         """Reset the env and write the first prompt. False if the env failed."""
         try:
-            observation, _ = self.envs[trajectory.env_id].reset(seed=trajectory.seed)
+            observation, info = self.envs[trajectory.env_id].reset(seed=trajectory.seed)
             _check_observation(observation)
         except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
             trajectory.error = _describe(trajectory, "reset", exc)
             return False
+        trajectory.turn_states.append(state_key(observation, info))
         if self.chat is not None:
             ids = self.chat.first_prompt(self.config.system_template,
                                          self._turn_text(observation, 0))
@@ -233,6 +234,7 @@ class EnvManager:
         )
         if trajectory.terminated or trajectory.truncated:
             return False
+        trajectory.turn_states.append(state_key(observation, info))
         if info.get("observation_role") == "tool":
             env_ids = self._tool_ids(response_ids, observation, tokenizer)
         elif self.chat is not None:
@@ -262,6 +264,17 @@ class EnvManager:
             turn_idx=turn_idx,
             actions_left=self.config.max_steps - turn_idx,
         )
+
+
+def state_key(observation: str, info: object) -> str:
+    """The env state an observation shows, for GiGPO's anchor groups (Trajectory
+    `turn_states`): `info["state_key"]` as text when the env gives one (two observations
+    that render one state apart, or one text shown for two states), else the observation
+    itself. Not the rendered turn: the turn template's turn number and actions left would
+    keep one state reached at two turns out of one anchor group."""
+    if isinstance(info, dict) and info.get(STATE_KEY) is not None:
+        return str(info[STATE_KEY])
+    return observation
 
 
 def _check_observation(observation: object) -> None:

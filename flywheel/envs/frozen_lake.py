@@ -36,6 +36,7 @@ from flywheel.envs.base import (
     parse_action,
     resolve_seed,
 )
+from flywheel.envs.trajectory import STATE_KEY
 
 # gymnasium's action indices: LEFT=0, DOWN=1, RIGHT=2, UP=3.
 ACTIONS = {"Left": 0, "Down": 1, "Right": 2, "Up": 3}
@@ -108,7 +109,7 @@ class FrozenLakeEnv(TextEnv):
         self._lake.reset(seed=seed)
         self._done = False
         intro = f"{self.instruction}\n" if self.instruction else ""
-        return f"{intro}{self.render_text()}", {"seed": seed}
+        return f"{intro}{self.render_text()}", {"seed": seed, STATE_KEY: self.render_text()}
 
     def step(self, action_text: str) -> StepResult:
         lake = self._require_running()
@@ -118,11 +119,17 @@ class FrozenLakeEnv(TextEnv):
                 f"Invalid action: give one of {', '.join(ACTIONS)}. Nothing moved.\n"
                 f"{self.render_text()}"
             )
-            return observation, self.format_penalty, False, False, _info(False, False)
+            return observation, self.format_penalty, False, False, self._info(False, False)
         _, reward, terminated, _, _ = lake.step(ACTIONS[action])
         success = bool(terminated and self._tile() == "G")
         self._done = bool(terminated)
-        return self.render_text(), float(reward), bool(terminated), False, _info(True, success)
+        return self.render_text(), float(reward), bool(terminated), False, self._info(True, success)
+
+    def _info(self, action_is_valid: bool, success: bool) -> dict[str, Any]:
+        """The step's info; its state key (GiGPO's anchor state, env_manager.state_key) is
+        the rendered map alone: the same state whatever text surrounds it (the first
+        observation's instruction, an invalid action's note)."""
+        return _info(action_is_valid, success) | {STATE_KEY: self.render_text()}
 
     def render_text(self) -> str:
         """The map, one row per line, with the player drawn on it."""

@@ -38,6 +38,7 @@ from flywheel.envs.base import (
     parse_action,
     resolve_seed,
 )
+from flywheel.envs.trajectory import STATE_KEY
 
 Cell = tuple[int, int]
 
@@ -210,7 +211,8 @@ class SokobanEnv(TextEnv):
         self._boxes = set(self.level.boxes)
         self._player = self.level.player
         self._done = False
-        return f"{self.instruction}\n{self.render_text()}", {"seed": seed}
+        board = self.render_text()
+        return f"{self.instruction}\n{board}", {"seed": seed, STATE_KEY: board}
 
     def step(self, action_text: str) -> StepResult:
         level = self._require_reset()
@@ -222,7 +224,7 @@ class SokobanEnv(TextEnv):
                 f"Invalid action: give one of {', '.join(MOVES)}. Nothing moved.\n"
                 f"{self.render_text()}"
             )
-            return observation, self.format_penalty, False, False, _info(False, False)
+            return observation, self.format_penalty, False, False, self._info(False, False)
         reward = self.step_penalty
         move = MOVES[action]
         ahead = _add(self._player, move)
@@ -241,7 +243,13 @@ class SokobanEnv(TextEnv):
         if solved:
             reward += self.reward_solved
         self._done = solved
-        return self.render_text(), reward, solved, False, _info(True, solved)
+        return self.render_text(), reward, solved, False, self._info(True, solved)
+
+    def _info(self, action_is_valid: bool, success: bool) -> dict[str, Any]:
+        """The step's info; its state key (GiGPO's anchor state, env_manager.state_key) is
+        the rendered map alone: the same state whatever text surrounds it (the first
+        observation's instruction, an invalid action's note)."""
+        return _info(action_is_valid, success) | {STATE_KEY: self.render_text()}
 
     def render_text(self) -> str:
         """The room, one row per line."""

@@ -24,6 +24,9 @@ from typing import Any
 # episode metric is the sum over the steps, not the mean.
 COUNTED_INFO_KEYS = ("tool_calls", "tool_valid_calls", "tool_malformed", "tool_unknown",
                      "tool_errors", "tool_timeouts", "tool_over_budget")
+# The info key naming the env's state (an anchor state of GiGPO, env_manager.state_key):
+# an identifier, not a metric.
+STATE_KEY = "state_key"
 
 
 @dataclass
@@ -42,6 +45,11 @@ class Trajectory:
     turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) per turn
     rewards: list[float] = field(default_factory=list)  # one per completed turn
     infos: list[dict[str, Any]] = field(default_factory=list)  # env info per completed turn
+    # the env state each turn was played from (GiGPO's anchor state): the info's
+    # `state_key` when the env gives one (reset's for turn 0, the step's before it for
+    # later turns), else the observation text as the env returned it, never the rendered
+    # turn template (which writes the turn number and actions left around it)
+    turn_states: list[str] = field(default_factory=list)
     terminated: bool = False  # the game ended (won or lost)
     truncated: bool = False  # stopped by max_steps or by the env's own truncation
     error: str | None = None  # set when the env raised; see env_manager
@@ -141,7 +149,8 @@ def episode_metrics(trajectory: Trajectory) -> dict[str, float]:
     extra: dict[str, list[float]] = {}
     for info in infos:
         for key, value in info.items():
-            if key not in metrics and isinstance(value, (bool, int, float)):
+            if (key not in metrics and key != STATE_KEY
+                    and isinstance(value, (bool, int, float))):
                 extra.setdefault(key, []).append(float(value))
     metrics.update({key: (sum(values) if key in COUNTED_INFO_KEYS else sum(values) / len(values))
                     for key, values in extra.items()})

@@ -55,7 +55,7 @@ class TrainWorker(RoleWorker):
                  num_threads: int | None = None,
                  cpu_affinity: list[int] | None = None, head: ModelHead = POLICY,
                  weight_sync_bucket_mb: int = PipelineConfig.weight_sync_bucket_mb,
-                 log_path: str | None = None):
+                 log_path: str | None = None, schedule_per_train_step: bool = False):
         super().__init__(role, rank, world_size, num_threads, cpu_affinity, log_path)
         self.weight_sync_bucket_mb = weight_sync_bucket_mb
         self.shared_writer: SharedWeightWriter | None = None  # share_weights_in_memory
@@ -64,8 +64,16 @@ class TrainWorker(RoleWorker):
         self.syncs_sent = 0  # over the weight group
         self.sending = SendInFlight(f"{role} rank {rank}")  # a sync over the group, or none
         name = cfg.strategy_args.strategy_name
-        self.build = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
-                                       total_steps=total_steps, trainable=trainable, head=head)
+        built = functools.partial(strategy_class(name), model_path, cfg, seed=seed,
+                                  total_steps=total_steps, trainable=trainable, head=head)
+
+        def build() -> TrainStrategy:
+            strategy = built()
+            # `total_steps` counts train steps (roles.py schedule_per_train_step)
+            strategy.schedule_per_train_step = schedule_per_train_step
+            return strategy
+
+        self.build = build
         self._strategy: TrainStrategy | None = None
         self.offloaded: set[str] = set()  # offload.PARTS moved off the device (phase switch)
         if not strategy_spec(name).process_group:

@@ -33,6 +33,20 @@ def test_kl_estimators(estimator, expected):
     assert kl_estimate(LP, REF, estimator)[0].tolist() == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("estimator", ["k1", "abs", "k2", "k3"])
+def test_a_token_outside_the_policys_kept_set_adds_no_kl(estimator):
+    """ℓ = OUTSIDE_LOGIT (- log Z): probability 0 under the truncated policy, so no KL and
+    a finite gradient (k3 was exp(1e4) = inf, k1 -1e4)."""
+    log_probs = torch.tensor([[-1.0e4 - 2.3, -0.5]], requires_grad=True)
+    ref = torch.tensor([[-3.0, -0.7]])
+    kl = kl_estimate(log_probs, ref, estimator)
+    assert kl[0, 0].item() == 0.0
+    assert kl[0, 1].item() == pytest.approx(
+        kl_estimate(torch.tensor([[-0.5]]), ref[:, 1:], estimator).item())
+    kl.sum().backward()
+    assert torch.isfinite(log_probs.grad).all() and log_probs.grad[0, 0] == 0
+
+
 def test_unknown_estimator():
     with pytest.raises(ValueError, match="k3"):
         kl_estimate(LP, REF, "k4")

@@ -53,11 +53,12 @@ def test_known_seed_map_and_symbols() -> None:
     # generator this fails, and old seeds no longer reproduce old episodes.
     env = FrozenLakeEnv(size=4)
     observation, info = env.reset(seed=0)
-    assert info == {"seed": 0}
+    # the state key (GiGPO's anchor state) is the map alone, without the instruction
+    assert info == {"seed": 0, "state_key": "P___\nOO__\n_OO_\nO__G"}
     assert "Left, Down, Right, Up" in observation  # the instruction is in the observation
     assert grid_of(observation, 4) == ["P___", "OO__", "_OO_", "O__G"]
     observation, reward, terminated, _, info = act(env, "right")
-    assert observation == "_P__\nOO__\n_OO_\nO__G"
+    assert observation == info["state_key"] == "_P__\nOO__\n_OO_\nO__G"
     assert (reward, terminated, info["success"]) == (0.0, False, False)
     observation, reward, terminated, _, info = act(env, "DOWN")
     assert observation == "____\nOX__\n_OO_\nO__G"  # X: the player in a hole

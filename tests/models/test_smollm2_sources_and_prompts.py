@@ -207,6 +207,9 @@ REFUSED = [
      "actor_infer.generating_args.max_new_tokens", "defaults to response_length"),
     ({"actor_infer": {"generating_args": {"repetition_penalty": 0.0}}},
      "actor_infer.generating_args.repetition_penalty", "must be > 0"),
+    # the trainer's log-probs would not be those sampled (vllm's include the penalty)
+    ({"actor_infer": {"generating_args": {"repetition_penalty": 1.1}}},
+     "actor_infer.generating_args.repetition_penalty", "importance weight would be biased"),
 ]
 
 
@@ -221,13 +224,13 @@ def test_keys_that_would_do_nothing_are_refused(data, key_path, message):
 
 def test_keys_that_act_load():
     cfg = load_config_dict({
-        "response_length": 24, "validation": {"data_args": {"template": "qwen2_5"}},
+        "response_length": 24, "validation": {"data_args": {"template": "qwen2_5"},
+                                              "generating_args": {"repetition_penalty": 1.1}},
         "eval_steps": 5,
         "actor_train": {"name": "actor_train", "data_args": {
             "template": "qwen2_5", "file_name": "one.jsonl", "system_prompt": "Be brief.",
             "chat_template_kwargs": {"enable_thinking": False}}},
-        "actor_infer": {"generating_args": {"stop_strings": ["\n\n"],
-                                            "repetition_penalty": 1.1}},
+        "actor_infer": {"generating_args": {"stop_strings": ["\n\n"]}},
     })
     assert cfg.actor_infer.generating_args.max_new_tokens == 24  # from response_length
     assert cfg.validation.generating_args.max_new_tokens == 24

@@ -247,6 +247,49 @@ def test_gigpo_anchors_and_advantages_on_played_episodes():
     assert first == pytest.approx([0.55, 0.5, -0.55], abs=1e-5)  # reward_clip acts here too
 
 
+def per_episode(replies: list[list[str]]):
+    """A generate_fn replying to the i-th running episode with replies[i][turn]."""
+    turn = iter(range(100))
+
+    def generate(prompts, max_tokens):
+        t = next(turn)
+        out = [[ord(c) for c in f"<answer>{replies[i][t]}</answer>"]
+               for i in range(len(prompts))]
+        return [(ids, [-0.5] * len(ids)) for ids in out]
+    return generate
+
+
+@pytest.mark.parametrize("lake_config", [{"env_instruction": ""}, {}])
+def test_gigpo_anchors_one_state_reached_at_two_turns(lake_config):
+    """Under the default turn template ("Turn {turn_idx} ({actions_left} actions left)"),
+    the start reached again at turn 2 (Right, Left) shares turn 0's anchor group, as does
+    the other episode's turn 0; an invalid action keeps the state (and the group), though
+    its observation text differs. With the env's instruction in the first observation
+    (the default), the env's state_key still names the state alone."""
+    cfg = agentic_cfg(step_level_samples=True, adv_estimator="gigpo")
+    lake = cfg.custom_envs["FrozenLake"]
+    lake.agent_template = None  # the env manager's default turn template
+    lake.env_config = {"size": 3, **lake_config}
+    spec = env_manager_config("FrozenLake", lake, cfg.train_env_manager, num_groups=1)
+    assert "{turn_idx}" in spec.turn_template and "{actions_left}" in spec.turn_template
+    # map P__ / _O_ / __G: Right then Left is back at the start; B falls in the hole (O)
+    # at its turn 2, so A plays turn 3 alone
+    episodes = EnvManager(spec).rollout(per_episode([["Right", "Left", "Down", "Up"],
+                                                     ["Nonsense", "Down", "Right"]]),
+                                        CharCodec(), seed=3)
+    group = EpisodeGroup(0, "FrozenLake", episodes, version=0, turn_versions=[0] * 4,
+                         scores=[t.score for t in episodes])
+    batch = pack_steps([group], pad_id=0, gamma=1.0, turn_level=True, multiple_of=1)
+    # rows: A's turns 0-3 (start, right of it, start, below it), B's 0-2 (start, start
+    # after the invalid action, below it)
+    assert batch.anchor.tolist() == [0, 1, 0, 2, 0, 0, 2]
+    # the prompts A and B saw at the start differ (turn number, actions left, the note)
+    starts = [CharCodec().decode(t.input_ids[end:start]) for t, end, start in (
+        (episodes[0], episodes[0].turn_spans[1][1], episodes[0].turn_spans[2][0]),
+        (episodes[1], episodes[1].turn_spans[0][1], episodes[1].turn_spans[1][0]))]
+    assert starts[0].startswith("Turn 2 (2 actions left)") and "Invalid" in starts[1]
+
+
 def test_fit_rows_drops_padding_then_fills_whole_optimizer_steps():
     cfg = agentic_cfg(step_level_samples=True, adv_estimator="step_reinforce")
     groups = played_groups(cfg, ["Right", "Right", "Down", "Down"])

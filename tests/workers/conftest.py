@@ -37,3 +37,31 @@ def engine(tiny_model_path):
     strategy = VLLMInferStrategy(tiny_model_path, WorkerConfig(), seed=0)
     yield strategy
     torch.set_num_threads = set_num_threads
+
+
+@pytest.fixture(scope="session")
+def one_rank_group():
+    """The environment of a torch.distributed group of one gloo rank for an in-process
+    deepspeed_train (what TrainWorker.init_process_group sets up; the strategy joins it).
+    One per session: DeepSpeed keeps its communication backend for the process, and a
+    second group after the first is destroyed fails ("Group ... is not registered")."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK",
+                                            "WORLD_SIZE", "LOCAL_RANK")}
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
+                      WORLD_SIZE="1", LOCAL_RANK="0")
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -104,3 +104,62 @@ def test_warmup_ratio_warms_up_over_that_fraction_of_the_horizon(scheduler):
 def test_a_written_warmup_steps_wins_over_warmup_ratio():
     rates = rates_of(TrainingArgs(warmup_steps=1, warmup_ratio=0.5), 10, 3)
     assert rates == pytest.approx([0.0, 1.0, 1.0])
+
+
+AGENTIC_STEPS = 4
+TURNS = [3, 2, 4, 3]  # turns per episode at each train step: 12, 8, 16, 12 per-turn rows
+
+
+def agentic_step_config() -> PipelineConfig:
+    """4 trajectories a step, one row per turn, 4-row mini-batches: 2-4 optimizer steps
+    per train step; linear decay after ceil(0.25 x 4) = 1 warmup train step."""
+    cfg = PipelineConfig(pipeline_type="agentic", step_level_samples=True,
+                         rollout_batch_size=4)
+    cfg.actor_train.training_args = TrainingArgs(
+        learning_rate=1e-3, per_device_train_batch_size=4, lr_scheduler_type="linear",
+        warmup_ratio=0.25)
+    return cfg
+
+
+def optimizer_step_rates(worker) -> list[float]:
+    """Records the learning rate each optimizer step of `worker` is taken with."""
+    rates: list[float] = []
+    worker.strategy.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: rates.append(optimizer.param_groups[0]["lr"]))
+    return rates
+
+
+# deepspeed_train runs the same loop (train_loop.run_update): make test-long
+@pytest.mark.parametrize("backend", ["hf_train",
+                                     pytest.param("deepspeed_train", marks=pytest.mark.long)])
+def test_agentic_step_rows_schedule_spans_the_run(tiny_model_path, backend, one_rank_group):
+    """Per-turn rows: the schedule counts train steps (roles.schedule_per_train_step), so
+    warmup ends after warmup_ratio of them and the last step's rate is above 0; sized from
+    the trajectory count, linear decay reached 0 a third of the way through."""
+    from flywheel.pipelines.roles.roles import schedule_per_train_step
+    from flywheel.platform.config.schema import StrategyArgs
+    from flywheel.workers.train_worker import TrainWorker
+
+    if backend == "deepspeed_train":
+        pytest.importorskip("deepspeed")
+    cfg = agentic_step_config()
+    wcfg = dataclasses.replace(cfg.actor_train, strategy_args=StrategyArgs(
+        strategy_name=backend, strategy_config={"zero_stage": 1} if backend != "hf_train"
+        else {}))
+    worker = TrainWorker("actor_train", 0, 1, tiny_model_path, wcfg, seed=0,
+                         total_steps=schedule_horizon(cfg, wcfg, AGENTIC_STEPS),
+                         trainable=True,
+                         schedule_per_train_step=schedule_per_train_step(cfg))
+    if backend == "deepspeed_train":  # the group is the session's (one_rank_group)
+        import os
+        worker.init_process_group(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    rates, loss = optimizer_step_rates(worker), ActorLoss("vanilla", PolicyLossParams(),
+                                                          "token-mean")
+    per_step = []
+    for turns in TURNS:
+        metrics = worker.train_step(batch_of(4 * turns), loss, ppo_epochs=1)
+        assert metrics["actor/optimizer_steps"] == turns
+        per_step.append(rates[-turns:])
+    print(f"{backend}: lr of each optimizer step, by train step: {per_step}")
+    assert all(len(set(step)) == 1 for step in per_step)  # one rate per train step
+    assert [step[0] for step in per_step] == pytest.approx([0.0, 1e-3, 2e-3 / 3, 1e-3 / 3])

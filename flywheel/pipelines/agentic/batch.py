@@ -19,9 +19,11 @@ Advantages:
   Step-level rows use the same formula with their own G_t (or the episode score when
   turn_level_returns is off).
 - `step_reinforce` / `gigpo` (step rows only): algorithms/step_credit.py. A turn's anchor
-  state (GiGPO) is its env group plus the observation tokens it saw (the env text between
-  the previous turn's response and this turn, the whole first prompt for turn 0), as ROLL's
-  StepEnvManager hashes the current observation.
+  state (GiGPO) is its env group plus the env state it was played from (Trajectory
+  `turn_states`: the env's `state_key` when it gives one, else the observation the env
+  returned), as GiGPO and verl-agent group identical states; not the rendered prompt, whose
+  turn template writes the turn number and actions left, so one state reached at two turns
+  would never share a group.
 
 `fit_rows` then applies `batch_adjust_mode`: rows dropped or repeated so a step's rows fill
 whole optimizer steps; after the advantages, so their statistics see every episode played
@@ -87,9 +89,11 @@ def pack_steps(groups: list[EpisodeGroup], pad_id: int, gamma: float, turn_level
     for g_index, g in enumerate(groups):
         for t in g.trajectories:
             steps = to_step_samples(t, gamma)
-            ends = [0] + [end for _, end in t.turn_spans]
-            for step, (start, _) in zip(steps, t.turn_spans):
-                anchors.append((g_index, tuple(t.input_ids[ends[step.turn_idx]:start])))
+            if len(t.turn_states) < len(steps):
+                raise ValueError(f"env {t.env_id}: {len(steps)} turns but the states of "
+                                 f"{len(t.turn_states)} (Trajectory.turn_states)")
+            for step in steps:
+                anchors.append((g_index, t.turn_states[step.turn_idx]))
                 prompts.append(step.prompt_ids)
                 responses.append(step.response_ids)
                 logprobs.append(step.response_logprobs)

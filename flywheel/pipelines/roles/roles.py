@@ -42,7 +42,7 @@ from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
 from flywheel.workers.rewards.registry import reward_spec
 from flywheel.workers.rewards.reward_limits import memory_limit_mb
-from flywheel.workers.strategies.model_head import VALUE, policy_head
+from flywheel.workers.strategies.model_head import VALUE, actor_and_reference_heads
 from flywheel.workers.strategies.registry import strategy_spec
 from flywheel.workers.strategies.train_loop import optimizer_steps_per_train_step
 from flywheel.workers.train_worker import TrainWorker
@@ -133,11 +133,24 @@ class Roles:
         self.placement.release()
 
 
+def schedule_per_train_step(cfg: PipelineConfig) -> bool:
+    """Whether the learning-rate schedules count train steps rather than optimizer steps:
+    agentic step-level samples, one row per turn played, so a train step's optimizer
+    steps vary with the episodes' lengths and no count known at the start is the run's.
+    Stepped once per train step (as verl steps its schedulers), the schedule spans the run
+    exactly: warmup ends after warmup_ratio of the train steps, and the last train step
+    has the schedule's last learning rate, above 0. (A bound from max_steps turns per
+    episode would leave a run of shorter episodes partway down the curve, its warmup
+    stretched by the same factor.)"""
+    return cfg.pipeline_type == "agentic" and cfg.step_level_samples
+
+
 def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) -> int:
-    """The learning-rate schedule's length in optimizer steps: train steps x mini-batches
-    per step x ppo_epochs, as the update loop takes them (one rank's share of the batch
-    per model replica). Agentic step-level samples vary in number; the trajectory count
-    stands in for them."""
+    """The learning-rate schedule's length: train steps x mini-batches per step x
+    ppo_epochs optimizer steps, as the update loop takes them (one rank's share of the
+    batch per model replica); the train steps where `schedule_per_train_step`."""
+    if schedule_per_train_step(cfg):
+        return train_steps
     rows = cfg.rollout_batch_size
     if cfg.pipeline_type == "rlvr":
         rows *= cfg.num_return_sequences_in_group
@@ -193,13 +206,14 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                                                        **kwargs),
                                       timeout_s=cfg.timeouts.call_s, log_dir=log_dir))
 
-    gen = cfg.actor_infer.generating_args
-    policy = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
+    # the reference's head is untruncated (model_head.ModelHead.for_reference)
+    policy, reference_policy = actor_and_reference_heads(cfg.actor_infer.generating_args)
     try:
         actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
                             total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),
                             trainable=True, head=policy,
-                            weight_sync_bucket_mb=cfg.weight_sync_bucket_mb)
+                            weight_sync_bucket_mb=cfg.weight_sync_bucket_mb,
+                            schedule_per_train_step=schedule_per_train_step(cfg))
         actor_infer = start("actor_infer", InferRole, InferWorker, cfg.actor_infer,
                             context_length=context_length(cfg),
                             sleep_mode=offloads_between_phases(cfg),
@@ -209,12 +223,14 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         reference, in_actor = None, reference_from_actor(cfg)
         if cfg.reference is not None and not in_actor:
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
-                              total_steps=total_steps, trainable=False, head=policy)
+                              total_steps=total_steps, trainable=False,
+                              head=reference_policy)
         critic = None
         if cfg.critic is not None:
             critic = start("critic", TrainRole, TrainWorker, cfg.critic,
                            total_steps=schedule_horizon(cfg, cfg.critic, total_steps),
-                           trainable=True, head=VALUE)
+                           trainable=True, head=VALUE,
+                           schedule_per_train_step=schedule_per_train_step(cfg))
         rewards = {}
         # Agentic episodes are scored by their envs: no reward workers.
         for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):

@@ -120,6 +120,13 @@ def check_image_bounds(key: str, args) -> None:
                                                          f"image_max_pixels {high}")
 
 
+# Why a penalty is refused where responses are trained on (validation may keep it).
+REPETITION_PENALTY_REFUSED = (
+    "is not 1.0; the trainer's log-probs (and hf_infer's recorded ones) are of the "
+    "distribution without the penalty while vllm's include it, so every penalised token's "
+    "importance weight would be biased: write 1.0 (validation.generating_args may keep it)")
+
+
 def check_generating_args(cfg: PipelineConfig) -> None:
     blocks: list[tuple[str, GeneratingArgs]] = [
         ("actor_infer.generating_args", cfg.actor_infer.generating_args)]
@@ -137,6 +144,8 @@ def check_generating_args(cfg: PipelineConfig) -> None:
         if args.repetition_penalty <= 0:
             raise ConfigError("", f"{key}.repetition_penalty",
                               f"must be > 0 (1.0 is off), got {args.repetition_penalty}")
+        if key == "actor_infer.generating_args" and args.repetition_penalty != 1.0:
+            raise ConfigError("", f"{key}.repetition_penalty", REPETITION_PENALTY_REFUSED)
         if args.stop_strings is not None and not all(args.stop_strings):
             raise ConfigError("", f"{key}.stop_strings", "an empty string would stop at once")
 

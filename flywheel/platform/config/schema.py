@@ -109,13 +109,15 @@ class TrainingArgs:
     # Micro-batches summed before one optimizer step. One optimizer step consumes
     # per_device_train_batch_size * gradient_accumulation_steps * dp_size samples.
     gradient_accumulation_steps: int = 1
-    # Optimizer steps of linear warmup from 0 to learning_rate.
+    # Optimizer steps of linear warmup from 0 to learning_rate (train steps with agentic
+    # step_level_samples, whose schedule counts train steps: its optimizer steps vary).
     warmup_steps: int = 0
     # Warmup as a fraction of the schedule's optimizer steps, in [0, 1]: warmup_steps =
     # ceil(warmup_ratio x the run's optimizer steps) (ROLL's and transformers' rule); acts
     # only while warmup_steps is 0 (a written warmup_steps wins, as in ROLL).
     warmup_ratio: float = 0.0
-    # Learning-rate schedule after warmup, over the run's optimizer steps.
+    # Learning-rate schedule after warmup, over the run's optimizer steps (train steps
+    # with agentic step_level_samples).
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
     # Global gradient-norm clip; 0 disables.
     max_grad_norm: float = 1.0
@@ -179,7 +181,8 @@ class GeneratingArgs:
     do_sample: bool = True
     # CTRL repetition penalty (> 0; 1.0 off) on every token already in prompt or response,
     # applied the same way by hf_infer, vllm and sglang. The model's own
-    # generation_config.json never applies: only what is written here.
+    # generation_config.json never applies: only what is written here. Validation only:
+    # refused in actor_infer (the trainer's log-probs do not include it).
     repetition_penalty: float = 1.0
     # A response ends (finish "stop") at the token that completes any of these strings,
     # kept in the response; every infer backend honours them, beside the tokenizer's eos.

@@ -72,6 +72,9 @@ class TrainStrategy(ABC):
     optimizer: object | None
     scheduler: object | None
     adapter: PeftModel | None = None  # the PEFT wrapper of a LoRA backend's model
+    # the schedule's horizon counts train steps, and it steps once per train step (set by
+    # the TrainWorker: agentic step-level samples, roles.py `schedule_per_train_step`)
+    schedule_per_train_step: bool = False
 
     @abstractmethod
     def forward(self, batch: TokenBatch) -> torch.Tensor:
@@ -92,15 +95,21 @@ class TrainStrategy(ABC):
         if self.adapter is None:
             raise RuntimeError(f"forward_base_logprobs: {type(self).__name__} trains no LoRA "
                                f"adapter")
-        with self.adapter.disable_adapter():
-            return self.forward_logprobs(batch)
+        # the reference's distribution: untruncated (model_head.ModelHead.for_reference)
+        head, self.head = self.head, self.head.for_reference()
+        try:
+            with self.adapter.disable_adapter():
+                return self.forward_logprobs(batch)
+        finally:
+            self.head = head
 
     def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int = 1) -> dict:
         """Optimizer steps over `batch` (ppo_epochs passes of its mini-batches); metrics."""
         if self.optimizer is None:
             raise RuntimeError("train_step on a forward-only role (the reference never trains)")
         return run_update(self, batch, loss_fn, self.cfg.training_args, ppo_epochs,
-                          self.scheduler, self.head.metric_prefix)
+                          self.scheduler, self.head.metric_prefix,
+                          self.schedule_per_train_step)
 
     def fuses_old_logprobs(self, rows: int, ppo_epochs: int) -> bool:
         """Whether a train step of `rows` rows on this rank may take the old log-probs from

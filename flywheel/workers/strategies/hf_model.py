@@ -94,8 +94,10 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
 LOGIT_CHUNK_POSITIONS = 1024
 # Config fields of architectures whose output logits are not just lm_head(hidden): for
 # those the log-probs come from the model's own logits (whole batch, as transformers
-# computes them).
-SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+# computes them). A softcap c acts whenever it is set (c * tanh(z / c): 1.0 caps at 1,
+# Gemma-2's modeling code tests `is not None`); a scale or divisor of 1.0 changes nothing.
+SOFTCAP_LOGITS = ("final_logit_softcapping",)
+SCALED_LOGITS = ("logit_scale", "logits_scaling")  # Cohere: z * s; Granite: z / s
 
 
 def sequence_logprobs(
@@ -199,10 +201,18 @@ def own_logits(model: torch.nn.Module) -> bool:
     top-level forward, and its text model takes no image inputs; the cost is the whole
     [B, L, V] logits of a micro-batch at once). A DeepSpeed engine and a
     PEFT model are judged by the model they wrap (an engine's `base_model` is its module's)."""
-    core = getattr(model, "module", model)  # a DeepSpeed engine's model
-    core = core.get_base_model() if hasattr(core, "get_base_model") else core  # PEFT
+    core = hf_core(model)
+    config = core.config  # the HF config: a DeepSpeed engine's own `config` is DeepSpeed's
     return (core.base_model is core
-            or any(getattr(model.config, k, None) not in (None, 1.0) for k in SCALED_LOGITS))
+            or any(getattr(config, k, None) is not None for k in SOFTCAP_LOGITS)
+            or any(getattr(config, k, None) not in (None, 1.0) for k in SCALED_LOGITS))
+
+
+def hf_core(model: torch.nn.Module) -> torch.nn.Module:
+    """The Hugging Face model inside a DeepSpeed engine (its `module`) and a PEFT wrapper
+    (its base model); `model` itself otherwise. Its `config` is the HF config."""
+    core = getattr(model, "module", model)  # a DeepSpeed engine's model
+    return core.get_base_model() if hasattr(core, "get_base_model") else core  # PEFT
 
 
 @contextlib.contextmanager

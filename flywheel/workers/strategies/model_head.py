@@ -7,7 +7,8 @@ tensor aligned with `input_ids` (column 0 is 0):
 
 - policy: log pi(x_t | x_<t), from the language-model head (`hf_model.sequence_logprobs`),
   where pi is the distribution actor_infer samples from (its temperature, top-k, top-p:
-  `algorithms/sampled_distribution.py`), the same for actor_train and the reference;
+  `algorithms/sampled_distribution.py`) for actor_train; the reference's pi is its own
+  temperature-scaled distribution, untruncated (`ModelHead.for_reference`);
 - value:  V(s_t), the value of the state in which token t was chosen: a scalar head on the
   hidden state after tokens < t, so GAE can pair it with token t's reward and log-prob.
   Its body starts from the policy checkpoint; the head starts from `init_value_head`, the
@@ -16,14 +17,14 @@ tensor aligned with `input_ids` (column 0 is 0):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.platform.config.schema import GeneratingArgs, ModelArgs
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_causal_lm, sequence_logprobs
 from flywheel.workers.strategies.sequence_packing import PackingPlan
@@ -35,6 +36,19 @@ VALUE_HEAD_STD = 0.02  # transformers' default initializer_range
 class ModelHead:
     kind: Literal["policy", "value"]
     distribution: SampledDistribution = RAW  # the policy head's sampled distribution
+
+    def for_reference(self) -> ModelHead:
+        """This policy head as the reference policy's: softmax(z / T) over the whole
+        vocabulary, without the sampler's top-k / top-p truncation (as in verl and ROLL).
+
+        Why the two sides differ: actor_train's log-probs enter importance ratios against
+        the behaviour log-probs the sampler recorded, so they must be of the distribution
+        really sampled, truncation included. The reference is a fixed policy the KL term
+        keeps the actor near, not a sampler: truncated, it would give probability 0 to
+        every token the actor sampled outside the reference's own kept set, and each such
+        token's KL would be ~1e4 (OUTSIDE_LOGIT) instead of a finite log-ratio. The
+        temperature stays: it is part of the policy in verl and ROLL too."""
+        return replace(self, distribution=SampledDistribution(self.distribution.temperature))
 
     @property
     def metric_prefix(self) -> str:
@@ -82,6 +96,14 @@ def policy_head(temperature: float, top_k: int, top_p: float, do_sample: bool) -
     if not do_sample:
         return POLICY
     return ModelHead("policy", SampledDistribution(temperature, top_k, top_p))
+
+
+def actor_and_reference_heads(gen: GeneratingArgs) -> tuple[ModelHead, ModelHead]:
+    """actor_train's head (the distribution actor_infer samples, truncation included) and
+    the reference's (the same temperature, untruncated: `ModelHead.for_reference`)."""
+    actor = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
+    return actor, actor.for_reference()
+
 
 
 @torch.no_grad()

@@ -147,8 +147,14 @@ def summed_counts(mini: TokenBatch, device: torch.device, group=None) -> Counts:
 
 
 def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
-               args: TrainingArgs, ppo_epochs: int, scheduler, prefix: str) -> dict[str, float]:
-    """`ppo_epochs` passes of optimizer steps over `batch`; the step's metrics."""
+               args: TrainingArgs, ppo_epochs: int, scheduler, prefix: str,
+               per_train_step: bool = False) -> dict[str, float]:
+    """`ppo_epochs` passes of optimizer steps over `batch`; the step's metrics.
+
+    The schedule steps after every applied optimizer step, or (`per_train_step`: its
+    horizon counts train steps, TrainStrategy.schedule_per_train_step) once after the
+    train step when any was applied: every optimizer step of one train step then takes
+    the same learning rate."""
     mini_rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
     sums: dict[str, float] = {}
     micro_steps = steps = skipped = 0
@@ -184,8 +190,11 @@ def run_update(hooks: UpdateHooks, batch: TokenBatch, objective: Objective,
                     skipped += 1
                     continue
                 check_finite({f"{prefix}/grad_norm": step.grad_norm}, steps)
-                scheduler.step()
+                if not per_train_step:
+                    scheduler.step()
                 grad_norms += step.grad_norm
+        if per_train_step and steps > skipped:
+            scheduler.step()
     finally:
         hooks.set_training(False)
     sums, micro_steps = hooks.shared_loss_metrics(sums, micro_steps)
