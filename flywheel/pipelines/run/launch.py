@@ -39,6 +39,7 @@ from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
 from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
+from flywheel.platform.run_folder import check_fresh_folder, unused_folder
 from flywheel.platform.run_status import write_status
 from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
@@ -109,6 +110,11 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     checkpoint, _ = prepare_resume(cfg, config_path)
     horizon = schedule_steps(cfg, checkpoint)  # refused here, before anything starts
     output_dir, is_default = output_dir_for(cfg, checkpoint)
+    if checkpoint is None:  # a fresh run never writes into another run's folder
+        if is_default:
+            output_dir = unused_folder(output_dir)
+        else:
+            check_fresh_folder(output_dir, config_path)
     output_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config_to_dict(cfg)
     (output_dir / "config.yaml").write_text(  # as `platform run --resume` loads it back

@@ -42,7 +42,12 @@ from pathlib import Path
 
 import torch
 
-from flywheel.pipelines.data.data_files import read_rows
+from flywheel.pipelines.data.data_files import (
+    OversizeRow,
+    oversize_record,
+    read_rows,
+    warn_oversize,
+)
 from flywheel.pipelines.data.prompt_data import (
     DataError,
     Prompt,
@@ -58,6 +63,7 @@ from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.schema import DataArgs, PipelineConfig
+from flywheel.platform.models.text_tokens import content_ids
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.run_status import write_status
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
@@ -91,17 +97,22 @@ def load_sft_records(args: DataArgs, role: str) -> list[SFTRecord]:
     if not args.file_name:
         raise DataError(f"{role}.data_args.file_name: no data files given")
     columns = record_columns(args, role)
-    records = []
+    records, oversize = [], []
     for name in args.file_name:
         path = resolve_data_file(name)
         if not path.exists():
             raise DataError(f"{role}.data_args.file_name: file not found: {path}")
-        for where, row in read_rows(path):
+        for where, row in read_rows(path, args.max_record_bytes):
+            if isinstance(row, OversizeRow):
+                oversize.append(oversize_record(where, row, args.max_record_bytes,
+                                                args.overlong_prompts, role))
+                continue
             if json_images(row.get(columns.image), where):  # would train on the text alone
                 raise DataError(f"{where}: column '{columns.image}' holds images; SFT trains "
                                 f"on text only (image prompts run in RLVR)")
             records.append(parse_sft_record(row, where, columns.prompt, columns.answer,
                                             columns.prompt_is_messages))
+    warn_oversize(log, oversize, args.max_record_bytes, role)
     records = records[: args.max_samples] if args.max_samples else records
     if not records:
         raise DataError(f"{role}.data_args.file_name: no records in {args.file_name}")
@@ -137,8 +148,7 @@ def encode_sft_records(records: list[SFTRecord], args: DataArgs, role: str, toke
     kept = EncodedRecords([], [], [])
     for record in records:
         prompt = encode(record.prompt)
-        response = tokenizer.encode(record.response, add_special_tokens=False) + [
-            tokenizer.eos_token_id]
+        response = content_ids(tokenizer, record.response) + [tokenizer.eos_token_id]
         if len(prompt) <= prompt_length and len(response) <= response_length:
             kept.records.append(record)
             kept.prompts.append(prompt)
