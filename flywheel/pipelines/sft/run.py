@@ -61,7 +61,7 @@ from flywheel.pipelines.data.records import json_images
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
-from flywheel.platform.config import config_to_dict
+from flywheel.platform.config.persisted import written_config
 from flywheel.platform.config.schema import DataArgs, PipelineConfig
 from flywheel.platform.models.text_tokens import content_ids
 from flywheel.platform.plots import refresh_run_plots
@@ -220,7 +220,7 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
         if threads:
             torch.set_num_threads(threads)
         tracker = Tracker.open(output_dir, cfg, output_dir.name,
-                               params=config_to_dict(cfg),
+                               params=written_config(cfg, config_path),
                                mlflow_uri=default_mlflow_uri(output_dir, is_default))
         train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir)
         status = "finished"

@@ -31,11 +31,16 @@ class Bounds:
         return self.high is not None and value > self.high
 
     def describe(self) -> str:
+        low, high = _number(self.low), _number(self.high)
         if self.high is None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
+            return f"{'>' if self.low_open else '>='} {low}"
         if self.low is None:
-            return f"<= {self.high:g}"
-        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+            return f"<= {high}"
+        return f"in {'(' if self.low_open else '['}{low}, {high}]"
+
+
+def _number(value: float | None) -> str:
+    return str(value) if value is None or isinstance(value, int) else f"{value:g}"
 
 
 def bounded(default: Any, low: float | None = None, high: float | None = None, *,
