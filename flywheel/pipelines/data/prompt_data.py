@@ -183,15 +183,37 @@ def parse_record(row: dict, where: str, columns: Columns) -> PromptRecord:
     return record
 
 
+# The roles chat templates render; any other would be written as a header of its own
+# (`<|im_start|>hacker`) by templates that print the role as given.
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+# Part types of a part-list content (text, and the image parts records.images_in_parts takes)
+PART_TYPES = ("text", "image", "image_url")
+
+
 def checked_messages(value: Any, where: str) -> list[dict[str, Any]]:
-    """A chat-message list: dicts with a string role and content."""
+    """A chat-message list: dicts with a known role and text content (a string, or a list
+    of text / image parts); anything else is refused naming the record and the field."""
     ok = isinstance(value, list) and value and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m
-        for m in value)
+        isinstance(m, dict) and "role" in m and "content" in m for m in value)
     if not ok:
         raise DataError(f"{where}: a prompt is a string or a non-empty list of "
                         f"{{'role': ..., 'content': ...}} messages, got {str(value)[:80]}")
+    for i, message in enumerate(value):
+        role, content = message["role"], message["content"]
+        if role not in CHAT_ROLES:
+            raise DataError(f"{where}: message {i} role: {str(role)[:40]!r} is not one of "
+                            f"{', '.join(CHAT_ROLES)}")
+        if not isinstance(content, str) and not _text_parts(content):
+            raise DataError(f"{where}: message {i} content: expected text (or a list of "
+                            f"{{'type': 'text', 'text': ...}} / image parts), got "
+                            f"{type(content).__name__} {str(content)[:40]}")
     return [dict(m) for m in value]
+
+
+def _text_parts(content: Any) -> bool:
+    return isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") in PART_TYPES
+        and (p["type"] != "text" or isinstance(p.get("text"), str)) for p in content)
 
 
 @dataclass
