@@ -1,15 +1,16 @@
 """Starting a local Ray, or joining one, the way a laptop and a cluster both need.
 
-A local Ray gets a capped object store (Ray's default claims ~30% of RAM in /dev/shm),
-no dashboard, `num_slots` logical device slots so `device_mapping` works without GPUs,
-and listens on 127.0.0.1 only (`loopback_only`). Joining an existing cluster uses what is there: the address is `--address`, else
-`RAY_ADDRESS` (as `ray job submit` and Ray's own scripts set it), else `ray.address` in
-the YAML. "auto" finds a cluster started on this machine by `ray start --head`; an explicit
-host:port joins the same way, token authentication included: Ray itself turns token auth
-on for "auto" when a token exists (~/.ray/auth_token, RAY_AUTH_TOKEN[_PATH]) but not for
-host:port, so `ray start --head` followed by `--address 127.0.0.1:6379` failed with an
-authentication error. A joined cluster needs devices for every device_mapping index:
-GPUs, or `flywheel_slot` resources on CPU nodes (see resources.missing_devices_message).
+A local Ray gets a capped object store (Ray's default claims ~30% of RAM in /dev/shm), no
+dashboard, `num_slots` logical device slots so `device_mapping` works without GPUs, and
+listens on 127.0.0.1 only (`loopback_only`). Joining an existing cluster uses what is
+there: the address is `--address`, else `RAY_ADDRESS` (as `ray job submit` and Ray's own
+scripts set it), else `ray.address` in the YAML. "auto" finds a cluster started on this
+machine by `ray start --head`; an explicit host:port joins the same way, token
+authentication included: Ray itself turns token auth on for "auto" when a token exists
+(~/.ray/auth_token, RAY_AUTH_TOKEN[_PATH]) but not for host:port, so `ray start --head`
+followed by `--address 127.0.0.1:6379` failed with an authentication error. A joined
+cluster needs devices for every device_mapping index: GPUs, or `flywheel_slot` resources on
+CPU nodes (see resources.missing_devices_message).
 """
 
 from __future__ import annotations
