@@ -131,3 +131,28 @@ def test_chat_records_of_the_wrong_shape_are_refused_naming_file_line_and_field(
         load_records(args, "actor_train")
     with pytest.raises(DataError, match=rf"^{path}:2: {expected}"):
         load_sft_records(args, "actor_train")
+
+
+def test_a_prompt_too_big_for_prompt_length_is_dropped_without_tokenizing(tmp_path):
+    from flywheel.pipelines.data.prompt_data import load_prompts
+    from flywheel.platform.models.char_tokenizer import make_char_tokenizer
+
+    tokenizer = make_char_tokenizer()
+    seen: list[int] = []
+    encode = tokenizer.encode
+
+    def counting_encode(text, **kwargs):
+        seen.append(len(text))
+        return encode(text, **kwargs)
+
+    tokenizer.encode = counting_encode
+    path = tmp_path / "long.jsonl"
+    path.write_text(row("1+1=") + row("y" * (10 << 20)))  # a 10 MB prompt, under the limit
+    args = DataArgs(file_name=[str(path)], max_record_bytes=32 << 20)
+    prompts = load_prompts(args, "actor_train", tokenizer, prompt_length=64)
+    assert [r.prompt for r in prompts.records] == ["1+1="] and prompts.dropped_overlong == 1
+    assert max(seen) < 100  # the 10 MB text never reached the tokenizer
+    args.overlong_prompts = "error"
+    with pytest.raises(DataError, match=r"record .* has 10485760 bytes of prompt text, more "
+                                        r"than prompt_length=64 tokens can hold"):
+        load_prompts(args, "actor_train", tokenizer, prompt_length=64)

@@ -55,7 +55,7 @@ from flywheel.pipelines.data.records import (
 )
 from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.builtin import default_cache_dir
-from flywheel.platform.models.text_tokens import chat_ids, content_ids
+from flywheel.platform.models.text_tokens import chat_ids, content_ids, fits_bytes, text_bytes
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,15 @@ def load_prompts(args: DataArgs, role: str, tokenizer, prompt_length: int,
         return found
     encode = prompt_encoder(tokenizer, args)
     kept, longest = [], 0
+    too_many_bytes = fits_bytes(tokenizer, prompt_length)
     for record in records:
+        size = text_bytes(record.prompt)
+        if size > too_many_bytes:  # over prompt_length for sure: not tokenized
+            if args.overlong_prompts == "error":
+                raise DataError(f"{role}: record {record.id} has {size} bytes of prompt "
+                                f"text, more than prompt_length={prompt_length} tokens can "
+                                f"hold (data_args.overlong_prompts: error)")
+            continue
         length = len(encode(record.prompt, record.tag))
         if length <= prompt_length:
             kept.append(record)

@@ -63,7 +63,7 @@ from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.config.persisted import written_config
 from flywheel.platform.config.schema import DataArgs, PipelineConfig
-from flywheel.platform.models.text_tokens import content_ids
+from flywheel.platform.models.text_tokens import content_ids, fits_bytes, text_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.run_status import write_status
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
@@ -146,7 +146,17 @@ def encode_sft_records(records: list[SFTRecord], args: DataArgs, role: str, toke
                        prompt_length: int, response_length: int) -> EncodedRecords:
     encode = prompt_encoder(tokenizer, args)
     kept = EncodedRecords([], [], [])
+    prompt_bytes, response_bytes = (fits_bytes(tokenizer, prompt_length),
+                                    fits_bytes(tokenizer, response_length))
     for record in records:
+        if (text_bytes(record.prompt) > prompt_bytes
+                or text_bytes(record.response) > response_bytes):  # over: not tokenized
+            if args.overlong_prompts == "error":
+                raise DataError(f"{role}: record {record.id} has more text than "
+                                f"prompt_length={prompt_length} / response_length="
+                                f"{response_length} tokens can hold "
+                                f"(data_args.overlong_prompts: error)")
+            continue
         prompt = encode(record.prompt)
         response = content_ids(tokenizer, record.response) + [tokenizer.eos_token_id]
         if len(prompt) <= prompt_length and len(response) <= response_length:
