@@ -49,8 +49,9 @@ import argcomplete
 import yaml
 
 from flywheel.cli_completion import config_key_completer
-from flywheel.platform.config import ConfigError, PipelineConfig, config_to_dict
+from flywheel.platform.config import ConfigError, PipelineConfig
 from flywheel.platform.config.derived import roles
+from flywheel.platform.config.persisted import written_config
 from flywheel.platform.config.yaml_source import read_yaml_mapping
 from flywheel.platform.stop_signals import RunInterrupted
 
@@ -209,7 +210,8 @@ def cmd_show_config(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     overrides = "".join(f" {o}" for o in args.overrides)
     print(f"# platform show-config --config {args.config}{overrides}")
-    print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None,
+    print(yaml.safe_dump(written_config(cfg, args.config), sort_keys=False,
+                         default_flow_style=None,
                          width=100, allow_unicode=True), end="")
     from flywheel.platform.config.derived import derived_values
 

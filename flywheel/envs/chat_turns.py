@@ -45,6 +45,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
+from flywheel.platform.models.text_tokens import content_ids, template_ids
+
 SENTINEL = "\ue000FLYWHEEL-CONTENT\ue000"  # a private-use code point pair: no text has it
 Role = Literal["user", "tool"]
 
@@ -151,10 +153,7 @@ class ChatTurns:
         return list(close)
 
     def _template_ids(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+        return template_ids(self.tokenizer, text)
 
     def _content_ids(self, text: str) -> list[int]:
-        if not text:
-            return []
-        return list(self.tokenizer.encode(text, add_special_tokens=False,
-                                          split_special_tokens=True))
+        return content_ids(self.tokenizer, text)

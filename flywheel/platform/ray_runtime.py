@@ -1,21 +1,24 @@
 """Starting a local Ray, or joining one, the way a laptop and a cluster both need.
 
-A local Ray gets a capped object store (Ray's default claims ~30% of RAM in /dev/shm),
-no dashboard, and `num_slots` logical device slots so `device_mapping` works without
-GPUs. Joining an existing cluster uses what is there: the address is `--address`, else
-`RAY_ADDRESS` (as `ray job submit` and Ray's own scripts set it), else `ray.address` in
-the YAML. "auto" finds a cluster started on this machine by `ray start --head`; an explicit
-host:port joins the same way, token authentication included: Ray itself turns token auth
-on for "auto" when a token exists (~/.ray/auth_token, RAY_AUTH_TOKEN[_PATH]) but not for
-host:port, so `ray start --head` followed by `--address 127.0.0.1:6379` failed with an
-authentication error. A joined cluster needs devices for every device_mapping index:
-GPUs, or `flywheel_slot` resources on CPU nodes (see resources.missing_devices_message).
+A local Ray gets a capped object store (Ray's default claims ~30% of RAM in /dev/shm), no
+dashboard, `num_slots` logical device slots so `device_mapping` works without GPUs, and
+listens on 127.0.0.1 only (`loopback_only`). Joining an existing cluster uses what is
+there: the address is `--address`, else `RAY_ADDRESS` (as `ray job submit` and Ray's own
+scripts set it), else `ray.address` in the YAML. "auto" finds a cluster started on this
+machine by `ray start --head`; an explicit host:port joins the same way, token
+authentication included: Ray itself turns token auth on for "auto" when a token exists
+(~/.ray/auth_token, RAY_AUTH_TOKEN[_PATH]) but not for host:port, so `ray start --head`
+followed by `--address 127.0.0.1:6379` failed with an authentication error. A joined
+cluster needs devices for every device_mapping index: GPUs, or `flywheel_slot` resources on
+CPU nodes (see resources.missing_devices_message).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
 import ray
 
@@ -24,6 +27,8 @@ from flywheel.platform.resources import SLOT_RESOURCE
 
 log = logging.getLogger(__name__)
 MIN_OBJECT_STORE_BYTES = 512 << 20
+LOOPBACK = "127.0.0.1"
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # off: Ray keeps a loopback node address
 
 # Environment every worker process inherits: quiet tokenizers, no hub access attempts.
 WORKER_ENV = {
@@ -60,19 +65,50 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
     # send every worker through Ray's runtime-env setup instead (measured: 4 actors
     # 3.5-3.8 s with one, 1.9-2.3 s without), so the variables are set here.
     os.environ.update(WORKER_ENV)
-    ray.init(
-        # "local": a new Ray of its own. Without it ray.init joins whatever cluster
-        # /tmp/ray/ray_current_cluster names (a `ray start --head` on this machine), and
-        # then refuses num_cpus.
-        address="local",
-        num_cpus=cfg.num_cpus or os.cpu_count(),
-        resources={SLOT_RESOURCE: float(num_slots)},
-        object_store_memory=object_store_bytes(cfg, weight_bytes),
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        log_to_driver=forward_worker_output,
-    )
+    with loopback_only():
+        ray.init(
+            # "local": a new Ray of its own. Without it ray.init joins whatever cluster
+            # /tmp/ray/ray_current_cluster names (a `ray start --head` on this machine),
+            # and then refuses num_cpus.
+            address="local",
+            _node_ip_address=LOOPBACK,
+            num_cpus=cfg.num_cpus or os.cpu_count(),
+            resources={SLOT_RESOURCE: float(num_slots)},
+            object_store_memory=object_store_bytes(cfg, weight_bytes),
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=forward_worker_output,
+        )
     return True
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """A local Ray whose every listener is on 127.0.0.1 (gcs_server, raylet, the driver and
+    workers, the dashboard and runtime-env agents, the metrics ports), not on every
+    interface as by default (14 listeners on `*` / 0.0.0.0 for one run, Prometheus metrics
+    unauthenticated among them).
+
+    How: Ray replaces a node address of 127.0.0.1 by the machine's routable one unless
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER` is off (its switch for machines that run no
+    cluster, read into `ray_constants` when ray is imported); with the loopback address
+    kept, its servers bind to it. The variable goes to the processes the local Ray starts
+    (they inherit this environment) and the driver's constant is set for the start; both
+    are put back afterwards, so joining a cluster later in this process is unaffected."""
+    from ray._private import ray_constants
+
+    saved_env = os.environ.get(LOOPBACK_ENV)
+    saved_constant = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_constant
+        if saved_env is None:
+            os.environ.pop(LOOPBACK_ENV, None)
+        else:
+            os.environ[LOOPBACK_ENV] = saved_env
 
 
 def object_store_bytes(cfg: RayConfig, weight_bytes: int | None) -> int:

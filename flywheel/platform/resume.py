@@ -24,11 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flywheel.platform.checkpoint import (
-    PIPELINE_STATE,
     checkpoint_step,
     complete_checkpoints,
     resolve_checkpoint,
 )
+from flywheel.platform.checkpoint_state import read_pipeline_state
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.schema import PipelineConfig
 
@@ -94,7 +94,7 @@ def schedule_steps(cfg: PipelineConfig, checkpoint: Path | None) -> int:
     is refused: its learning rate is spent there (cosine would even climb back)."""
     if checkpoint is None:
         return cfg.max_steps
-    saved = json.loads((checkpoint / PIPELINE_STATE).read_text()).get("schedule_steps")
+    saved = read_pipeline_state(checkpoint).get("schedule_steps")  # checked, or one line
     if saved is None:  # a checkpoint from before the horizon was kept: max_steps, as then
         return cfg.max_steps
     decaying = sorted({w.training_args.lr_scheduler_type

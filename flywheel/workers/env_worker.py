@@ -48,6 +48,7 @@ from flywheel.envs import (
 )
 from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.platform.liveness import tick
+from flywheel.platform.models.text_tokens import content_ids
 from flywheel.tools.from_config import template_tools, tool_box, with_tools
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import SamplingParams
@@ -138,14 +139,16 @@ class TimedEnv(TextEnv):
 
 
 class _TextCodec:
-    """The env manager's Tokenizer: no special tokens added; specials dropped on decode
-    (the eos a turn ends with is not part of the action text)."""
+    """The env manager's Tokenizer on raw-text turns: text is tokenized as text (its
+    special-token strings split, platform/models/text_tokens.py), so an observation or tool
+    result cannot open a role; specials dropped on decode (the eos a turn ends with is not
+    part of the action text)."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return content_ids(self.tokenizer, text)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -75,7 +75,9 @@ def test_records_cut_back_to_the_checkpoint(tmp_path):
 def test_schedule_keeps_the_first_starts_horizon(tmp_path):
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()
-    (ckpt / PIPELINE_STATE).write_text(json.dumps({"step": 3, "schedule_steps": 6}))
+    (ckpt / PIPELINE_STATE).write_text(json.dumps({"step": 3, "schedule_steps": 6,
+                                                   "next_batch": 3, "kl_coef": 0.0,
+                                                   "buffer": []}))
 
     def steps(max_steps, schedule="cosine"):
         return schedule_steps(load_config_dict({"max_steps": max_steps, "actor_train": {

@@ -2,14 +2,21 @@
 
 Why separate from data/prompt_data.py: which columns mean what is a data_args question; how a
 file is read is a format question. A new format is one branch in `read_rows`.
-`file.jsonl:12` or `file.parquet row 12` names a bad row in an error.
+`file.jsonl:12` or `file.parquet row 12` names a bad row in an error (a line that is not
+UTF-8 too). JSONL is read a line at a time, each line at most `max_record_bytes`
+(data_args.max_record_bytes): a longer one is skipped in bounded pieces and handed back as
+an `OversizeRow`, so a file's biggest line never sits in memory whole.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -19,24 +26,47 @@ class DataFileError(ValueError):
     pass
 
 
-def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
-    """(where, row) for every record of a JSONL (one JSON object a line) or parquet file."""
+@dataclass(frozen=True)
+class OversizeRow:
+    """A JSONL line over the record size limit, in place of its row: never read whole."""
+
+    size_bytes: int
+
+
+def read_rows(path: Path, max_record_bytes: int | None = None
+              ) -> Iterator[tuple[str, dict | OversizeRow]]:
+    """(where, row) for every record of a JSONL (one JSON object a line) or parquet file; a
+    JSONL line longer than `max_record_bytes` is an `OversizeRow`, read in bounded pieces
+    (a 100 MB line once took the driver to 18 GB), for the caller to drop or refuse."""
     suffix = path.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
         yield from _parquet_rows(path)
     elif suffix in JSONL_SUFFIXES:
-        yield from _jsonl_rows(path)
+        yield from _jsonl_rows(path, max_record_bytes)
     else:
         raise DataFileError(f"{path}: unknown data file type {suffix!r}; expected one of "
                             f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES)}")
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+def _jsonl_rows(path: Path, max_record_bytes: int | None
+                ) -> Iterator[tuple[str, dict | OversizeRow]]:
+    limit = max_record_bytes or -1
+    with open(path, "rb") as f:
+        for lineno in itertools.count(1):
+            raw = f.readline(limit + 1 if limit > 0 else -1)
+            if not raw:
+                return
+            where = f"{path}:{lineno}"
+            if 0 < limit < len(raw.rstrip(b"\r\n")):
+                yield where, OversizeRow(len(raw) + _skip_line(f, raw))
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFileError(f"{where}: not UTF-8 text (byte {e.start} of the line: "
+                                    f"{e.reason})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -47,6 +77,15 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
             yield where, row
 
 
+def _skip_line(f: BinaryIO, read: bytes) -> int:
+    """Read past the rest of a line whose start `read` was, 1 MiB at a time; its bytes."""
+    skipped = 0
+    while read and not read.endswith(b"\n"):
+        read = f.readline(1 << 20)
+        skipped += len(read)
+    return skipped
+
+
 def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
     import pyarrow.parquet as pq  # ships with the pinned stack (mlflow, vllm)
 
@@ -55,3 +94,20 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
         for row in batch.to_pylist():
             yield f"{path} row {index}", row
             index += 1
+
+
+def oversize_record(where: str, row: OversizeRow, limit: int, policy: str, role: str) -> str:
+    """`where`, for the caller's count of dropped records; a DataFileError under
+    `overlong_prompts: error`."""
+    if policy == "error":
+        raise DataFileError(f"{where}: a record of {row.size_bytes} bytes, more than "
+                            f"{role}.data_args.max_record_bytes={limit} "
+                            f"(data_args.overlong_prompts: error)")
+    return where
+
+
+def warn_oversize(log: logging.Logger, dropped: list[str], limit: int, role: str) -> None:
+    """One warning line for the records dropped over the size limit, naming the first."""
+    if dropped:
+        log.warning("%s: dropped %d record(s) over data_args.max_record_bytes=%d (first at "
+                    "%s)", role, len(dropped), limit, dropped[0])

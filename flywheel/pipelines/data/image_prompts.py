@@ -18,7 +18,9 @@ Contents become part lists (`{"type": "text"}` / `{"type": "image"}`): VL chat t
 only the model's chat template knows how its image tokens are written.
 
 Tokens, two forms of one prompt (the template already wrote bos and control tokens, as
-`apply_chat_template(tokenize=True)` does for text prompts, so neither adds special tokens):
+`apply_chat_template(tokenize=True)` does for text prompts, so neither adds special tokens;
+the messages' text is tokenized as text, its `<|im_start|>` characters, not a turn:
+platform/models/text_tokens.py, spliced in where the processor saw a marker token):
 - `prompt_ids`: `processor(text=..., images=...)`'s input_ids, every image expanded to its
   image tokens (Idefics3: tiles of `<image>` runs; Qwen2-VL: one `<|image_pad|>` per merged
   patch). What the trainer scores, and what prompt_length counts.
@@ -47,12 +49,21 @@ from PIL import Image
 from flywheel.pipelines.data.image_files import BadImageError, ImageArgs, record_images
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
 from flywheel.pipelines.data.records import DataError, Prompt
+from flywheel.platform.models.text_tokens import (
+    content_ids,
+    marker_token,
+    render_pieces,
+    splice,
+)
 from flywheel.workers.image_inputs import PromptImages
 
 log = logging.getLogger(__name__)
 
 IMAGE_MARK = "<image>"  # ROLL's prompt_image_token: where an image sits in prompt text
 TEXT_KEYS = ("input_ids", "attention_mask")
+# Image placeholders a template writes (never a content marker).
+IMAGE_PLACEHOLDERS = ("<image>", "<|image_pad|>", "<|vision_start|>", "<|vision_end|>",
+                      "<fake_token_around_image>", "<global-img>")
 
 
 @dataclass
@@ -130,13 +141,29 @@ class ImagePromptEncoder:
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system",
                          "content": [{"type": "text", "text": self.system_prompt}]}, *messages]
-        text = self.processor.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs)
+        # The template's text goes through the processor (it expands the image
+        # placeholders) with a marker token where each content was; the contents are
+        # tokenized as text and spliced in (platform/models/text_tokens.py).
+        tokenizer = self.processor.tokenizer
+        split = render_pieces(lambda m: self.processor.apply_chat_template(
+            m, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs),
+            messages)
+        marker = marker_token(tokenizer, split.pieces, avoid=IMAGE_PLACEHOLDERS)
+        marker_id = tokenizer.convert_tokens_to_ids(marker)
+        text = marker.join(split.pieces)
+        contents = [content_ids(tokenizer, c) for c in split.contents]
         encoded = self.processor(text=[text], images=[images] if images else None,
                                  add_special_tokens=False, return_tensors="pt")
-        ids = encoded["input_ids"][0].tolist()
-        engine_ids = self.processor.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ImagePrompt(ids, list(engine_ids), images,
+        raw = encoded["input_ids"][0].tolist()
+        per_token = [k for k, v in encoded.items() if k not in TEXT_KEYS
+                     and tuple(getattr(v, "shape", ())[:2]) == (1, len(raw))]
+        if per_token:  # it would no longer line up with the spliced ids
+            raise DataError(f"{label}: the processor returns {', '.join(per_token)} per "
+                            f"token, which image prompts do not handle")
+        ids = splice(raw, marker_id, contents)
+        engine_ids = splice(list(tokenizer(text, add_special_tokens=False)["input_ids"]),
+                            marker_id, contents)
+        return ImagePrompt(ids, engine_ids, images,
                            {k: v for k, v in encoded.items() if k not in TEXT_KEYS})
 
 

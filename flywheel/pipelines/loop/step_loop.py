@@ -57,6 +57,7 @@ from flywheel.pipelines.loop.seams import G, Rollout, W
 from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.roles.roles import Roles
 from flywheel.platform.checkpoint import PIPELINE_STATE, prune_checkpoints, writing_checkpoint
+from flywheel.platform.checkpoint_state import read_pipeline_state
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.config.derived import (
     infer_is_correction,
@@ -362,7 +363,7 @@ class StepLoop(Generic[W, G]):
         prune_checkpoints(self.output_dir, self.cfg.save_total_limit)
 
     def load_checkpoint(self, path: Path) -> None:
-        state = json.loads((path / PIPELINE_STATE).read_text())
+        state = read_pipeline_state(path)
         self.roles.actor_train.load(str(path / "actor_train"))
         if self.roles.critic is not None:
             self.roles.critic.load(str(path / "critic"))

@@ -31,14 +31,15 @@ from flywheel.pipelines.run.sample_texts import SampleTextLog
 from flywheel.pipelines.sft.run import run_sft
 from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
-from flywheel.platform.config import config_to_dict
 from flywheel.platform.config.length_defaults import loadable_config_data
+from flywheel.platform.config.persisted import written_config
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
 from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
+from flywheel.platform.run_folder import check_fresh_folder, unused_folder
 from flywheel.platform.run_status import write_status
 from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
@@ -95,7 +96,7 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
         return checkpoint, output_dir
     # both sides as written (a saved config.yaml from before loadable_config_data too)
     for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
-                              loadable_config_data(config_to_dict(cfg)),
+                              loadable_config_data(written_config(cfg, config_path)),
                               config_path or str(saved)):
         print(f"resume: changed {line}", flush=True)
     step = checkpoint_step(checkpoint)
@@ -109,8 +110,13 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     checkpoint, _ = prepare_resume(cfg, config_path)
     horizon = schedule_steps(cfg, checkpoint)  # refused here, before anything starts
     output_dir, is_default = output_dir_for(cfg, checkpoint)
+    if checkpoint is None:  # a fresh run never writes into another run's folder
+        if is_default:
+            output_dir = unused_folder(output_dir)
+        else:
+            check_fresh_folder(output_dir, config_path)
     output_dir.mkdir(parents=True, exist_ok=True)
-    config_dict = config_to_dict(cfg)
+    config_dict = written_config(cfg, config_path)  # no secret, no environment's value
     (output_dir / "config.yaml").write_text(  # as `platform run --resume` loads it back
         yaml.safe_dump(loadable_config_data(config_dict), sort_keys=False))
     print(f"run directory: {output_dir}", flush=True)

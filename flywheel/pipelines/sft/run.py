@@ -42,7 +42,12 @@ from pathlib import Path
 
 import torch
 
-from flywheel.pipelines.data.data_files import read_rows
+from flywheel.pipelines.data.data_files import (
+    OversizeRow,
+    oversize_record,
+    read_rows,
+    warn_oversize,
+)
 from flywheel.pipelines.data.prompt_data import (
     DataError,
     Prompt,
@@ -56,8 +61,9 @@ from flywheel.pipelines.data.records import json_images
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
-from flywheel.platform.config import config_to_dict
+from flywheel.platform.config.persisted import written_config
 from flywheel.platform.config.schema import DataArgs, PipelineConfig
+from flywheel.platform.models.text_tokens import content_ids, fits_bytes, text_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.run_status import write_status
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
@@ -91,17 +97,22 @@ def load_sft_records(args: DataArgs, role: str) -> list[SFTRecord]:
     if not args.file_name:
         raise DataError(f"{role}.data_args.file_name: no data files given")
     columns = record_columns(args, role)
-    records = []
+    records, oversize = [], []
     for name in args.file_name:
         path = resolve_data_file(name)
         if not path.exists():
             raise DataError(f"{role}.data_args.file_name: file not found: {path}")
-        for where, row in read_rows(path):
+        for where, row in read_rows(path, args.max_record_bytes):
+            if isinstance(row, OversizeRow):
+                oversize.append(oversize_record(where, row, args.max_record_bytes,
+                                                args.overlong_prompts, role))
+                continue
             if json_images(row.get(columns.image), where):  # would train on the text alone
                 raise DataError(f"{where}: column '{columns.image}' holds images; SFT trains "
                                 f"on text only (image prompts run in RLVR)")
             records.append(parse_sft_record(row, where, columns.prompt, columns.answer,
                                             columns.prompt_is_messages))
+    warn_oversize(log, oversize, args.max_record_bytes, role)
     records = records[: args.max_samples] if args.max_samples else records
     if not records:
         raise DataError(f"{role}.data_args.file_name: no records in {args.file_name}")
@@ -135,10 +146,19 @@ def encode_sft_records(records: list[SFTRecord], args: DataArgs, role: str, toke
                        prompt_length: int, response_length: int) -> EncodedRecords:
     encode = prompt_encoder(tokenizer, args)
     kept = EncodedRecords([], [], [])
+    prompt_bytes, response_bytes = (fits_bytes(tokenizer, prompt_length),
+                                    fits_bytes(tokenizer, response_length))
     for record in records:
+        if (text_bytes(record.prompt) > prompt_bytes
+                or text_bytes(record.response) > response_bytes):  # over: not tokenized
+            if args.overlong_prompts == "error":
+                raise DataError(f"{role}: record {record.id} has more text than "
+                                f"prompt_length={prompt_length} / response_length="
+                                f"{response_length} tokens can hold "
+                                f"(data_args.overlong_prompts: error)")
+            continue
         prompt = encode(record.prompt)
-        response = tokenizer.encode(record.response, add_special_tokens=False) + [
-            tokenizer.eos_token_id]
+        response = content_ids(tokenizer, record.response) + [tokenizer.eos_token_id]
         if len(prompt) <= prompt_length and len(response) <= response_length:
             kept.records.append(record)
             kept.prompts.append(prompt)
@@ -210,7 +230,7 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
         if threads:
             torch.set_num_threads(threads)
         tracker = Tracker.open(output_dir, cfg, output_dir.name,
-                               params=config_to_dict(cfg),
+                               params=written_config(cfg, config_path),
                                mlflow_uri=default_mlflow_uri(output_dir, is_default))
         train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir)
         status = "finished"

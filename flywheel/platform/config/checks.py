@@ -40,6 +40,7 @@ from flywheel.platform.config.import_allowlist import check_import_paths
 from flywheel.platform.config.judge_checks import check_llm_judge
 from flywheel.platform.config.key_checks import check_keys_act
 from flywheel.platform.config.lora_args import check_lora
+from flywheel.platform.config.name_checks import check_exp_name
 from flywheel.platform.config.reasoning_gym_checks import check_reasoning_gym
 from flywheel.platform.config.reward_checks import check_reward_routing
 from flywheel.platform.config.reward_model_checks import check_reward_model
@@ -51,6 +52,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
     check_sft(cfg)  # first: an RL key in an SFT file is refused as such
     check_positive(cfg)
+    check_exp_name(cfg)
     check_strategies(cfg, catalogs)
     check_device_groups(cfg)
     check_batch_sizes(cfg)

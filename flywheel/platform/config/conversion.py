@@ -16,6 +16,8 @@ fixes exactly those, and does the two conversions the schema asks for:
 - a string where `file_name` wants a list is a one-file list (ROLL writes one file so);
 - `false` in `resume_from_checkpoint` is null (ROLL writes it so for "no resume").
 
+A field declared with `field_bounds.bounded` is checked against its range here.
+
 Nothing else is coerced: "8" is not an int and 8.0 is not an int. Literal fields list their
 allowed values. `field_type_at` answers "what type lives at this key path" for overrides.
 """
@@ -39,6 +41,7 @@ from flywheel.platform.config.errors import (
     did_you_mean,
     format_key_path,
 )
+from flywheel.platform.config.field_bounds import check_bounds
 from flywheel.platform.config.schema import PipelineConfig
 
 FLOAT_TEXT = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
@@ -172,6 +175,7 @@ def _normalize_dataclass(value: Any, cls: type, type_: Any, path: KeyPath) -> di
     out = {}
     for key, item in value.items():
         out[key] = normalize(item, _field_or_error(cls, key, path), path + (key,))
+        check_bounds(cls, key, out[key], format_key_path(path + (key,)))
     return out
 
 

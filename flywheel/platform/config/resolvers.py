@@ -4,8 +4,10 @@ ROLL's files (through OmegaConf/Hydra) use exactly these two: `${oc.env:WANDB_AP
 secrets and paths that differ per machine, `${now:%Y%m%d_%H%M%S}` for a fresh run directory.
 They are the one place where loading a config looks at anything besides its YAML files: the
 process environment and the clock. That is why they are resolved exactly once, when
-`platform run` loads the config, and the run's `config.yaml` records the resolved values; a
-resumed run is started from that `config.yaml` and so sees the same values, not a new time.
+`platform run` loads the config, and the run's `config.yaml` records the resolved `now`
+values; a resumed run is started from that `config.yaml` and so sees the same values, not a
+new time. An `oc.env` value is recorded as its reference (persisted.py: a secret read from
+the environment is never written down), so a resumed run reads the variable again.
 
 - `${oc.env:VAR}`: the variable's text; unset is an error naming the key.
   `${oc.env:VAR,default}`: the default when unset (`null` gives null; quotes are stripped).

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from flywheel.platform.config.field_bounds import bounded
+
 Dtype = Literal["fp32", "bf16", "fp16"]
 LoraSync = Literal["merged", "adapter"]
 LossAggMode = Literal[
@@ -165,13 +167,13 @@ class GeneratingArgs:
     # top-level response_length (length_defaults.py); written beside a written
     # response_length, the two must agree. Agentic runs budget each turn with
     # custom_envs.<tag>.max_tokens_per_step alone: written there, it is refused.
-    max_new_tokens: int = 128
+    max_new_tokens: int = bounded(128, 1)
     # Sampling temperature; log-probs used in training are those of this distribution.
-    temperature: float = 1.0
+    temperature: float = bounded(1.0, 0)
     # Nucleus sampling; 1.0 disables.
-    top_p: float = 1.0
+    top_p: float = bounded(1.0, 0, 1, low_open=True)
     # Top-k sampling; 0 or -1 disables.
-    top_k: int = -1
+    top_k: int = bounded(-1, -1)
     # Must be 1 (checked): RL trains on sampled responses and their sampling log-probs,
     # which beam search does not give; kept so ROLL configs (num_beams: 1) load.
     num_beams: int = 1
@@ -210,7 +212,7 @@ class ReasoningGymArgs:
     size: int = 500
     # Seed of the generator: the same seed, tasks and size give the same records, so a
     # resumed run draws the same prompts. Give validation another seed than training.
-    seed: int = 0
+    seed: int = bounded(0, 0, 2**32 - 1)
 
 
 @dataclass
@@ -259,6 +261,11 @@ class DataArgs:
     # A prompt longer than the top-level prompt_length tokens (after templating): "filter"
     # drops it when the data loads and logs how many were dropped; "error" stops the run.
     overlong_prompts: Literal["filter", "error"] = "filter"
+    # Most bytes of one JSONL line (one record), checked before it is parsed or tokenized:
+    # a longer line is read past in bounded pieces, never whole, and then dropped and
+    # counted (one warning naming the first file:line) or refused, as overlong_prompts
+    # says. Raise it for records that carry their images inline. 0 = no limit.
+    max_record_bytes: int = bounded(4 << 20, 0)
     # Images in prompts (issue 29; ROLL's VL data layout, pipelines/data/image_files.py).
     # The column holding a record's image or list of images: file paths under
     # image_folder, bytes, `data:image/...;base64,` URIs or {"bytes", "path"} structs. A
@@ -788,7 +795,7 @@ class PipelineConfig:
     exp_name: str = "flywheel"
     # Seeds the prompt order, each generation request's sampling and the workers' random
     # state; the same seed and config (async_generation_ratio 0) give the same metrics.
-    seed: int = 42
+    seed: int = bounded(42, 0, 2**32 - 1, why="numpy's and torch's seed range")
     # Where the run writes config, metrics.jsonl and checkpoints; unset means
     # runs/<exp_name>/<timestamp> (chosen when the run starts).
     output_dir: str | None = None
@@ -823,11 +830,11 @@ class PipelineConfig:
     # configs, whose prompts are the env's turns); longer ones are dropped or
     # refused by data_args.overlong_prompts. With response_length it sizes vllm's
     # max_model_len when strategy_config leaves it unset.
-    prompt_length: int = 256
+    prompt_length: int = bounded(256, 1)
     # Response budget in tokens: the default of actor_infer's and validation's
     # max_new_tokens (a different written max_new_tokens is an error). RLVR and SFT only:
     # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step.
-    response_length: int = 128
+    response_length: int = bounded(128, 1)
     # Most tokens of a whole sequence. Agentic: vllm's max_model_len when strategy_config
     # leaves it unset. RLVR: when written, prompt_length + response_length must fit in it.
     sequence_length: int | None = None

@@ -59,13 +59,20 @@ def read_yaml_mapping(path: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(path, "", _describe_yaml_error(error)) from None
+    except RecursionError:  # 10,000 nested `[` or mappings: PyYAML recurses per level
+        raise ConfigError(path, "", "nested too deeply to read (a config is a few levels "
+                                    "of mappings and lists)") from None
     if data is None:
         raise ConfigError(path, "", "empty config file (nothing but comments or whitespace); "
                                     "a config sets at least one key, e.g. pipeline_type: rlvr")
     if not isinstance(data, dict):
         raise ConfigError(path, "", f"the top level must be a mapping of keys, got "
                                     f"{type(data).__name__}")
-    return copy_tree(data, path)
+    try:
+        return copy_tree(data, path)
+    except RecursionError:
+        raise ConfigError(path, "", "nested too deeply to read (a config is a few levels "
+                                    "of mappings and lists)") from None
 
 
 def _describe_yaml_error(error: yaml.YAMLError) -> str:
