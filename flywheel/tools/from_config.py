@@ -21,7 +21,7 @@ def tool_box(tool_use: ToolUseConfig, allowlist: Sequence[str], key: str) -> Too
     """The tools of `tool_use`; `key` is its config path (custom_envs.<tag>.tool_use)."""
     tools = [build_tool(t.tool_id, t.tool_args, t.tool_import_path, allowlist,
                         f"{key}.tools[{i}]") for i, t in enumerate(tool_use.tools)]
-    box = ToolBox(tools, tool_use.tool_timeout_s)
+    box = ToolBox(tools, tool_use.tool_timeout_s, tool_use.max_tool_output_chars)
     try:
         call_format(tool_use, box)
     except ValueError as error:

@@ -3,7 +3,6 @@ GRPO / per-turn advantages worked out by hand, job planning and seeding, hung en
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
@@ -27,7 +26,6 @@ from flywheel.pipelines.agentic.env_jobs import (
 )
 from flywheel.pipelines.config import load_config_dict
 from flywheel.platform.config.schema import ValidationGeneratingArgs
-from flywheel.workers.env_worker import TimedEnv
 
 
 class CharCodec:
@@ -177,36 +175,6 @@ def test_jobs_follow_the_partition_and_seeds_are_fixed():
     assert [j.seed for j in val] == [j.seed for j in other_run]  # fixed held-out maps
     assert not {j.seed for j in val} & {j.seed for j in jobs}
     assert all(not j.sampling.do_sample for j in val)
-
-
-class HangingEnv:
-    def __init__(self):
-        self.calls = 0
-
-    def reset(self, seed=None, options=None):
-        return "start", {}
-
-    def step(self, action_text):
-        time.sleep(30)
-
-    def close(self):
-        pass
-
-
-def test_timed_env_reports_a_hung_step_and_replaces_the_env():
-    built = []
-
-    def make_env():
-        built.append(HangingEnv())
-        return built[-1]
-
-    env = TimedEnv(make_env, timeout_s=0.2)
-    assert env.reset(seed=1) == ("start", {})
-    start = time.monotonic()
-    with pytest.raises(TimeoutError, match="step gave no answer within 0.2s"):
-        env.step("<answer>Up</answer>")
-    assert time.monotonic() - start < 2
-    assert len(built) == 2 and env.env is built[1]  # the hung one was abandoned
 
 
 def test_trajectory_defaults_keep_failed_episodes_out():
