@@ -3,7 +3,6 @@ GRPO / per-turn advantages worked out by hand, job planning and seeding, hung en
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
