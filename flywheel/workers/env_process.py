@@ -44,6 +44,9 @@ from flywheel.tools.from_config import tool_box, with_tools
 _PRELOAD = ["flywheel.workers.env_process"]
 _context: multiprocessing.context.BaseContext | None = None
 PR_SET_PDEATHSIG = 1
+# A child's start (its forkserver's first start imports flywheel; a user env module may
+# import more) may take this long, whatever a call's limit is.
+START_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,8 @@ def _serve(conn: Any, spec: EnvSpec) -> None:
 
 class ProcessEnv(TextEnv):
     """A TextEnv whose env lives in a child process (started on first use, replaced after
-    a timeout or a death). `timeout_s` bounds each call, and the child's start."""
+    a timeout or a death). `timeout_s` bounds each call; the child's start (building the
+    env and its tools) gets at least START_TIMEOUT_S."""
 
     def __init__(self, spec: EnvSpec, timeout_s: float) -> None:
         self.spec = spec
@@ -207,7 +211,7 @@ class ProcessEnv(TextEnv):
 
     def finish_call(self, handle: tuple[str, float]) -> Any:
         method, deadline = handle
-        status, value = self._answer(method, deadline)
+        status, value = self._answer(method, deadline)  # {method} gave no answer ...
         if status == "error":
             raise EnvCallError(*value)
         if method == "step" and isinstance(value, tuple) and len(value) == 5 and \
@@ -227,12 +231,14 @@ class ProcessEnv(TextEnv):
             proc.start()
         child.close()
         self._proc, self._conn = proc, parent
-        status, value = self._answer("building the env", time.monotonic() + self.timeout_s)
+        limit = max(self.timeout_s, START_TIMEOUT_S)
+        status, value = self._answer("building the env", time.monotonic() + limit, limit)
         if status == "error":
             self._stop()
             raise EnvCallError(*value)
 
-    def _answer(self, what: str, deadline: float) -> tuple[str, Any]:
+    def _answer(self, what: str, deadline: float, limit: float | None = None
+                ) -> tuple[str, Any]:
         """The child's reply to the call under way; kills it past `deadline`."""
         try:
             ready = self._conn.poll(max(0.0, deadline - time.monotonic()))
@@ -240,8 +246,8 @@ class ProcessEnv(TextEnv):
             ready = True
         if not ready:
             self._stop()
-            raise TimeoutError(f"{what} gave no answer within {self.timeout_s:g}s (the env's "
-                               f"process was killed)")
+            raise TimeoutError(f"{what} gave no answer within {limit or self.timeout_s:g}s "
+                               f"(the env's process was killed)")
         try:
             return self._conn.recv()
         except (EOFError, OSError, ValueError):
