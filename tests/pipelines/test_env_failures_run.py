@@ -37,18 +37,11 @@ def flaky_config(tmp_path: Path, mode: str, every_seed: bool, **pool) -> dict:
     return raw
 
 
-def _status(out: Path) -> dict:
-    try:
-        return json.loads((out / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def ledger(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a Ray run (~40 s here under load); in process: test_agentic_batch.py
 def test_an_always_raising_env_stops_the_run_naming_the_env(tmp_path, ray_session,
                                                             tiny_model_path):
     cfg = load_config_dict(flaky_config(tmp_path, "crash", True,
@@ -61,12 +54,14 @@ def test_an_always_raising_env_stops_the_run_naming_the_env(tmp_path, ray_sessio
     assert said.startswith("train_env_manager: ") and "max_consecutive_env_failures=6" in said
     assert "tag Flaky: env " in said and "RuntimeError: boom on turn 1" in said
     dropped = [r for r in ledger(tmp_path / "run") if r["fate"] == "env_error"]
-    assert 6 <= len(dropped) <= 6 + 4  # the limit, plus what was in flight beside it
+    # the limit (the group that reached it stops the run before the ledger records it),
+    # plus what was in flight beside it
+    assert 5 <= len(dropped) <= 6 + 4
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["status"] == "failed"
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a Ray run; in process: tests/workers/test_env_process.py
 def test_an_env_that_exits_costs_its_groups_and_the_run_finishes(tmp_path, ray_session,
                                                                  tiny_model_path):
     run_dir = run(load_config_dict(flaky_config(tmp_path, "exit", False)))
@@ -87,10 +82,10 @@ def test_sigterm_stops_a_run_whose_step_cannot_complete(tmp_path):
     proc = start(["--config", str(config)], log)
     try:
         deadline = time.monotonic() + 180
-        while "nodes" not in _status(out):  # the roles are up
+        while "phase switch" not in log.read_text():  # the step loop has started
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        time.sleep(8)  # the env workers are up, every env asleep in its first step
+        time.sleep(5)  # the first jobs are out, every env asleep in its first step
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         rc = proc.wait(timeout=60)
