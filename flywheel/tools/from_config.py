@@ -1,7 +1,8 @@
-"""An env tag's tools as its config declares them (`custom_envs.<tag>.tool_use`): built by
-the driver once before any env worker starts (so a missing document file, an unusable
-sandbox or a tool the call format cannot call fails the run at once, naming the key) and
-by each env worker for its envs."""
+"""An env tag's tools as its config declares them (`custom_envs.<tag>.tool_use`): built in
+each env's own process (workers/env_process.py), never in the driver or an env worker;
+the run's start-up check builds one set in a child process before any worker starts (so a
+missing document file, an unusable sandbox or a tool the call format cannot call fails the
+run at once, naming the key)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,9 @@ env as `tool_output_cut`).
 
 The wall clock: each call runs in a daemon helper thread; one that has not returned after
 `timeout_s` is abandoned (a stuck Python call cannot be interrupted; the python tool's own
-sandbox clock kills its program well before). The env worker's step_timeout_s is the outer
+sandbox clock kills its program well before). In a run the box lives in its env's own
+process (workers/env_process.py), which is replaced at the next reset after such a
+timeout, so an abandoned call runs at most until its episode ends. The env worker's step_timeout_s is the outer
 bound, and it replaces an env that hangs past it.
 """
 
