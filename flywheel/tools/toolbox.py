@@ -22,8 +22,8 @@ The wall clock: each call runs in a daemon helper thread; one that has not retur
 `timeout_s` is abandoned (a stuck Python call cannot be interrupted; the python tool's own
 sandbox clock kills its program well before). In a run the box lives in its env's own
 process (workers/env_process.py), which is replaced at the next reset after such a
-timeout, so an abandoned call runs at most until its episode ends. The env worker's step_timeout_s is the outer
-bound, and it replaces an env that hangs past it.
+timeout, so an abandoned call runs at most until its episode ends. The env worker's
+step_timeout_s is the outer bound: past it the env's process is killed.
 """
 
 from __future__ import annotations

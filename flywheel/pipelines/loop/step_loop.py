@@ -194,6 +194,7 @@ class StepLoop(Generic[W, G]):
         self.switch.start_generation()  # colocated: actor_train leaves the devices
         generator = self.make_generator()
         generator.start()
+        started = self.step
         try:
             while self.step < cfg.max_steps and not self.stop_requested():
                 step = self.step + 1
@@ -207,8 +208,10 @@ class StepLoop(Generic[W, G]):
                 self.hint_layout(metrics)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     self.save_checkpoint(generator)
-            if self.step and not (cfg.save_steps and self.step % cfg.save_steps == 0):
-                self.save_checkpoint(generator)  # the end of a run is always resumable
+            # The end of a run is always resumable: a checkpoint of its last step, unless
+            # it has one (save_steps, or no step trained since the start or the resume).
+            if self.step > started and not (cfg.save_steps and self.step % cfg.save_steps == 0):
+                self.save_checkpoint(generator)
         finally:
             generator.stop()
             self.ledger.close(self.step)
