@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flywheel.envs import EnvManager, Trajectory
+from flywheel.pipelines.agentic import env_jobs
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
@@ -299,7 +300,8 @@ def test_groups_failing_in_a_row_stop_the_run_naming_the_env_and_a_good_group_re
     assert "RuntimeError: step is broken" in said
 
 
-def test_a_cut_observation_and_a_truncated_episode_are_said_once_per_tag(caplog):
+def test_a_cut_observation_and_a_truncated_episode_are_said_once_per_tag(caplog, monkeypatch):
+    monkeypatch.setattr(env_jobs, "_SAID", set())  # said once per process: start afresh
     cfg = agentic_cfg(sequence_length=150, custom_envs={"Lake": {
         "env_type": "frozen_lake", "max_steps": 4, "max_tokens_per_step": 32,
         "agent_system_template": "", "agent_template": "{observation}\n",
