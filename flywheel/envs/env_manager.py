@@ -11,11 +11,22 @@ token-id lists to one `(response_ids, response_logprobs)` per prompt; the pipeli
 it to actor_infer. Episodes advance in lock-step: one `generate_fn` call per turn for all
 episodes still running, so the inference engine sees a batch. No Ray here.
 
-Failures: an exception from `env.reset`/`env.step` (or an observation that is not a str)
-ends only that episode: its Trajectory gets `error` naming the env id, group, seed and
-exception, and metrics `failed = 1`. The other episodes continue. The pipeline should drop
-failed trajectories and count them as dropped ("env_error"). Exceptions from
-`generate_fn` or the tokenizer are not the env's fault and propagate.
+Failures: an exception from `env.reset`/`env.step`, an observation that is not a str, a
+reward that is not a finite real number (NaN, inf, the string "1.0", None) or an info that
+is not a dict ends only that episode: its Trajectory gets `error` naming the env id, tag,
+group, seed and what was wrong, and metrics `failed = 1`. The other episodes continue. The
+pipeline should drop failed trajectories and count them as dropped ("env_error").
+Exceptions from `generate_fn` or the tokenizer are not the env's fault and propagate.
+
+Bounds on what reaches the tokenizer (user envs are untrusted): an observation longer than
+`max_observation_chars` characters is cut before it is tokenized, with a note saying how
+much was cut, and counted (`counts["observation_cut"]`, metric `observation_cut`). An
+episode whose next prompt plus `max_tokens_per_step` would not fit `max_context_tokens`
+(the run's sequence_length) is truncated before that turn, its pending observation
+dropped, and counted (`context_truncated`); one whose first prompt does not fit fails
+(its group is dropped). ROLL's env managers stop such an episode as well (stop reason
+max length); they also shrink the last turn's generation budget to the room left, which
+a batched turn here (one budget for every episode) does not.
 
 Chat models: with `chat_template` set, the text is rendered by the model's chat template
 (chat_turns.py: system, user observations, the model's replies, tool messages) and only the
@@ -26,14 +37,18 @@ flywheel/tools/tool_env.py) is cut to `max_tool_output_tokens` and shown as a to
 (raw text: in <tool_response> tags, without the turn template).
 
 A per-step wall-clock limit is deliberately not here: a hung `step` cannot be interrupted
-safely inside one Python process. The Ray layer runs env managers in actors and enforces
-the time limit by killing and reporting the actor.
+safely inside one Python process. The env workers run every env in a child process of its
+own (workers/env_process.py) that is killed when a call runs past the limit; such an env
+offers `start_call` / `finish_call`, and the manager starts a turn's calls on every env
+before it waits for the first, so the envs of a turn step at once.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,8 +110,17 @@ class EnvManagerConfig:
     # A tool result longer than this many tokens is cut, with a note saying how much was
     # cut; 0: no limit.
     max_tool_output_tokens: int = 0
+    # An observation longer than this many characters is cut before it is tokenized.
+    max_observation_chars: int = 20_000
+    # Tokens a whole episode may hold (the run's sequence_length); None: unbounded.
+    max_context_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_observation_chars < 1:
+            raise ValueError(f"max_observation_chars must be >= 1, got "
+                             f"{self.max_observation_chars}")
+        if self.max_context_tokens is not None and self.max_context_tokens < 1:
+            raise ValueError(f"max_context_tokens must be >= 1, got {self.max_context_tokens}")
         if self.max_tool_output_tokens < 0:
             raise ValueError(f"max_tool_output_tokens must be >= 0, got "
                              f"{self.max_tool_output_tokens}")
@@ -123,9 +147,11 @@ def group_seed(seed: int, group_id: int) -> int:
 
 
 class EnvManager:
-    """Owns the envs of one EnvManagerConfig and plays one batch of episodes per `rollout`."""
+    """Owns the envs of one EnvManagerConfig and plays one batch of episodes per `rollout`.
+    `make_env` builds one env (default: `make(env_type, **env_config)` in this process)."""
 
-    def __init__(self, config: EnvManagerConfig, chat: ChatTurns | None = None) -> None:
+    def __init__(self, config: EnvManagerConfig, chat: ChatTurns | None = None,
+                 make_env: Callable[[], TextEnv] | None = None) -> None:
         if config.chat_template != (chat is not None):
             raise ValueError("an env manager renders with a ChatTurns exactly when its config "
                              "sets chat_template")
@@ -133,9 +159,8 @@ class EnvManager:
         self.chat = chat
         self.tag = config.tag or config.env_type
         total = config.num_env_groups * config.group_size
-        self.envs: list[TextEnv] = [
-            make(config.env_type, **config.env_config) for _ in range(total)
-        ]
+        build = make_env or (lambda: make(config.env_type, **config.env_config))
+        self.envs: list[TextEnv] = [build() for _ in range(total)]
 
     def rollout(self, generate_fn: GenerateFn, tokenizer: Tokenizer, seed: int) -> list[Trajectory]:
         """Play one episode in every env; return them ordered by env id. `seed` identifies
@@ -154,8 +179,11 @@ class EnvManager:
                     tag=self.tag,
                 )
             )
-        running = [t for t in episodes if self._start(t, tokenizer)]
+        resets = call_all([(self.envs[t.env_id], "reset", (), {"seed": t.seed})
+                           for t in episodes])
+        running = [t for t, result in zip(episodes, resets) if self._start(t, result, tokenizer)]
         for turn_idx in range(cfg.max_steps):
+            running = [t for t in running if self._fits(t)]
             if not running:
                 break
             prompts = [list(t.input_ids) for t in running]
@@ -164,10 +192,14 @@ class EnvManager:
                 raise ValueError(
                     f"generate_fn returned {len(outputs)} responses for {len(prompts)} prompts"
                 )
+            actions = [self._append_response(t, list(ids), list(logprobs), tokenizer)
+                       for t, (ids, logprobs) in zip(running, outputs)]
+            steps = call_all([(self.envs[t.env_id], "step", (action,), {})
+                              for t, action in zip(running, actions)])
             running = [
                 t
-                for t, (ids, logprobs) in zip(running, outputs)
-                if self._play_turn(t, list(ids), list(logprobs), turn_idx, tokenizer)
+                for t, (ids, _), result in zip(running, outputs, steps)
+                if self._after_step(t, list(ids), result, turn_idx, tokenizer)
             ]
         for trajectory in episodes:
             trajectory.metrics = episode_metrics(trajectory)
@@ -177,14 +209,15 @@ class EnvManager:
         for env in self.envs:
             env.close()
 
-    def _start(self, trajectory: Trajectory, tokenizer: Tokenizer) -> bool:
-        """Reset the env and write the first prompt. False if the env failed."""
+    def _start(self, trajectory: Trajectory, result: CallResult, tokenizer: Tokenizer) -> bool:
+        """Write the first prompt from the reset's result. False if the env failed."""
         try:
-            observation, info = self.envs[trajectory.env_id].reset(seed=trajectory.seed)
+            observation, info = _value(result)
             _check_observation(observation)
         except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
             trajectory.error = _describe(trajectory, "reset", exc)
             return False
+        observation = self._bounded(trajectory, observation)
         trajectory.turn_states.append(state_key(observation, info))
         if self.chat is not None:
             ids = self.chat.first_prompt(self.config.system_template,
@@ -197,16 +230,28 @@ class EnvManager:
         trajectory.prompt_length = len(trajectory.input_ids)
         return True
 
-    def _play_turn(
-        self,
-        trajectory: Trajectory,
-        response_ids: list[int],
-        logprobs: list[float],
-        turn_idx: int,
-        tokenizer: Tokenizer,
-    ) -> bool:
-        """Append the response, step the env, append its next-turn text. True if the
-        episode goes on."""
+    def _fits(self, trajectory: Trajectory) -> bool:
+        """Whether the next turn fits the context; an episode that does not is truncated
+        (its first prompt too long: failed). False ends the episode."""
+        limit, budget = self.config.max_context_tokens, self.config.max_tokens_per_step
+        length = len(trajectory.input_ids)
+        if limit is None or length + budget <= limit:
+            return True
+        if not trajectory.turn_spans:
+            trajectory.error = _describe(trajectory, "reset", ValueError(
+                f"the first prompt is {length} tokens; with max_tokens_per_step={budget} it "
+                f"does not fit the run's sequence_length {limit}"))
+            return False
+        end = trajectory.turn_spans[-1][1]  # the observation after the last reply: dropped
+        del trajectory.input_ids[end:], trajectory.response_mask[end:]
+        del trajectory.behaviour_logprobs[end:]
+        trajectory.truncated = True
+        trajectory.counts["context_truncated"] = 1
+        return False
+
+    def _append_response(self, trajectory: Trajectory, response_ids: list[int],
+                         logprobs: list[float], tokenizer: Tokenizer) -> str:
+        """Append the model's reply to the trajectory; return its text (the env's action)."""
         max_tokens = self.config.max_tokens_per_step
         if len(logprobs) != len(response_ids) or len(response_ids) > max_tokens:
             raise ValueError(
@@ -218,14 +263,28 @@ class EnvManager:
         trajectory.response_mask.extend([1] * len(response_ids))
         trajectory.behaviour_logprobs.extend(float(lp) for lp in logprobs)
         trajectory.turn_spans.append((start, len(trajectory.input_ids)))
+        return tokenizer.decode(response_ids)
+
+    def _after_step(
+        self,
+        trajectory: Trajectory,
+        response_ids: list[int],
+        result: CallResult,
+        turn_idx: int,
+        tokenizer: Tokenizer,
+    ) -> bool:
+        """Record the step's result and append the env's next-turn text. True if the
+        episode goes on."""
         try:
-            step = self.envs[trajectory.env_id].step(tokenizer.decode(response_ids))
-            observation, reward, terminated, truncated, info = step
+            observation, reward, terminated, truncated, info = _value(result)
             _check_observation(observation)
+            reward = _check_reward(reward)
+            if not isinstance(info, dict):
+                raise TypeError(f"info must be a dict, got {type(info).__name__}")
         except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
             trajectory.error = _describe(trajectory, f"step (turn {turn_idx})", exc)
             return False
-        trajectory.rewards.append(float(reward))
+        trajectory.rewards.append(reward)
         trajectory.infos.append(dict(info))
         next_turn = turn_idx + 1
         trajectory.terminated = bool(terminated)
@@ -234,6 +293,7 @@ class EnvManager:
         )
         if trajectory.terminated or trajectory.truncated:
             return False
+        observation = self._bounded(trajectory, observation)
         trajectory.turn_states.append(state_key(observation, info))
         if info.get("observation_role") == "tool":
             env_ids = self._tool_ids(response_ids, observation, tokenizer)
@@ -246,6 +306,16 @@ class EnvManager:
         trajectory.response_mask.extend([0] * len(env_ids))
         trajectory.behaviour_logprobs.extend([0.0] * len(env_ids))
         return True
+
+    def _bounded(self, trajectory: Trajectory, observation: str) -> str:
+        """The observation cut to max_observation_chars (counted), before any tokenizer."""
+        limit = self.config.max_observation_chars
+        if len(observation) <= limit:
+            return observation
+        counts = trajectory.counts
+        counts["observation_cut"] = counts.get("observation_cut", 0) + 1
+        return (observation[:limit] + f"\n[observation cut: {len(observation) - limit} more "
+                                       f"characters (max_observation_chars={limit})]")
 
     def _tool_ids(self, response_ids: list[int], result: str, tokenizer: Tokenizer) -> list[int]:
         limit = self.config.max_tool_output_tokens
@@ -277,13 +347,67 @@ def state_key(observation: str, info: object) -> str:
     return observation
 
 
+CallResult = tuple[Any, BaseException | None]  # (value, None) or (None, the error)
+
+
+def call_all(calls: Sequence[tuple[TextEnv, str, tuple, dict[str, Any]]]) -> list[CallResult]:
+    """Run `env.<method>(*args, **kwargs)` for every call; each result is (value, None) or
+    (None, the exception). An env with `start_call(method, args, kwargs)` / `finish_call(handle)` (a
+    process env, workers/env_process.py) has its call started before any is waited for,
+    so those envs step at once; the others run one after another."""
+    handles = []
+    for env, method, args, kwargs in calls:
+        start = getattr(env, "start_call", None)
+        try:
+            handles.append((start(method, args, kwargs), None) if start else (None, None))
+        except Exception as exc:  # noqa: BLE001 - the env's failure, reported below
+            handles.append((None, exc))
+    results: list[CallResult] = []
+    for (env, method, args, kwargs), (handle, error) in zip(calls, handles):
+        if error is not None:
+            results.append((None, error))
+            continue
+        try:
+            value = (env.finish_call(handle) if handle is not None
+                     else getattr(env, method)(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - any env error ends only this episode
+            results.append((None, exc))
+        else:
+            results.append((value, None))
+    return results
+
+
+def _value(result: CallResult) -> Any:
+    value, error = result
+    if error is not None:
+        raise error
+    return value
+
+
 def _check_observation(observation: object) -> None:
     if not isinstance(observation, str):
         raise TypeError(f"observation must be str, got {type(observation).__name__}")
 
 
+def _check_reward(reward: object) -> float:
+    """A finite real number (int, float, numpy scalar) as a float; a str (even "1.0"),
+    None, NaN or inf is the env's error: training on it would diverge or be silently
+    wrong."""
+    if isinstance(reward, str) or not isinstance(reward, numbers.Real):
+        raise TypeError(f"reward must be a real number, got {type(reward).__name__} "
+                        f"{str(reward)[:40]!r}")
+    try:
+        value = float(reward)
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"reward {str(reward)[:40]} is not a float: {exc}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"reward must be finite, got {value}")
+    return value
+
+
 def _describe(trajectory: Trajectory, where: str, exc: BaseException) -> str:
     return (
-        f"env {trajectory.env_id} ({trajectory.env_type}, group {trajectory.group_id}, "
-        f"seed {trajectory.seed}) raised in {where}: {type(exc).__name__}: {exc}"
+        f"tag {trajectory.tag}: env {trajectory.env_id} ({trajectory.env_type}, group "
+        f"{trajectory.group_id}, seed {trajectory.seed}) raised in {where}: "
+        f"{getattr(exc, 'type_name', type(exc).__name__)}: {str(exc)[:500]}"
     )

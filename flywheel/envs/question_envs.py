@@ -17,8 +17,8 @@ the file is read once per env. The answer checks are GEM's own:
   `verify(gold, answer)`, any of several gold answers); a text GEM's parse reads nothing
   from is read again as inline LaTeX (`$...$`), so `\\dfrac{2}{4}` counts as 1/2.
   math-verify's own time limit uses signal.alarm, which works on the main thread only; env
-  steps run in the env worker's helper thread (TimedEnv), whose step_timeout_s is then
-  the bound.
+  steps run on the main thread of the env's own process (workers/env_process.py), and
+  step_timeout_s bounds them besides.
 - QA: the last `<answer>...</answer>` (gem.utils.parsing.extract_last_tagged_answer), or the
   last `\\boxed{}` with extract_boxed, compared by GEM's exact match after SQuAD-style
   normalisation (gem.utils.qa_em.em_check: lower case, no punctuation or articles). The

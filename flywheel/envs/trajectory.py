@@ -23,7 +23,9 @@ from typing import Any
 # Info keys that count events of a step (tool calls: flywheel/tools/tool_env.py): their
 # episode metric is the sum over the steps, not the mean.
 COUNTED_INFO_KEYS = ("tool_calls", "tool_valid_calls", "tool_malformed", "tool_unknown",
-                     "tool_errors", "tool_timeouts", "tool_over_budget")
+                     "tool_errors", "tool_timeouts", "tool_over_budget", "tool_output_cut")
+# What the env manager counts per episode (Trajectory.counts), each a metric of every episode.
+MANAGER_COUNTS = ("observation_cut", "context_truncated")
 # The info key naming the env's state (an anchor state of GiGPO, env_manager.state_key):
 # an identifier, not a metric.
 STATE_KEY = "state_key"
@@ -53,6 +55,8 @@ class Trajectory:
     terminated: bool = False  # the game ended (won or lost)
     truncated: bool = False  # stopped by max_steps or by the env's own truncation
     error: str | None = None  # set when the env raised; see env_manager
+    # events of the env manager (MANAGER_COUNTS): observations cut, context truncation
+    counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -131,6 +135,9 @@ def episode_metrics(trajectory: Trajectory) -> dict[str, float]:
     | action_is_valid  | fraction of steps whose action parsed                          |
     | truncated        | 1 if stopped by max_steps / env truncation before the game end |
     | failed           | 1 if the env raised (see Trajectory.error)                     |
+    | observation_cut  | observations cut to max_observation_chars in the episode       |
+    | context_truncated| 1 if the episode was stopped because the next turn would not   |
+    |                  | fit the run's sequence_length                                  |
     | tool_calls, ...  | COUNTED_INFO_KEYS: the sum over the steps (calls per episode)  |
     | tool_valid_rate  | tool_valid_calls / tool_calls, in episodes with a call         |
     | <info key>       | env-specific numeric info: mean over the steps reporting it    |
@@ -145,6 +152,7 @@ def episode_metrics(trajectory: Trajectory) -> dict[str, float]:
         ),
         "truncated": float(trajectory.truncated),
         "failed": float(trajectory.failed),
+        **{key: float(trajectory.counts.get(key, 0)) for key in MANAGER_COUNTS},
     }
     extra: dict[str, list[float]] = {}
     for info in infos:

@@ -1,10 +1,12 @@
 """SIGINT / SIGTERM: stop a run cleanly, with a checkpoint to resume from.
 
 While the loop runs (`StopRequest.armed`), the first signal only asks it to stop: the
-current step finishes, a checkpoint is written, every actor and thread is stopped, the
-resume command is printed and the run ends with `RunInterrupted` (exit status 130). A
-second signal, or one before the loop has started (nothing to save yet), interrupts at
-once (KeyboardInterrupt); the cleanup on the way out still stops every actor.
+current step finishes (a step still waiting for its batch stops waiting: with envs that
+fail every episode no batch may ever come), a checkpoint is written, every actor and
+thread is stopped, the resume command is printed and the run ends with `RunInterrupted`
+(exit status 130). A second signal, or one before the loop has started (nothing to save
+yet), interrupts at once (KeyboardInterrupt); the cleanup on the way out still stops
+every actor.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""An env tag's tools as its config declares them (`custom_envs.<tag>.tool_use`): built by
-the driver once before any env worker starts (so a missing document file, an unusable
-sandbox or a tool the call format cannot call fails the run at once, naming the key) and
-by each env worker for its envs."""
+"""An env tag's tools as its config declares them (`custom_envs.<tag>.tool_use`): built in
+each env's own process (workers/env_process.py), never in the driver or an env worker;
+the run's start-up check builds one set in a child process before any worker starts (so a
+missing document file, an unusable sandbox or a tool the call format cannot call fails the
+run at once, naming the key)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def tool_box(tool_use: ToolUseConfig, allowlist: Sequence[str], key: str) -> Too
     """The tools of `tool_use`; `key` is its config path (custom_envs.<tag>.tool_use)."""
     tools = [build_tool(t.tool_id, t.tool_args, t.tool_import_path, allowlist,
                         f"{key}.tools[{i}]") for i, t in enumerate(tool_use.tools)]
-    box = ToolBox(tools, tool_use.tool_timeout_s)
+    box = ToolBox(tools, tool_use.tool_timeout_s, tool_use.max_tool_output_chars)
     try:
         call_format(tool_use, box)
     except ValueError as error:

@@ -25,8 +25,9 @@ its remaining turns.
 Counts, on every step's info (0 on steps that were actions), summed per episode by
 `trajectory.episode_metrics` (COUNTED_INFO_KEYS, kept there): tool_calls (every reply with
 an opening tag), tool_valid_calls (ran and returned text), tool_malformed, tool_unknown,
-tool_errors, tool_timeouts, tool_over_budget. A tool step's `action_is_valid` is whether
-the call ran cleanly.
+tool_errors, tool_timeouts, tool_over_budget, tool_output_cut (a result cut to the box's
+max_output_chars; the step's info then names the tool in `tool_output_cut_by`). A tool
+step's `action_is_valid` is whether the call ran cleanly.
 """
 
 from __future__ import annotations
@@ -90,10 +91,18 @@ class ToolEnv(TextEnv):
         ok = outcome.kind == "ok"
         reward = (0.0 if outcome.kind == "unknown" else
                   self.tool_reward + (self.tool_success_reward if ok else 0.0))
-        return self._tool_step(outcome.text, ok, reward, **{_KIND_KEY[outcome.kind]: 1})
+        step = self._tool_step(outcome.text, ok, reward, **{_KIND_KEY[outcome.kind]: 1},
+                               tool_output_cut=int(outcome.cut > 0))
+        if outcome.cut:
+            step[4]["tool_output_cut_by"] = call.name
+        return step
 
     def close(self) -> None:
         self.env.close()
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools as a chat template's `tools=` (asked of an env in its own process)."""
+        return self.box.schemas()
 
     def _tool_step(self, text: str, ok: bool, reward: float, **count: int) -> StepResult:
         info = {**_counts(tool_calls=1, **count), "action_is_valid": ok, "success": False,

@@ -13,10 +13,17 @@ tool env counts (tool_env.py); nothing raises out of `run_call`:
 
 (Malformed calls and an exhausted budget never reach the box: see tool_env.py.)
 
+Every text the box returns is at most `max_output_chars` characters: a longer one (a tool
+that prints 200 MB) is cut here, before it leaves the env's process or meets a tokenizer,
+with a note saying how much was cut, and the outcome says so (`cut`, counted by the tool
+env as `tool_output_cut`).
+
 The wall clock: each call runs in a daemon helper thread; one that has not returned after
 `timeout_s` is abandoned (a stuck Python call cannot be interrupted; the python tool's own
-sandbox clock kills its program well before). The env worker's step_timeout_s is the outer
-bound, and it replaces an env that hangs past it.
+sandbox clock kills its program well before). In a run the box lives in its env's own
+process (workers/env_process.py), which is replaced at the next reset after such a
+timeout, so an abandoned call runs at most until its episode ends. The env worker's
+step_timeout_s is the outer bound: past it the env's process is killed.
 """
 
 from __future__ import annotations
@@ -36,20 +43,32 @@ OutcomeKind = Literal["ok", "unknown", "error", "timeout"]
 class ToolOutcome:
     kind: OutcomeKind
     text: str
+    cut: int = 0  # characters cut from the text (max_output_chars)
 
 
 class ToolBox:
-    def __init__(self, tools: Sequence[Tool], timeout_s: float) -> None:
+    def __init__(self, tools: Sequence[Tool], timeout_s: float,
+                 max_output_chars: int = 20_000) -> None:
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"two tools share a name: {names}")
         self.tools = {tool.name: tool for tool in tools}
         self.timeout_s = timeout_s
+        self.max_output_chars = max_output_chars
 
     def schemas(self) -> list[dict[str, Any]]:
         return [function_schema(tool) for tool in self.tools.values()]
 
     def run_call(self, call: ToolCall) -> ToolOutcome:
+        outcome = self._run(call)
+        limit = self.max_output_chars
+        if len(outcome.text) <= limit:
+            return outcome
+        cut = len(outcome.text) - limit
+        return ToolOutcome(outcome.kind, outcome.text[:limit] + f"\n[{call.name} output cut: "
+                           f"{cut} more characters (max_tool_output_chars={limit})]", cut)
+
+    def _run(self, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
             return ToolOutcome("unknown", f"Error: unknown tool '{call.name}'; tools: "

@@ -17,39 +17,32 @@ straddles a weight update is continued on the new weights (its later turns carry
 version); its start version is that of turn 0, which is what the staleness bound uses.
 
 Failures, in two layers:
-- an env that raises, or whose reset/step runs past `step_timeout_s` (`TimedEnv` runs each
-  call in a helper thread), ends only its own episode: the env manager records the error
-  with the env id, group and seed, and a hung env is replaced by a fresh one. The run goes
-  on without that episode's group (the pipeline drops and counts it).
-- a worker that dies or stops answering altogether (an env stuck holding the GIL) is the
-  prefetch generator's to report: a WorkerError naming this role, the rank and the job.
+- every env (with its tools) runs in a child process of its own (workers/env_process.py),
+  built there from its spec: the user's env and tool code never runs in this worker. An
+  env that raises, whose reset/step runs past `step_timeout_s` (its process is killed), or
+  whose process dies (os._exit, a segfault) ends only its own episode: the env manager
+  records the error with the tag, env id, group and seed, and a fresh process replaces
+  it. The run goes on without that episode's group (the pipeline drops and counts it).
+- a worker that dies or stops answering altogether is the prefetch generator's to report:
+  a WorkerError naming this role, the rank and the job.
 Errors from actor_infer are re-raised naming actor_infer and its rank.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from flywheel.envs import (
-    ChatTurns,
-    EnvManager,
-    EnvManagerConfig,
-    TextEnv,
-    Trajectory,
-    make,
-    register_from_import_path,
-)
+from flywheel.envs import ChatTurns, EnvManager, EnvManagerConfig, Trajectory
 from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.platform.liveness import tick
 from flywheel.platform.models.text_tokens import content_ids
-from flywheel.tools.from_config import template_tools, tool_box, with_tools
+from flywheel.workers.env_process import EnvSpec, ProcessEnv, tool_schemas
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_model import load_tokenizer
@@ -91,53 +84,6 @@ class EnvJobResult:
     busy: list[tuple[int, float, float]]  # actor_infer (rank, start, end) per turn
 
 
-class TimedEnv(TextEnv):
-    """An env whose reset/step may take at most `timeout_s` seconds of wall clock.
-
-    Each call runs in a daemon helper thread; if it has not returned in time, the thread
-    is abandoned (a stuck Python call cannot be interrupted), a fresh env is built in its
-    place, and TimeoutError is raised, which the env manager records as that episode's
-    error. A thread stuck for good leaks until the worker exits; it is a daemon, so it
-    never blocks the exit.
-    """
-
-    def __init__(self, make_env: Callable[[], TextEnv], timeout_s: float,
-                 env: TextEnv | None = None) -> None:
-        self._make_env = make_env
-        self.timeout_s = timeout_s
-        self.env = env if env is not None else make_env()
-
-    def reset(self, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        return self._call("reset", lambda: self.env.reset(seed=seed, options=options))
-
-    def step(self, action_text: str):
-        return self._call("step", lambda: self.env.step(action_text))
-
-    def close(self) -> None:
-        self.env.close()
-
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = fn()
-            except BaseException as error:  # noqa: BLE001 - re-raised in the caller below
-                box["error"] = error
-
-        thread = threading.Thread(target=target, name=f"env-{what}", daemon=True)
-        thread.start()
-        thread.join(self.timeout_s)
-        if thread.is_alive():
-            self.env = self._make_env()
-            raise TimeoutError(f"{what} gave no answer within {self.timeout_s:g}s "
-                               f"(hung env abandoned and replaced)")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-
 class _TextCodec:
     """The env manager's Tokenizer on raw-text turns: text is tokenized as text (its
     special-token strings split, platform/models/text_tokens.py), so an observation or tool
@@ -174,8 +120,7 @@ class EnvWorker(RoleWorker):
         self.infer_streams = infer_streams
         self.codec = _TextCodec(load_tokenizer(model_path))
         self.import_allowlist = list(env_import_allowlist)
-        for env_type, import_path in (user_envs or {}).items():
-            register_from_import_path(env_type, import_path, self.import_allowlist)
+        self.user_envs = dict(user_envs or {})  # env_type -> import path, imported by envs
         # (config repr, tools repr, timeout) -> its manager, built once and reused
         self.managers: dict[tuple[str, str, float], EnvManager] = {}
 
@@ -200,24 +145,25 @@ class EnvWorker(RoleWorker):
         return EnvJobResult(trajectories, versions, busy)
 
     def _manager(self, job: EnvJob) -> EnvManager:
-        """The job's env manager: its envs wrapped with the tag's tools (ToolEnv) and the
-        step time limit (TimedEnv, outermost: a step includes its tool call)."""
+        """The job's env manager: each env, wrapped with the tag's tools (ToolEnv), in a
+        process of its own under the step time limit (a step includes its tool call)."""
         config, timeout_s, tool_use = job.manager, job.step_timeout_s, job.tool_use
         key = (repr(config), repr(tool_use), timeout_s)
         if key not in self.managers:
-            box = (tool_box(tool_use, self.import_allowlist, f"custom_envs.{job.tag}.tool_use")
-                   if tool_use else None)
-            chat = (chat_turns(self.codec.tokenizer, template_tools(box, tool_use), tool_use)
+            spec = EnvSpec(job.tag, config.env_type, dict(config.env_config),
+                           self.user_envs.get(config.env_type), tuple(self.import_allowlist),
+                           tool_use)
+            envs = [ProcessEnv(spec, timeout_s)
+                    for _ in range(config.num_env_groups * config.group_size)]
+            chat = (chat_turns(self.codec.tokenizer, tool_schemas(spec, envs[0]), tool_use)
                     if config.chat_template else None)
-            manager = EnvManager(config, chat)
-
-            def tooled(env: TextEnv) -> TextEnv:
-                return with_tools(env, box, tool_use) if box and tool_use else env
-
-            rebuild = lambda: tooled(make(config.env_type, **config.env_config))  # noqa: E731
-            manager.envs = [TimedEnv(rebuild, timeout_s, tooled(env)) for env in manager.envs]
-            self.managers[key] = manager
+            self.managers[key] = EnvManager(config, chat, make_env=iter(envs).__next__)
         return self.managers[key]
+
+    def close(self) -> None:
+        """Stop every env's process."""
+        for manager in self.managers.values():
+            manager.close()
 
     def _generate(self, actor: Any, rank: int, prompts: list[list[int]],
                   sampling: SamplingParams, timeout_s: float) -> Any:

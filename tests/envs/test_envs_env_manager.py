@@ -249,3 +249,85 @@ def test_config_validation() -> None:
     with pytest.raises(ValueError, match="Did you mean 'sokoban'"):
         EnvManager(EnvManagerConfig(env_type="sokobn"))
     assert EnvManager(EnvManagerConfig(env_type="sokoban", group_size=1)).tag == "sokoban"
+
+
+class ScriptedEnv(TextEnv):
+    """Plays `steps` (one (observation, reward) per step); the first observation is
+    `first`."""
+
+    def __init__(self, first="start", steps=(("again", 0.0),)) -> None:
+        self.first, self.steps, self.turn = first, list(steps), 0
+
+    def reset(self, seed=None, options=None):
+        self.turn = 0
+        return self.first, {}
+
+    def step(self, action_text):
+        observation, reward = self.steps[min(self.turn, len(self.steps) - 1)]
+        self.turn += 1
+        return observation, reward, False, False, {"action_is_valid": True, "success": False}
+
+
+class CountingTokenizer:
+    def __init__(self, inner) -> None:
+        self.inner, self.longest = inner, 0
+
+    def encode(self, text):
+        self.longest = max(self.longest, len(text))
+        return self.inner.encode(text)
+
+    def decode(self, ids):
+        return self.inner.decode(ids)
+
+
+def test_a_ten_megabyte_observation_is_cut_before_the_tokenizer_and_counted(
+        seed_echo_env, tokenizer, make_policy) -> None:
+    huge = "z" * 10_000_000
+    cfg = config(seed_echo_env, group_size=1, num_env_groups=2, max_steps=3,
+                 max_observation_chars=500)
+    manager = EnvManager(cfg, make_env=lambda: ScriptedEnv(first=huge, steps=[(huge, 0.0)]))
+    counting = CountingTokenizer(tokenizer)
+    trajectories = manager.rollout(make_policy(lambda _: "go"), counting, seed=0)
+    assert counting.longest < 1000  # never the 10 MB
+    for t in trajectories:
+        assert not t.failed and t.counts == {"observation_cut": 3}  # reset, turns 1 and 2
+        assert t.metrics["observation_cut"] == 3.0
+        assert "[observation cut: 9999500 more characters (max_observation_chars=500)]" in \
+            tokenizer.decode(t.input_ids)
+    assert aggregate_metrics(trajectories)["observation_cut"] == 3.0
+
+
+@pytest.mark.parametrize("reward, says", [
+    (float("nan"), "reward must be finite, got nan"),
+    (float("inf"), "reward must be finite, got inf"),
+    ("1.0", "reward must be a real number, got str '1.0'"),
+    (None, "reward must be a real number, got NoneType"),
+    (10**400, "is not a float"),
+])
+def test_a_reward_that_is_not_a_finite_number_fails_its_episode_naming_the_env(
+        seed_echo_env, tokenizer, make_policy, reward, says) -> None:
+    manager = EnvManager(config(seed_echo_env, group_size=2, num_env_groups=1, max_steps=2,
+                                tag="Lake"))
+    manager.envs[1] = ScriptedEnv(steps=[("again", 0.0), ("again", reward)])
+    good, bad = manager.rollout(make_policy(lambda _: "go"), tokenizer, seed=0)
+    assert not good.failed
+    assert bad.failed and bad.error.startswith("tag Lake: env 1 (seed_echo, group 0")
+    assert "raised in step (turn 1)" in bad.error and says in bad.error
+    assert bad.rewards == [0.0]  # the bad reward was not kept
+
+
+def test_an_episode_that_would_outgrow_the_context_is_truncated_and_counted(
+        seed_echo_env, tokenizer, make_policy) -> None:
+    cfg = config(seed_echo_env, group_size=1, num_env_groups=1, max_steps=10,
+                 max_tokens_per_step=8, max_context_tokens=60)
+    (t,) = EnvManager(cfg).rollout(make_policy(lambda _: "go"), tokenizer, seed=0)
+    assert not t.failed and t.truncated and not t.terminated
+    assert t.counts == {"context_truncated": 1} and t.metrics["context_truncated"] == 1.0
+    assert 1 <= len(t.turn_spans) < 10 and len(t.rewards) == len(t.turn_spans)
+    assert len(t.input_ids) == t.turn_spans[-1][1] <= 60  # ends on the model's last reply
+    assert len(t.response_mask) == len(t.behaviour_logprobs) == len(t.input_ids)
+    # a first prompt that does not fit: the episode fails (its group is dropped)
+    cfg = config(seed_echo_env, group_size=1, num_env_groups=1, max_tokens_per_step=8,
+                 max_context_tokens=10)
+    (t,) = EnvManager(cfg).rollout(make_policy(lambda _: "go"), tokenizer, seed=0)
+    assert t.failed and "does not fit the run's sequence_length 10" in t.error

@@ -3,22 +3,32 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import time
 from typing import Any
 
 from flywheel.envs import TextEnv
 from flywheel.envs.base import StepResult, resolve_seed
 
+MODES = ("crash", "hang", "exit", "segfault", "nan", "str_reward", "none_observation",
+         "huge_observation")
+
 
 class FlakyEnv(TextEnv):
-    """A trivial game that fails on turn `fail_on_turn` of every episode whose seed is odd:
-    it raises (`mode: crash`) or blocks for an hour (`mode: hang`). Even seeds play on."""
+    """A trivial game that misbehaves on turn `fail_on_turn` of every episode whose seed is
+    odd (of every episode with `every_seed`): it raises (`mode: crash`), blocks for an hour
+    (`hang`), ends its process (`exit`: os._exit(3); `segfault`), returns a NaN reward
+    (`nan`) or the string "1.0" (`str_reward`), None as its observation
+    (`none_observation`) or a 10 MB one (`huge_observation`). Other seeds play on."""
 
-    def __init__(self, *, mode: str = "crash", fail_on_turn: int = 1) -> None:
-        if mode not in ("crash", "hang"):
-            raise ValueError(f"mode must be crash or hang, got {mode!r}")
+    def __init__(self, *, mode: str = "crash", fail_on_turn: int = 1,
+                 every_seed: bool = False) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.fail_on_turn = fail_on_turn
+        self.every_seed = every_seed
         self.seed = 0
         self.turn = 0
 
@@ -29,9 +39,22 @@ class FlakyEnv(TextEnv):
 
     def step(self, action_text: str) -> StepResult:
         self.turn += 1
-        if self.seed % 2 and self.turn == self.fail_on_turn:
+        won = "up" in action_text.lower()
+        info = {"action_is_valid": True, "success": won}
+        if (self.every_seed or self.seed % 2) and self.turn == self.fail_on_turn:
             if self.mode == "hang":
                 time.sleep(3600)
+            if self.mode == "exit":
+                os._exit(3)
+            if self.mode == "segfault":
+                ctypes.string_at(0)
+            if self.mode == "nan":
+                return "Again.", float("nan"), won, False, info
+            if self.mode == "str_reward":
+                return "Again.", "1.0", won, False, info
+            if self.mode == "none_observation":
+                return None, 0.0, False, False, info
+            if self.mode == "huge_observation":
+                return "x" * 10_000_000, 0.0, False, False, info
             raise RuntimeError(f"boom on turn {self.turn}")
-        won = "up" in action_text.lower()
-        return "Again.", float(won), won, False, {"action_is_valid": True, "success": won}
+        return "Again.", float(won), won, False, info

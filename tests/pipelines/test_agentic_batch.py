@@ -3,12 +3,15 @@ GRPO / per-turn advantages worked out by hand, job planning and seeding, hung en
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import pytest
 import torch
 
 from flywheel.envs import EnvManager, Trajectory
+from flywheel.pipelines.agentic import env_jobs
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
@@ -17,17 +20,23 @@ from flywheel.pipelines.agentic.batch import (
     pack_trajectories,
 )
 from flywheel.pipelines.agentic.env_jobs import (
+    EnvFailureLimit,
+    EnvSource,
     EpisodeGroup,
     env_manager_config,
     episode_group_from_dict,
     episode_group_to_dict,
+    episode_groups,
     group_tags,
     train_jobs,
     val_jobs,
 )
 from flywheel.pipelines.config import load_config_dict
+from flywheel.pipelines.loop.async_window import AsyncWindow
+from flywheel.pipelines.loop.prefetch import PrefetchGenerator, PrefetchSettings
+from flywheel.pipelines.loop.replay_buffer import ReplayBuffer
 from flywheel.platform.config.schema import ValidationGeneratingArgs
-from flywheel.workers.env_worker import TimedEnv
+from flywheel.workers.env_worker import EnvJobResult
 
 
 class CharCodec:
@@ -179,36 +188,6 @@ def test_jobs_follow_the_partition_and_seeds_are_fixed():
     assert all(not j.sampling.do_sample for j in val)
 
 
-class HangingEnv:
-    def __init__(self):
-        self.calls = 0
-
-    def reset(self, seed=None, options=None):
-        return "start", {}
-
-    def step(self, action_text):
-        time.sleep(30)
-
-    def close(self):
-        pass
-
-
-def test_timed_env_reports_a_hung_step_and_replaces_the_env():
-    built = []
-
-    def make_env():
-        built.append(HangingEnv())
-        return built[-1]
-
-    env = TimedEnv(make_env, timeout_s=0.2)
-    assert env.reset(seed=1) == ("start", {})
-    start = time.monotonic()
-    with pytest.raises(TimeoutError, match="step gave no answer within 0.2s"):
-        env.step("<answer>Up</answer>")
-    assert time.monotonic() - start < 2
-    assert len(built) == 2 and env.env is built[1]  # the hung one was abandoned
-
-
 def test_trajectory_defaults_keep_failed_episodes_out():
     t = Trajectory(env_id=0, group_id=0, seed=1, env_type="frozen_lake", tag="FrozenLake",
                    error="env 0 raised")
@@ -320,3 +299,80 @@ def test_max_env_num_per_worker_is_a_cap(groups, group_size, cap, per_job, worke
     jobs = train_jobs(cfg, batch_index=0, infer_workers=1)
     assert sum(j.num_groups for j in jobs) == groups
     assert max(j.num_groups * group_size for j in jobs) <= (cap or groups * group_size)
+
+
+class AlwaysRaises:
+    """An env whose step always raises (the probe's case)."""
+
+    def reset(self, seed=None, options=None):
+        return "start", {}
+
+    def step(self, action_text):
+        raise RuntimeError("step is broken")
+
+    def close(self):
+        pass
+
+
+def test_groups_failing_in_a_row_stop_the_run_naming_the_env_and_a_good_group_resets():
+    cfg = agentic_cfg(train_env_manager={"num_env_groups": 2, "group_size": 2,
+                                         "max_consecutive_env_failures": 5})
+    source = EnvSource(pool=None, cfg=cfg, infer_workers=1)
+    [job] = train_jobs(cfg, batch_index=0, infer_workers=1)  # 2 groups of 2
+    broken = EnvManager(job.manager, make_env=AlwaysRaises)
+
+    def result(manager):
+        return EnvJobResult(manager.rollout(scripted(["Up"] * 4), CharCodec(), job.seed),
+                            [0] * 4, [])
+
+    for _ in range(2):  # 4 groups dropped in a row
+        done = source.complete(job, 0, result(broken))
+        assert len(done.dropped["env_error"]) == 2
+    good = EnvManager(job.manager)
+    assert not source.complete(job, 0, result(good)).dropped  # a complete group: count 0
+    start = time.monotonic()
+    source.complete(job, 0, result(broken))
+    source.complete(job, 0, result(broken))
+    with pytest.raises(EnvFailureLimit) as info:
+        source.complete(job, 0, result(broken))
+    assert time.monotonic() - start < 5
+    said = str(info.value)
+    assert said.startswith("train_env_manager: 6 env groups in a row failed with env errors")
+    assert "max_consecutive_env_failures=5" in said and "\n" not in said
+    assert "tag FrozenLake: env 2 (frozen_lake" in said
+    assert "RuntimeError: step is broken" in said
+
+
+def test_a_cut_observation_and_a_truncated_episode_are_said_once_per_tag(caplog, monkeypatch):
+    monkeypatch.setattr(env_jobs, "_SAID", set())  # said once per process: start afresh
+    cfg = agentic_cfg(sequence_length=150, custom_envs={"Lake": {
+        "env_type": "frozen_lake", "max_steps": 4, "max_tokens_per_step": 32,
+        "agent_system_template": "", "agent_template": "{observation}\n",
+        "max_observation_chars": 10, "env_config": {"size": 3, "env_instruction": ""}}},
+        train_env_manager={"num_env_groups": 2, "group_size": 2, "tags": ["Lake"]},
+        val_env_manager={"num_env_groups": 2, "group_size": 1, "tags": ["Lake"]})
+    [job] = train_jobs(cfg, batch_index=0, infer_workers=1)
+    assert job.manager.max_context_tokens == 150 and job.manager.max_observation_chars == 10
+    manager = EnvManager(job.manager)
+    with caplog.at_level(logging.WARNING, logger="flywheel.pipelines.agentic.env_jobs"):
+        for _ in range(2):
+            played = manager.rollout(scripted(["Left"] * 8), CharCodec(), job.seed)
+            kept, _ = episode_groups(job, EnvJobResult(played, [0] * 4, []))
+    said = [r.getMessage() for r in caplog.records if "custom_envs." in r.getMessage()]
+    assert len(said) == 2, said
+    assert said[0].startswith("custom_envs.Lake (env frozen_lake): an observation longer "
+                              "than max_observation_chars=10")
+    assert "truncated: its next turn would not fit the run's sequence_length 150" in said[1]
+    metrics = env_metrics(kept, "env/")
+    assert metrics["env/observation_cut"] >= 1 and metrics["env/context_truncated"] == 1.0
+
+
+def test_take_gives_up_once_a_stop_is_asked_while_no_batch_can_complete():
+    """SIGTERM while every env fails: no step completes, so the stop must land in take."""
+    generator = PrefetchGenerator(None, None, ReplayBuffer(0),
+                                  PrefetchSettings(AsyncWindow(0.0, 2)))
+    asked = threading.Event()
+    threading.Timer(0.3, asked.set).start()
+    start = time.monotonic()
+    assert generator.take(0, asked.is_set) is None
+    assert time.monotonic() - start < 5

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from flywheel.envs import group_seed, make
 from flywheel.pipelines.agentic.batch import env_metrics
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup, train_jobs
 from flywheel.pipelines.config import convert_roll, load_config_dict
@@ -31,8 +32,13 @@ def test_env_worker_plays_a_converted_gem_qa_tag_with_its_search_tool(
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
     worker = EnvWorker("env_workers", 0, 1, tiny_model_path, infer_actors=[],
                        num_threads=torch.get_num_threads())
-    manager = worker._manager(job)
-    envs = [timed.env.env for timed in manager.envs]  # TimedEnv(ToolEnv(QuestionEnv))
+    manager = worker._manager(job)  # each env a ToolEnv(QuestionEnv) in its own process
+    # replicas here, reset as the manager resets env i, tell the scripted model the item
+    size = job.manager.group_size
+    envs = [make(job.manager.env_type, **job.manager.env_config)
+            for _ in range(len(manager.envs))]
+    for i, env in enumerate(envs):
+        env.reset(seed=group_seed(job.seed, i // size))
     eos = worker.codec.tokenizer.eos_token_id
 
     def generate(prompts, max_tokens):
@@ -47,6 +53,7 @@ def test_env_worker_plays_a_converted_gem_qa_tag_with_its_search_tool(
         return replies
 
     trajectories = manager.rollout(generate, worker.codec, job.seed)
+    worker.close()
     metrics = env_metrics([EpisodeGroup(0, "QaSearch", trajectories, 0, [0, 0])], "env/")
     assert metrics["env/success"] == 1.0 and metrics["env/tool_valid_calls"] == 1.0
     # ROLL's tool_success_reward 0.2 for the search, then 1 for the answer

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -89,14 +90,17 @@ def test_an_env_worker_plays_a_job_with_the_tools_its_config_declares(
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
     worker = EnvWorker("env_workers", 0, 1, tiny_model_path, infer_actors=[],
                        num_threads=torch.get_num_threads())
-    manager = worker._manager(job)
-    envs = [timed.env.env for timed in manager.envs]  # TimedEnv(ToolEnv(MultiplyEnv))
+    manager = worker._manager(job)  # each env a ToolEnv(MultiplyEnv) in its own process
     eos = worker.codec.tokenizer.eos_token_id
+
+    def factors(prompt: list[int]) -> tuple[int, int]:
+        a, b = re.search(r"(\d+)\*(\d+)=\?", worker.codec.decode(prompt)).groups()
+        return int(a), int(b)
 
     def generate(prompts, max_tokens):
         replies = []
-        for prompt, env in zip(prompts, envs):
-            a, b = env.factors
+        for prompt in prompts:
+            a, b = factors(prompt)
             if "<tool_response>" not in worker.codec.decode(prompt):
                 text = CALL.replace("6*7", f"{a}*{b}")
             else:
@@ -106,6 +110,7 @@ def test_an_env_worker_plays_a_job_with_the_tools_its_config_declares(
         return replies
 
     trajectories = manager.rollout(generate, worker.codec, job.seed)
+    worker.close()
     group = EpisodeGroup(0, "Multiply", trajectories, 0, [0, 0])
     metrics = env_metrics([group], "env/")
     assert metrics["env/success"] == 1.0 and metrics["env/episode_length"] == 2.0
@@ -114,7 +119,7 @@ def test_an_env_worker_plays_a_job_with_the_tools_its_config_declares(
         "tool_errors": 0, "tool_timeouts": 0, "tool_over_budget": 0}
     # the tool's answer reached the model's next prompt, in tool-response tags, unmasked
     t = trajectories[0]
-    a, b = envs[0].factors
+    a, b = factors(t.input_ids[:t.prompt_length])
     between = worker.codec.decode(t.input_ids[t.turn_spans[0][1]:t.turn_spans[1][0]])
     assert between == f"<tool_response>\n{a * b}\n</tool_response>\n"
     assert not any(t.response_mask[t.turn_spans[0][1]:t.turn_spans[1][0]])

@@ -49,3 +49,38 @@ class ReturnsNumber:
 
 class NotATool:
     name = "nope"
+
+
+class Exits:
+    """Ends its process in run() (a user tool with a bug of the worst kind)."""
+
+    name = "exits"
+    description = "Calls os._exit."
+    parameters = {"type": "object", "properties": {}}
+
+    def run(self, arguments):
+        import os
+        os._exit(7)
+
+
+class ExitsWhenBuilt:
+    """Ends its process in its constructor."""
+
+    name = "exits_when_built"
+    description = "Never gets built."
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self) -> None:
+        import os
+        os._exit(5)
+
+
+class Floods:
+    """Returns 10 MB of text."""
+
+    name = "floods"
+    description = "Prints a lot."
+    parameters = {"type": "object", "properties": {}}
+
+    def run(self, arguments):
+        return "y" * 10_000_000

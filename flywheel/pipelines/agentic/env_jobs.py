@@ -21,7 +21,15 @@ uses per-token behaviour log-probs.
 
 A group with a failed episode (an env raised or hung: see workers/env_worker.py) is dropped
 whole, so GRPO groups stay complete; it is logged with the env's error (env id, seed) and
-recorded in the ledger as "env_error".
+recorded in the ledger as "env_error". An env that fails every episode would drop groups
+forever with no step completing: after `max_consecutive_env_failures` groups of a pool in
+a row dropped (training) or failed (validation) with no complete group between them, the
+run stops with one line naming the env, the count and the last error (`EnvFailureLimit`).
+
+The first observation cut to max_observation_chars, tool result cut to
+max_tool_output_chars and episode truncated at the context of each tag is said once on the
+console (the counts are metrics: env/observation_cut, env/tool_output_cut,
+env/context_truncated).
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
+from flywheel.envs import EnvManagerConfig, Trajectory
 from flywheel.pipelines.loop.seams import Completion, Scored
 from flywheel.pipelines.rlvr.generation import sampling_params
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import streams
 from flywheel.platform.cluster import Cluster
+from flywheel.platform.config.derived import context_length
 from flywheel.platform.config.import_allowlist import allowed_prefixes
 from flywheel.platform.config.schema import (
     CustomEnvConfig,
@@ -47,7 +56,13 @@ from flywheel.platform.config.schema import (
     PipelineConfig,
 )
 from flywheel.platform.resources import RoleDevices
-from flywheel.tools.from_config import template_tools, tool_box
+from flywheel.workers.env_process import (
+    EnvCallError,
+    EnvProcessDied,
+    EnvSpec,
+    ProcessEnv,
+    tool_schemas,
+)
 from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker, chat_turns
 from flywheel.workers.strategies.hf_model import load_tokenizer
 
@@ -99,8 +114,9 @@ def episode_group_from_dict(d: dict) -> EpisodeGroup:
 
 # ---- from config to env manager configs and jobs ----------------------------------------
 def env_manager_config(tag: str, env: CustomEnvConfig, pool: EnvManagerArgs,
-                       num_groups: int) -> EnvManagerConfig:
-    """The flywheel.envs config of `num_groups` groups of tag `tag` in `pool`."""
+                       num_groups: int, context: int | None = None) -> EnvManagerConfig:
+    """The flywheel.envs config of `num_groups` groups of tag `tag` in `pool`; `context`:
+    the run's sequence_length (context_length), which no episode may outgrow."""
     env_config = dict(env.env_config)
     if pool.format_penalty is not None:
         env_config.setdefault("format_penalty", pool.format_penalty)
@@ -115,7 +131,9 @@ def env_manager_config(tag: str, env: CustomEnvConfig, pool: EnvManagerArgs,
                             max_tokens_per_step=env.max_tokens_per_step,
                             chat_template=env.chat_template,
                             max_tool_output_tokens=(env.tool_use.max_tool_output_tokens
-                                                    if env.tool_use else 0), **templates)
+                                                    if env.tool_use else 0),
+                            max_observation_chars=env.max_observation_chars,
+                            max_context_tokens=context, **templates)
 
 
 def group_tags(pool: EnvManagerArgs, num_groups: int) -> list[str]:
@@ -151,7 +169,8 @@ def plan_jobs(cfg: PipelineConfig, pool: EnvManagerArgs, num_groups: int, batch_
         seed, sampling_seed = (int(x) for x in
                                np.random.SeedSequence([*seed_stream, j]).generate_state(2))
         sampling = sampling_params(gen_args, 1, seed=sampling_seed)
-        manager = env_manager_config(tag, cfg.custom_envs[tag], pool, count)
+        manager = env_manager_config(tag, cfg.custom_envs[tag], pool, count,
+                                     context_length(cfg))
         jobs.append(EnvJob(batch_index, first_seq + first, tag, manager, seed, sampling,
                            infer_rank=j % infer_workers, step_timeout_s=pool.step_timeout_s,
                            generate_timeout_s=cfg.timeouts.generate_s,
@@ -186,6 +205,7 @@ def episode_groups(job: EnvJob, result: EnvJobResult) -> tuple[list[EpisodeGroup
                              version=result.turn_versions[0] if result.turn_versions else -1,
                              turn_versions=list(result.turn_versions),
                              scores=[t.score for t in episodes])
+        _say_cuts(job, episodes)
         errors = [t.error for t in episodes if t.failed]
         if errors:
             log.warning("dropping %s group %d (%s): %s", job.tag, group.seq, job.describe(),
@@ -194,6 +214,59 @@ def episode_groups(job: EnvJob, result: EnvJobResult) -> tuple[list[EpisodeGroup
         else:
             kept.append(group)
     return kept, failed
+
+
+class EnvFailureLimit(RuntimeError):
+    """Too many env groups in a row failed: the env is broken, not unlucky."""
+
+
+@dataclass
+class FailureStreak:
+    """Groups of one pool that failed for env errors in a row, with no complete group
+    between them; `saw` raises EnvFailureLimit when they reach `limit`."""
+
+    pool: str  # train_env_manager or val_env_manager
+    limit: int  # max_consecutive_env_failures
+    count: int = 0
+
+    def saw(self, kept: list[EpisodeGroup], failed: list[EpisodeGroup]) -> None:
+        """One job's groups (kept first: a complete group clears the streak)."""
+        self.count = len(failed) if kept else self.count + len(failed)
+        if failed and self.count >= self.limit:
+            last = next(t.error for t in failed[-1].trajectories if t.failed)
+            raise EnvFailureLimit(
+                f"{self.pool}: {self.count} env groups in a row failed with env errors and "
+                f"none came back complete (max_consecutive_env_failures={self.limit}); the "
+                f"last: {last}")
+
+
+_SAID: set[tuple[str, str]] = set()  # (tag, what) already said on the console
+
+
+def _say_cuts(job: EnvJob, episodes: list[Trajectory]) -> None:
+    """Once per tag and kind: an observation or tool result cut, an episode truncated at
+    the context (the counts are metrics; this line says where they come from)."""
+    cfg = job.manager
+    notes = {
+        "observation_cut": f"an observation longer than max_observation_chars="
+                           f"{cfg.max_observation_chars} characters was cut (counted in "
+                           f"env/observation_cut)",
+        "context_truncated": f"an episode was truncated: its next turn would not fit the "
+                             f"run's sequence_length {cfg.max_context_tokens} (counted in "
+                             f"env/context_truncated)",
+    }
+    for what, note in notes.items():
+        if (job.tag, what) not in _SAID and any(t.counts.get(what) for t in episodes):
+            _SAID.add((job.tag, what))
+            log.warning("custom_envs.%s (env %s): %s", job.tag, cfg.env_type, note)
+    tools = {info["tool_output_cut_by"] for t in episodes for info in t.infos
+             if "tool_output_cut_by" in info}
+    for tool in sorted(tools):
+        if (job.tag, f"tool {tool}") not in _SAID:
+            _SAID.add((job.tag, f"tool {tool}"))
+            log.warning("custom_envs.%s.tool_use: a result of tool '%s' longer than "
+                        "max_tool_output_chars was cut (counted in env/tool_output_cut)",
+                        job.tag, tool)
 
 
 @dataclass
@@ -205,6 +278,11 @@ class EnvSource:
     infer_workers: int
     waits_for_weights: bool = True
     per_worker: int = 2  # a job running and one queued behind it
+    streak: FailureStreak | None = None  # set from cfg in __post_init__
+
+    def __post_init__(self) -> None:
+        self.streak = FailureStreak("train_env_manager",
+                                    self.cfg.train_env_manager.max_consecutive_env_failures)
 
     def items(self, batch_index: int) -> list[EnvJob]:
         return train_jobs(self.cfg, batch_index, self.infer_workers)
@@ -215,6 +293,7 @@ class EnvSource:
     def complete(self, item: EnvJob, rank: int,
                  result: EnvJobResult) -> Completion[EnvJob, EpisodeGroup]:
         kept, failed = episode_groups(item, result)
+        self.streak.saw(kept, failed)
         return Completion(Scored(kept), result.busy,
                           {"env_error": failed} if failed else {})
 
@@ -240,30 +319,42 @@ def user_envs(cfg: PipelineConfig) -> dict[str, str]:
 
 
 def check_envs(cfg: PipelineConfig, model_path: str) -> None:
-    """Build one env of every tag the run plays, in the driver, before any worker starts:
-    an unknown env_config key or a bad value fails now, naming the tag; so do the tag's
-    tools (a user tool's import, the sandbox probe, the search documents) and its chat
-    template (a tokenizer without one, a template that cannot be appended to)."""
-    for import_name, path in user_envs(cfg).items():
-        register_from_import_path(import_name, path, allowed_prefixes(cfg))
+    """Build one env of every tag and pool the run plays, with its tools, before any worker
+    starts: an unknown env_config key or a bad value fails now, naming the tag; so do the
+    tag's tools (a user tool's import, the sandbox probe, the search documents) and its chat
+    template (a tokenizer without one, a template that cannot be appended to). Each env is
+    built in a child process (workers/env_process.py), never in the driver: a user's
+    constructor that exits or crashes ends that child, and this says so naming the tag."""
     tags = {*cfg.train_env_manager.tags, *cfg.val_env_manager.tags}
     for tag in sorted(tags):
         env = cfg.custom_envs[tag]
-        try:
-            box = (tool_box(env.tool_use, allowed_prefixes(cfg), f"custom_envs.{tag}.tool_use")
-                   if env.tool_use else None)
-            tool_schemas = template_tools(box, env.tool_use)
-            if env.chat_template:
-                chat_turns(load_tokenizer(model_path), tool_schemas, env.tool_use)
-        except (ImportError, OSError, ValueError, TypeError) as error:
-            raise ValueError(f"custom_envs.{tag}: {error}") from None
-    for tag in tags:
         for pool in (cfg.train_env_manager, cfg.val_env_manager):
-            spec = env_manager_config(tag, cfg.custom_envs[tag], pool, 1)
+            config = env_manager_config(tag, env, pool, 1, context_length(cfg))
+            spec = EnvSpec(tag, env.env_type, dict(config.env_config), env.env_import_path,
+                           tuple(allowed_prefixes(cfg)), env.tool_use)
+            process = ProcessEnv(spec, cfg.timeouts.call_s)
             try:
-                make(spec.env_type, **spec.env_config).close()
-            except (TypeError, ValueError) as error:
+                process.start()
+                schemas = tool_schemas(spec, process)
+            except EnvCallError as error:
+                said = str(error) if error.type_name in PLAIN_ERRORS else (
+                    f"{error.type_name}: {error}")
+                raise ValueError(f"custom_envs.{tag}: {said}") from None
+            except (EnvProcessDied, TimeoutError) as error:
+                raise ValueError(f"custom_envs.{tag}: building its env and tools: "
+                                 f"{error}") from None
+            finally:
+                process.close()
+        if env.chat_template:
+            try:
+                chat_turns(load_tokenizer(model_path), schemas, env.tool_use)
+            except (OSError, ValueError, TypeError) as error:
                 raise ValueError(f"custom_envs.{tag}: {error}") from None
+
+
+# Errors whose message says it all (a config mistake): said without their type's name.
+PLAIN_ERRORS = frozenset({"ValueError", "TypeError", "ImportError", "ModuleNotFoundError",
+                          "OSError", "FileNotFoundError", "ConfigError"})
 
 
 def start_env_workers(cfg: PipelineConfig, model_path: str, actor_infer: Cluster,

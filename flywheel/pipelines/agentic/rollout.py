@@ -22,6 +22,9 @@ tokens of a whole episode):
 | env/episode_length                      | mean turns per episode                        |
 | env/action_is_valid                     | fraction of turns whose action parsed         |
 | env/truncated, env/failed               | stopped by max_steps; env raised or hung      |
+| env/observation_cut                     | observations cut to max_observation_chars     |
+| env/context_truncated                   | episodes stopped at the run's sequence_length |
+| env/tool_output_cut                     | tool results cut to max_tool_output_chars     |
 | val/env/...                             | the same on the validation envs               |
 | rollout/dropped_env_error               | episodes dropped this step (whole groups)     |
 """
@@ -42,6 +45,7 @@ from flywheel.pipelines.agentic.batch import (
 from flywheel.pipelines.agentic.env_jobs import (
     EnvSource,
     EpisodeGroup,
+    FailureStreak,
     episode_group_from_dict,
     episode_group_to_dict,
     episode_groups,
@@ -129,8 +133,11 @@ class AgenticRollout:
                     else ValidationGeneratingArgs())
         jobs = val_jobs(cfg, gen_args, self.roles.actor_infer.world_size)
         groups: list[EpisodeGroup] = []
+        streak = FailureStreak("val_env_manager",
+                               cfg.val_env_manager.max_consecutive_env_failures)
         for job, result in run_jobs(self.env_workers, jobs):
             kept, failed = episode_groups(job, result)
+            streak.saw(kept, failed)
             groups += kept + failed  # failed envs count as unsuccessful episodes here
         metrics = env_metrics(groups, "val/env/")
         lengths = [sum(t.response_mask) for g in groups for t in g.trajectories]

@@ -164,11 +164,16 @@ class PrefetchGenerator(Generic[W, G]):
         self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
         self._thread.start()
 
-    def take(self, step: int) -> Taken[G]:
-        """Block until a batch for 0-based `step` is ready; re-raise generator errors."""
+    def take(self, step: int, should_stop: Callable[[], bool] = lambda: False
+             ) -> Taken[G] | None:
+        """Block until a batch for 0-based `step` is ready; re-raise generator errors.
+        None once `should_stop()` is true while waiting (SIGTERM while no batch can be
+        completed, e.g. every env failing: the run must still stop)."""
         with self._cond:
             while True:
                 self._raise_if_failed()
+                if should_stop():
+                    return None
                 # Dropped groups free their place at once (filtered ones as they were put):
                 # a window full of groups that can no longer be trained would stall.
                 stale = self.buffer.drop_stale(step)

@@ -195,6 +195,7 @@ class StepLoop(Generic[W, G]):
         self.switch.start_generation()  # colocated: actor_train leaves the devices
         generator = self.make_generator()
         generator.start()
+        started = self.step
         try:
             while self.step < cfg.max_steps and not self.stop_requested():
                 step = self.step + 1
@@ -202,12 +203,16 @@ class StepLoop(Generic[W, G]):
                     metrics = self.train_step(generator)
                 except WorkerError as error:  # a diverged loss, a dead worker: name the step
                     raise error.at_step(step) from None
+                if metrics is None:  # asked to stop while waiting for a batch
+                    break
                 self.tracker.log(self.step, metrics)
                 self.hint_layout(metrics)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     self.save_checkpoint(generator)
-            if not (cfg.save_steps and self.step % cfg.save_steps == 0):
-                self.save_checkpoint(generator)  # the end of a run is always resumable
+            # The end of a run is always resumable: a checkpoint of its last step, unless
+            # it has one (save_steps, or no step trained since the start or the resume).
+            if self.step > started and not (cfg.save_steps and self.step % cfg.save_steps == 0):
+                self.save_checkpoint(generator)
         finally:
             generator.stop()
             self.ledger.close(self.step)
@@ -223,14 +228,17 @@ class StepLoop(Generic[W, G]):
         if hint:
             print(hint, flush=True)
 
-    def train_step(self, generator: PrefetchGenerator[W, G]) -> dict[str, float]:
+    def train_step(self, generator: PrefetchGenerator[W, G]) -> dict[str, float] | None:
+        """One step's metrics; None when a stop was asked for before its batch was ready."""
         cfg = self.cfg
         timer = StepTimer()
         started = time.time()
         self.switch.take_seconds()  # from here on, this step's
         with timer.phase("step"):
             with timer.phase("wait_for_batch"):
-                taken = generator.take(self.step)  # 1. batch
+                taken = generator.take(self.step, self.stop_requested)  # 1. batch
+            if taken is None:
+                return None
             self.step += 1
             if self.step == cfg.max_steps:
                 generator.no_more_batches()

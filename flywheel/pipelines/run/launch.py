@@ -164,6 +164,9 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         with stop_on_signals(stop):
             stop.armed = True
             pipeline.run()
+        if stop.requested and not pipeline.step:
+            raise RunInterrupted(f"{stop.signal_name} before the first step finished: no "
+                                 f"checkpoint, nothing to resume")
         if stop.requested:
             raise RunInterrupted(f"{stop.signal_name} at step {pipeline.step}, checkpoint "
                                  f"written; resume: platform run --resume {output_dir}")

@@ -98,6 +98,9 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
         raise ConfigError("", f"{key}.format_penalty",
                           f"must be <= 0 (a positive penalty pays for garbage), got "
                           f"{manager.format_penalty}")
+    if manager.max_consecutive_env_failures < 1:
+        raise ConfigError("", f"{key}.max_consecutive_env_failures",
+                          f"must be >= 1, got {manager.max_consecutive_env_failures}")
     if manager.step_timeout_s <= 0:
         raise ConfigError("", f"{key}.step_timeout_s",
                           f"must be > 0 seconds, got {manager.step_timeout_s}")
@@ -105,7 +108,7 @@ def check_env_manager(key: str, manager: EnvManagerArgs, cfg: PipelineConfig) ->
 
 def check_custom_env(key: str, env: CustomEnvConfig, cfg: PipelineConfig,
                      catalog: EnvCatalog) -> None:
-    for name in ("max_steps", "max_tokens_per_step"):
+    for name in ("max_steps", "max_tokens_per_step", "max_observation_chars"):
         if getattr(env, name) < 1:
             raise ConfigError("", f"{key}.{name}", f"must be at least 1, got "
                                                    f"{getattr(env, name)}")

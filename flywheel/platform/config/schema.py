@@ -599,6 +599,9 @@ class ToolUseConfig:
     tool_timeout_s: float = 30.0
     # A tool result longer than this many tokens is cut (with a note); 0: no limit.
     max_tool_output_tokens: int = 512
+    # A tool result (or error) longer than this many characters is cut where the tool ran,
+    # before any tokenizer sees it (with a note; counted in env/tool_output_cut). >= 1.
+    max_tool_output_chars: int = 20000
     # The tag that opens a call's JSON {"name": ..., "arguments": {...}} ...
     call_start: str = "<tool_call>"
     # ... and the tag that closes it; different from call_start.
@@ -657,6 +660,9 @@ class CustomEnvConfig:
     chat_template: bool = False
     # Tools the model may call in these episodes; unset: none.
     tool_use: ToolUseConfig | None = None
+    # An observation longer than this many characters is cut before it is tokenized (with a
+    # note; counted in env/observation_cut). >= 1.
+    max_observation_chars: int = 20000
 
 
 def default_custom_envs() -> dict[str, CustomEnvConfig]:
@@ -697,6 +703,11 @@ class EnvManagerArgs:
     # failed (reported with its env id; the episode's group is dropped and counted) and is
     # replaced, so a hung env never stalls the run.
     step_timeout_s: float = 60.0
+    # Env groups of this pool in a row that fail with env errors (dropped in training,
+    # unsuccessful in validation) with no complete group between them before the run stops,
+    # naming the env and its last error: an env that fails every episode never completes a
+    # step. >= 1.
+    max_consecutive_env_failures: int = 64
 
 
 @dataclass

@@ -59,6 +59,9 @@ def check_tool_use(key: str, tool_use: ToolUseConfig, cfg: PipelineConfig,
     if tool_use.max_tool_output_tokens < 0:
         raise ConfigError("", f"{key}.max_tool_output_tokens",
                           f"must be >= 0 (0: no limit), got {tool_use.max_tool_output_tokens}")
+    if tool_use.max_tool_output_chars < 1:
+        raise ConfigError("", f"{key}.max_tool_output_chars",
+                          f"must be >= 1, got {tool_use.max_tool_output_chars}")
     if not tool_use.call_start or not tool_use.call_end or \
             tool_use.call_start == tool_use.call_end:
         raise ConfigError("", f"{key}.call_start",
