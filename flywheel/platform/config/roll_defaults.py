@@ -146,6 +146,7 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     turn_budget(data, out)
     reference_backend(out)
     kl_reward_penalty(data, out)
+    kl_loss_without_weight(out)
     fit_domain_mix(out)
     megatron_precision(out)  # before the next two: Megatron's bf16 flag is model_args.dtype
     fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
@@ -168,6 +169,17 @@ def kl_reward_penalty(data: dict[str, Any], out: Conversion) -> None:
         out.dropped.append(f"init_kl_coef: {value!r} not applied: ROLL penalises rewards with "
                            f"it only under add_token_level_kl: true, which this file does not "
                            f"set")
+
+
+def kl_loss_without_weight(out: Conversion) -> None:
+    """use_kl_loss: true with kl_loss_coef 0 (ROLL's default) adds nothing to ROLL's loss;
+    flywheel refuses it (checks.check_algorithm_roles), so the switch goes (and the
+    reference with it, as inert, in drop_inert)."""
+    if out.data.get("use_kl_loss") is True and not out.data.get("kl_loss_coef"):
+        out.data.pop("use_kl_loss")
+        coef = out.data.pop("kl_loss_coef", 0)
+        out.dropped.append(f"use_kl_loss: true not applied: kl_loss_coef is {coef!r}, so "
+                           f"ROLL's KL loss adds nothing either")
 
 
 def reference_backend(out: Conversion) -> None:

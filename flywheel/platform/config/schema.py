@@ -338,8 +338,10 @@ class ActorTrainConfig(WorkerConfig):
     # flywheel/algorithms/policy_loss/registry.py: vanilla REINFORCE, ppo (clipped ratio),
     # gspo (ppo's clip on one length-normalised ratio per response, GSPO; ROLL's
     # importance_sampling: seq), tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi
-    # k1.5), or a variant registered with register_policy_loss. On-policy (ratio 0, one
-    # ppo_epoch) they all reduce to REINFORCE's gradient.
+    # k1.5), topr_seq / kimi15_seq (the papers' forms on the whole response's log-ratio;
+    # topr and kimi15 are ROLL's per-token forms), or a variant registered with
+    # register_policy_loss. On-policy (ratio 0, one ppo_epoch) they all reduce to
+    # REINFORCE's gradient.
     pg_variant: str = "ppo"
     # Settings of a pg_variant that declares its own (a LossSpec naming a settings
     # dataclass, e.g. a variant registered with register_policy_loss): key -> value, checked
@@ -352,8 +354,8 @@ class ActorTrainConfig(WorkerConfig):
     # tis: importance ratio truncated to [tis_lower_bound, tis_upper_bound].
     tis_lower_bound: float = 0.0
     tis_upper_bound: float = 1.0
-    # topr: weights of the positive-score (topr_positive_weight) and non-positive-score
-    # (topr_negative_weight) terms.
+    # topr and topr_seq: weights of the positive-score (topr_positive_weight) and
+    # non-positive-score (topr_negative_weight) terms.
     topr_positive_weight: float = 1.0
     topr_negative_weight: float = 1.0
     # cispo: ratio clip bounds 1-cispo_epsilon_low .. 1+cispo_epsilon_high, and
@@ -362,7 +364,8 @@ class ActorTrainConfig(WorkerConfig):
     cispo_epsilon_low: float = 0.1
     cispo_epsilon_high: float = 0.1
     cispo_use_unified_mask: bool = False
-    # kimi15: weight of the squared log-ratio penalty (tau/2)(logp - logp_old)^2.
+    # kimi15: weight of the squared log-ratio penalty (tau/2)(logp - logp_old)^2 (per token;
+    # kimi15_seq: of the response's summed log-ratio).
     kimi15_tau: float = 0.1
 
 
@@ -831,7 +834,8 @@ class PipelineConfig:
 
     # How many batches generation may run ahead of training; 0 is synchronous.
     # A batch trained at step t only holds samples started at policy version
-    # >= t - ceil(ratio); older ones are dropped and counted.
+    # >= t - (ceil(ratio) + model_update_frequency - 1) (weights reach actor_infer only
+    # every model_update_frequency steps); older ones are dropped and counted.
     async_generation_ratio: float = 0.0
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1
