@@ -191,9 +191,6 @@ CASES = [
     ("prompt_length", merged(AGENTIC, {"prompt_length": 64}), None, "rlvr or sft"),
     ("response_length", merged(AGENTIC, {"response_length": 64}), None,
      "custom_envs.<tag>.max_tokens_per_step"),
-    ("actor_infer.generating_args.max_new_tokens",
-     merged(AGENTIC, {"actor_infer": {"generating_args": {"max_new_tokens": 8}}}), None,
-     "custom_envs.<tag>.max_tokens_per_step"),
     ("validation.data_args", merged(AGENTIC, {"eval_steps": 2, "validation": {
         "data_args": {"file_name": ["v.jsonl"]}}}), None, "val_env_manager"),
     ("custom_envs", {"custom_envs": {"FrozenLake": {"env_type": "frozen_lake"}}},

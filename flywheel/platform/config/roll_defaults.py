@@ -4,8 +4,8 @@
 each reported in the conversion (`Conversion.mapped` / `dropped`):
 
 1. `turn_budget` (agentic): ROLL generates a turn with at most min(custom_envs.<tag>.
-   max_tokens_per_step, actor_infer's max_new_tokens) tokens; flywheel reads the per-tag
-   budget alone (max_new_tokens would be refused there), so the smaller one is written as
+   max_tokens_per_step, actor_infer's max_new_tokens) tokens; so does flywheel
+   (turn_budget.py), and the converted file says it outright: the smaller one is written as
    each tag's max_tokens_per_step and max_new_tokens is taken out.
 2. `write_roll_defaults`: a key the ROLL file leaves unset runs at ROLL's default; where that
    differs from flywheel's default and the key carries over (a `SAME` or `To` rule in
@@ -63,7 +63,7 @@ def turn_budget(data: dict[str, Any], out: Conversion) -> None:
         out.mapped.append(f"actor_infer.generating_args.max_new_tokens ({most}) -> "
                           f"custom_envs.{tag}.max_tokens_per_step "
                           f"({env.get('max_tokens_per_step', budget)}): ROLL caps a turn at "
-                          f"the smaller of the two, flywheel reads the tag's alone")
+                          f"the smaller of the two")
 
 
 def _default_blocks(data: dict[str, Any], out: Conversion):

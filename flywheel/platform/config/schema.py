@@ -161,8 +161,9 @@ class TrainingArgs:
 class GeneratingArgs:
     # Most tokens generated per response (RLVR). Unset in actor_infer / validation: the
     # top-level response_length (length_defaults.py); written beside a written
-    # response_length, the two must agree. Agentic runs budget each turn with
-    # custom_envs.<tag>.max_tokens_per_step alone: written there, it is refused.
+    # response_length, the two must agree. Agentic (actor_infer's): written, it caps each
+    # tag's custom_envs.<tag>.max_tokens_per_step, the smaller wins, as in ROLL
+    # (turn_budget.py); unset it caps nothing.
     max_new_tokens: int = 128
     # Sampling temperature; log-probs used in training are those of this distribution.
     temperature: float = 1.0
@@ -613,9 +614,9 @@ class CustomEnvConfig:
     # Turns per episode (ROLL's max_actions_per_traj); an episode still running after its
     # last turn is truncated, with success 0.
     max_steps: int = 10
-    # Generation budget of one turn, in tokens: the only one in agentic runs
-    # (actor_infer's max_new_tokens and response_length are RLVR's, refused here; ROLL's
-    # min(max_tokens_per_step, max_new_tokens) is written here by `platform convert`).
+    # Generation budget of one turn, in tokens. A written actor_infer max_new_tokens caps
+    # it (the smaller wins, as in ROLL: turn_budget.py); response_length is RLVR's,
+    # refused here.
     # Every turn's prompt is the whole history, so an episode's sequence grows by about
     # this much plus the env's text each turn.
     max_tokens_per_step: int = 128
@@ -812,7 +813,8 @@ class PipelineConfig:
     prompt_length: int = 256
     # Response budget in tokens: the default of actor_infer's and validation's
     # max_new_tokens (a different written max_new_tokens is an error). RLVR and SFT only:
-    # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step.
+    # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step (capped by a
+    # written actor_infer max_new_tokens).
     response_length: int = 128
     # Most tokens of a whole sequence. Agentic: vllm's max_model_len when strategy_config
     # leaves it unset. RLVR: when written, prompt_length + response_length must fit in it.
