@@ -86,12 +86,21 @@ class TrainStrategy(ABC):
         return self.forward(batch)
 
     def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Log-probs with the LoRA adapter disabled: the frozen base model, which is the
-        reference policy of a LoRA run (platform/config/derived.py `reference_from_actor`).
+        """Log-probs of the policy the LoRA run started from, the reference policy of a
+        LoRA run (platform/config/derived.py `reference_from_actor`): the frozen base with
+        the adapter disabled, or base + the starting adapter when the run loaded one
+        (`adapter_name_or_path`; lora.py keeps a frozen copy of it).
         """
         if self.adapter is None:
             raise RuntimeError(f"forward_base_logprobs: {type(self).__name__} trains no LoRA "
                                f"adapter")
+        from flywheel.workers.strategies.lora import (
+            has_reference_adapter,
+            reference_adapter_active,
+        )
+        if has_reference_adapter(self.adapter):
+            with reference_adapter_active(self.adapter):
+                return self.forward_logprobs(batch)
         with self.adapter.disable_adapter():
             return self.forward_logprobs(batch)
 
