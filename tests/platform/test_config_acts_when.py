@@ -108,8 +108,8 @@ CASES = [
      {"target_kl": 0.1}, "with target_kl set"),
     ("kl_loss_coef", {"kl_loss_coef": 0.1}, KL, "with use_kl_loss: true"),
     ("kl_loss_type", {"kl_loss_type": "k1"}, KL, "with use_kl_loss: true"),
-    ("reference", {"reference": {}}, {"use_kl_loss": True, "kl_loss_coef": 0.1}, "use_kl_loss: true or "
-                                                            "init_kl_coef > 0"),
+    ("reference", {"reference": {}}, {"use_kl_loss": True, "kl_loss_coef": 0.1},
+     "use_kl_loss: true or init_kl_coef > 0"),
     ("adv_estimator", merged(AGENTIC, {"turn_level_returns": True, "adv_estimator": "grpo"}),
      {"turn_level_returns": False}, "turn_level_returns"),
     ("reward_clip", merged(AGENTIC, {"step_level_samples": True, "reward_clip": 1.0}),

@@ -171,7 +171,8 @@ def test_sequence_packing_acts_on_training_roles_whose_backend_packs(tmp_path):
         "algorithm": "load_balance", "max_packed_sequence_length_train": 2048,
         "max_packed_sequence_length_forward": 2048, "min_num_micro_batches_train": 1}}
     conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "init_kl_coef": 0.0,
-                                         "use_kl_loss": True, "kl_loss_coef": 0.1, "actor_train": packing,
+                                         "use_kl_loss": True, "kl_loss_coef": 0.1,
+                                         "actor_train": packing,
                                          "reference": packing})
     args = cfg.actor_train.training_args
     assert (args.sequence_packing, args.max_packed_sequence_length) == (True, 2048)

@@ -199,7 +199,7 @@ class PromptEncoder:
             ids = self.tokenizer.encode(prompt, add_special_tokens=False)
             bos = self.tokenizer.bos_token_id
             return ([bos] if bos is not None else []) + ids
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        messages = prompt_messages(prompt)
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         encoded = self.tokenizer.apply_chat_template(
@@ -226,6 +226,12 @@ def reward_prompt(tokenizer, prompt_ids: list[int]) -> str:
     policy's control tokens (<|im_start|>, ...) out of a judge's own chat template. The
     messages themselves stay in the record."""
     return tokenizer.decode(prompt_ids, skip_special_tokens=True)
+
+
+def prompt_messages(prompt: Prompt) -> list[dict[str, Any]]:
+    """The prompt as chat messages before any template: a text prompt is one user turn.
+    What a reward with its own chat template renders (workers/rewards/reward_model.py)."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
 
 
 def encode_prompt(tokenizer, prompt: Prompt, template: str | None) -> list[int]:

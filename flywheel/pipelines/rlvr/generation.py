@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import ray
 
-from flywheel.pipelines.data.prompt_data import PromptRecord, reward_prompt
+from flywheel.pipelines.data.prompt_data import PromptRecord, prompt_messages, reward_prompt
 from flywheel.pipelines.loop.seams import Completion
 from flywheel.pipelines.rlvr.reward_routing import merged_metadata, route_rewards
 from flywheel.pipelines.roles.handles import InferRole, RewardRole
@@ -344,7 +344,7 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
             mine = indices[rank::cluster.world_size]
             if mine:
                 items = [Sample(prompts[gi], text, groups[gi].record.answer,
-                                groups[gi].record.row)
+                                groups[gi].record.row, prompt_messages(groups[gi].record.prompt))
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)
