@@ -249,7 +249,8 @@ def segment_request(item: Chunk | PartialChunk,
     room = chunk.sampling.max_new_tokens - max(len(r.token_ids) for r in todo)
     prompts = [chunk.prompt_ids[r.prompt_index] + r.token_ids for r in todo]
     return prompts, replace(chunk.sampling, n=1, max_new_tokens=min(segment_tokens, room),
-                            seed=segment_seed(chunk.sampling.seed, item.segments))
+                            seed=segment_seed(chunk.sampling.seed, item.segments),
+                            continued=[len(r.token_ids) for r in todo])
 
 
 def segment_images(item: Chunk | PartialChunk) -> list[PromptImages | None] | None:

@@ -193,7 +193,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                                       timeout_s=cfg.timeouts.call_s, log_dir=log_dir))
 
     gen = cfg.actor_infer.generating_args
-    policy = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
+    policy = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample,
+                         cfg.actor_infer.strategy_args.strategy_name)
     try:
         actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
                             total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),

@@ -39,6 +39,15 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # CTRL penalty on prompt + response tokens; 1.0 off
     stop_strings: list[str] = field(default_factory=list)  # end at the completing token
     expand: bool = False  # send n copies of each prompt with n=1 (infer_worker.py)
+    # Per prompt, how many of its last ids are the response so far (a partial rollout's
+    # next segment: rlvr/generation.py segment_request); empty: none. A stop string may
+    # begin there (stops.response_end `before`).
+    continued: list[int] = field(default_factory=list)
+
+    def response_so_far(self, prompt: list[int], index: int) -> list[int]:
+        """The ids of prompt `index` that an earlier segment sampled (none: [])"""
+        k = self.continued[index] if index < len(self.continued) else 0
+        return prompt[len(prompt) - k:] if k > 0 else []
 
 
 @dataclass

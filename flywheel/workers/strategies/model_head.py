@@ -76,12 +76,15 @@ POLICY = ModelHead("policy")
 VALUE = ModelHead("value")
 
 
-def policy_head(temperature: float, top_k: int, top_p: float, do_sample: bool) -> ModelHead:
+def policy_head(temperature: float, top_k: int, top_p: float, do_sample: bool,
+                backend: str = "") -> ModelHead:
     """The policy head for actor_infer's generating_args (greedy samples no distribution:
-    its tokens are scored at temperature 1, untruncated)."""
+    its tokens are scored at temperature 1, untruncated). `backend`: actor_infer's; sglang
+    cuts top-k and top-p jointly (sampled_distribution.py)."""
     if not do_sample:
         return POLICY
-    return ModelHead("policy", SampledDistribution(temperature, top_k, top_p))
+    return ModelHead("policy", SampledDistribution(temperature, top_k, top_p,
+                                                   joint=backend == "sglang"))
 
 
 @torch.no_grad()
