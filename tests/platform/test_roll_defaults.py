@@ -98,6 +98,16 @@ def test_init_kl_coef_without_roll_s_switch_penalises_nothing(tmp_path):
     assert cfg.init_kl_coef == 0.2
 
 
+def test_a_kl_loss_without_its_weight_is_dropped_as_roll_adds_nothing_either(tmp_path):
+    # ROLL's kl_loss_coef defaults to 0: use_kl_loss alone is inert there, refused here
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo", "use_kl_loss": True,
+        "reference": {"strategy_args": {"strategy_name": "hf_train"}}})
+    assert not cfg.use_kl_loss and cfg.reference is None
+    assert any(d.startswith("use_kl_loss: true not applied: kl_loss_coef is 0")
+               for d in conversion.dropped)
+
+
 def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
     """megatron's sequence_parallel / use_distributed_optimizer (memory savings, the same
     updates) are dropped with the backend's reason; sglang sampling a top-k / top-p
