@@ -7,7 +7,8 @@ under examples/ (files under examples/config/ are fragments; SFT, DPO and distil
 configs are other pipelines), reports:
 
 - whether ROLL itself could load it, judged by reading it with ROLL's leniency (a missing
-  `defaults:` fragment, an unset `${oc.env:...}` or an empty file fails there too);
+  `defaults:` fragment, an unset `${oc.env:...}` or an empty top-level file fails there too;
+  an empty fragment is an empty mapping there, as in Hydra);
 - native: whether flywheel's strict loader reads it, or would with only its unknown keys
   removed ("unknown keys only"), or fails for another reason (named);
 - convert: whether `platform convert --from roll` turns it into a config that validates, or

@@ -14,6 +14,14 @@ exp(log-prob) is the frequency with which a token is really drawn. Tokens outsid
 logit -inf: zero probability and no gradient. Greedy decoding (validation) samples from
 no distribution; its log-probs are those of T = 1 with nothing truncated.
 
+SGLang cuts both at once (`joint`, its sampler's filter_apply_order "joint", in its
+flashinfer and torch paths alike): a token is kept when it is among the top_k AND the more
+likely tokens before it hold less than top_p of the untruncated distribution's mass (the
+nucleus measured before the top-k cut, not after it). Where both are set the kept set can
+differ from the sequential one, so a run sampled by sglang trains on the joint rule
+(model_head.policy_head). Its log-probs follow from the top_k log-probs sglang returns
+(workers/strategies/sglang_outputs.py): the kept set lies inside them.
+
 Ties: a token whose logit equals the k-th largest is kept (transformers' and vLLM's rule).
 A token outside the kept set (sampled earlier, under other weights) has probability 0:
 its logit is replaced by `OUTSIDE_LOGIT` when it is picked, so its log-prob is about -1e4,
@@ -33,6 +41,7 @@ class SampledDistribution:
     temperature: float = 1.0
     top_k: int = -1  # <= 0: no top-k truncation
     top_p: float = 1.0  # 1.0: no top-p truncation
+    joint: bool = False  # top-p measured on the untruncated distribution (SGLang's rule)
 
     @property
     def truncates(self) -> bool:
@@ -42,16 +51,22 @@ class SampledDistribution:
         """[..., V] raw logits -> logits of pi (-inf outside the kept set)."""
         if self.temperature != 1.0:
             z = z / self.temperature
+        nucleus = self._outside_nucleus(z) if self.joint and self.top_p < 1.0 else None
         if 0 < self.top_k < z.shape[-1]:
             kth = torch.topk(z, self.top_k, dim=-1).values[..., -1:]  # [..., 1]
             z = z.masked_fill(z < kth, float("-inf"))
         if self.top_p < 1.0:
-            ascending, order = torch.sort(z, dim=-1)  # [..., V]
-            cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
-            drop = cumulative <= 1 - self.top_p  # the least likely tokens, up to 1 - top_p
-            drop[..., -1:] = False  # the most likely token always stays
-            z = z.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+            z = z.masked_fill(self._outside_nucleus(z) if nucleus is None else nucleus,
+                              float("-inf"))
         return z
+
+    def _outside_nucleus(self, z: Tensor) -> Tensor:
+        """[..., V] bool: the tokens outside softmax(z)'s top_p nucleus."""
+        ascending, order = torch.sort(z, dim=-1)  # [..., V]
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= 1 - self.top_p  # the least likely tokens, up to 1 - top_p
+        drop[..., -1:] = False  # the most likely token always stays
+        return drop.scatter(-1, order, drop)
 
 
 RAW = SampledDistribution()

@@ -37,6 +37,8 @@ class TokenBatch:
     values: torch.Tensor | None = None  # critic's V(s_t) before its update
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None  # GAE / discounted returns (critic target)
+    # agentic episodes: each turn's reward on that turn's last model token (gae's rewards)
+    turn_rewards: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None  # train/infer mismatch weights, no gradient
     # ---- per sample, [B] ---------------------------------------------------------------
     scores: torch.Tensor | None = None  # reward of the whole response / episode

@@ -109,7 +109,8 @@ class InferWorker(RoleWorker):
         if fold > 1:
             prompts = [p for p in prompts for _ in range(fold)]
             images = [i for i in images for _ in range(fold)] if images is not None else None
-            sampling = replace(sampling, n=1)
+            sampling = replace(sampling, n=1, continued=[c for c in sampling.continued
+                                                          for _ in range(fold)])
         # a text request passes no images: backends without image support take it as before
         extra = {"images": images} if images is not None else {}
         if self.streams():  # busy from when the engine took it (not while it waited)

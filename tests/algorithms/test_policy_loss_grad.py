@@ -79,6 +79,37 @@ def test_kimi15_and_vanilla_grad(hand):
     ])
 
 
+def test_kimi15_seq_pulls_every_token_back_by_the_whole_responses_drift(hand):
+    # the paper's form: -A + τ·D, D = the response's summed log-ratio (kimi15: τ·δ_t)
+    d_lp, d_old, d_adv = grads("kimi15_seq", hand, kimi15_tau=0.1)
+    assert d_old is None and d_adv is None
+    d0, d1 = math.log(1.5 * 0.7 * 1.0), math.log(0.95 * 1.3)
+    assert_grad(d_lp, [
+        [(-1.0 + 0.1 * d0) / N, (1.0 + 0.1 * d0) / N, (-2.0 + 0.1 * d0) / N],
+        [(2.0 + 0.1 * d1) / N, (-0.5 + 0.1 * d1) / N, 0.0],
+    ])
+    # its value per response is -A·Σℓ + (τ/2)·D² (seq-mean-token-sum: the mean of the two)
+    loss, _ = compute_policy_loss("kimi15_seq", hand.log_probs, hand.old_log_probs,
+                                  hand.advantages, hand.mask, loss_agg_mode="seq-mean-token-sum",
+                                  kimi15_tau=0.1)
+    rows = [-(1.0 * -1.0 + -1.0 * -0.5 + 2.0 * -2.0) + 0.05 * d0**2,
+            -(-2.0 * -0.3 + 0.5 * -1.2) + 0.05 * d1**2]
+    assert loss.item() == pytest.approx(sum(rows) / 2, abs=1e-12)
+
+
+def test_topr_seq_truncates_the_trajectory_ratio(hand):
+    d_lp, d_old, d_adv = grads("topr_seq", hand, topr_positive_weight=0.5,
+                               topr_negative_weight=2.0)
+    assert d_old is None and d_adv is None
+    # row 1 (not positive): R = 0.95·1.3 > 1 truncates to 1 on both tokens (topr: [0.95, 1])
+    assert_grad(d_lp, [[-0.5 / N, 0.5 / N, -1.0 / N], [2 * 2.0 / N, -2 * 0.5 / N, 0.0]])
+    hand.log_probs.grad = None
+    hand.old_log_probs[1, 1] += math.log(1.3 / 0.5)  # now r = [0.95, 0.5]: R = 0.475
+    d_lp, _, _ = grads("topr_seq", hand, topr_negative_weight=2.0)
+    torch.testing.assert_close(d_lp[1, :2], torch.tensor(
+        [2 * 0.475 * 2.0 / N, -2 * 0.475 * 0.5 / N], dtype=torch.float64), rtol=1e-12, atol=0)
+
+
 # Micro-batch invariance ------------------------------------------------------------------
 
 B, T = 8, 6

@@ -59,3 +59,10 @@ def test_comment_rules():
     assert docs[("A", "lo")][0] == docs[("A", "hi")][0] == "lo and hi: bounds [lo, hi]"
     assert docs[("A", "other")][0] == ""  # not named by the comment above: undocumented
     assert docs[("A", "z")][0] == ""
+
+
+def test_the_staleness_bound_on_the_page_is_the_one_the_window_enforces():
+    # pipelines/loop/async_window.py: t - v <= ceil(r) + model_update_frequency - 1
+    row = next(line for line in reference.render_markdown().splitlines()
+               if line.startswith("| `async_generation_ratio` |"))
+    assert "ceil(ratio) + model_update_frequency - 1" in row

@@ -376,3 +376,27 @@ def test_take_gives_up_once_a_stop_is_asked_while_no_batch_can_complete():
     start = time.monotonic()
     assert generator.take(0, asked.is_set) is None
     assert time.monotonic() - start < 5
+
+
+def test_gae_puts_each_turn_reward_on_that_turns_last_model_token():
+    """gamma 0.5, lambda 1, values 0: a turn's reward is discounted by the tokens after it
+    in the trajectory's model tokens, not deferred (summed) to the episode's last token."""
+    cfg = agentic_cfg(adv_estimator="gae", gamma=0.5, lambd=1.0, critic={"training_args": {
+                      "per_device_train_batch_size": 4}},
+                      whiten_advantages=False)
+    # prompt 2 | turn 1: 3 model tokens | env 2 | turn 2 (empty) | env 1 | turn 3: 2 tokens
+    mask = [0, 0, 1, 1, 1, 0, 0, 0, 1, 1]
+    episode = Trajectory(env_id=0, group_id=0, seed=0, env_type="frozen_lake", tag="F",
+                         input_ids=list(range(10)), response_mask=mask,
+                         behaviour_logprobs=[0.0] * 10, prompt_length=2,
+                         turn_spans=[(2, 5), (7, 7), (8, 10)], rewards=[-0.1, 0.2, 1.0])
+    other = Trajectory(**{**episode.__dict__, "env_id": 1, "rewards": [0.0, 0.0, 0.0]})
+    batch = pack_trajectories([EpisodeGroup(0, "F", [episode, other], 0, [0, 0, 0])], 0, 0.5)
+    batch.values = torch.zeros(batch.response_mask.shape)
+    agentic_advantages(batch, cfg, group_size=2, kl_coef=0.0)
+    # model tokens in order: columns 2, 3, 4 | 8, 9; rewards -0.1 + 0.2 (the empty turn's,
+    # on the closest model token before it) at column 4, 1.0 at column 9
+    expected = {9: 1.0, 8: 0.5, 4: 0.1 + 0.25, 3: 0.05 + 0.125, 2: 0.025 + 0.0625}
+    for column, value in expected.items():
+        assert batch.advantages[0, column].item() == pytest.approx(value)
+    assert batch.advantages[0, [0, 1, 5, 6, 7]].abs().sum() == 0

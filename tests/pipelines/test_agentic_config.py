@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flywheel.pipelines.agentic.env_jobs import env_manager_config
 from flywheel.pipelines.config import check_environment, load_config, load_config_dict
 from flywheel.platform.config import ConfigError
+from flywheel.platform.config.loader import config_to_dict
 from flywheel.workshop.sft_recipes import RECIPES as BUILTIN_MODELS
 
 ROOT = Path(__file__).parents[2]
@@ -21,9 +23,9 @@ EXAMPLES = [ROOT / "examples" / "agent_val_frozen_lake_async.yaml",
 
 
 # The seed's keys that do nothing in flywheel's agentic pipeline (issue 24: refused, one
-# line each): RLVR's reward model, transformers-only model keys on megatron and vllm, and
-# the RLVR response budget (a turn's budget is custom_envs.<tag>.max_tokens_per_step).
-ROLL_AGENTIC_INERT = ["actor_infer.generating_args.max_new_tokens", "reward_pretrain",
+# line each): RLVR's reward model and transformers-only model keys on megatron and vllm.
+# Its max_new_tokens acts: it caps each turn (turn_budget.py).
+ROLL_AGENTIC_INERT = ["reward_pretrain",
                       "actor_train.model_args.attn_implementation",
                       "actor_train.model_args.disable_gradient_checkpointing",
                       "actor_infer.model_args.disable_gradient_checkpointing"]
@@ -57,6 +59,7 @@ def test_roll_agentic_example_validates_as_agentic(monkeypatch, tmp_path):
     assert cfg.actor_train.strategy_args.strategy_name == "megatron_train"
     assert cfg.actor_infer.strategy_args.strategy_name == "vllm"
     assert cfg.train_env_manager.tags == ["FrozenLake"]  # the default pool plays FrozenLake
+    assert cfg.custom_envs["FrozenLake"].max_tokens_per_step == 128  # min(128, its 128)
     warnings = check_environment(cfg)  # 8 GPUs and Qwen are absent here: warnings only
     assert not any(w.startswith("error") for w in warnings)
 
@@ -137,3 +140,25 @@ def test_rlvr_configs_ignore_agentic_defaults():
                             "actor_train": {"training_args": {
                                 "per_device_train_batch_size": 8}}})
     assert cfg.pipeline_type == "rlvr"  # group_size rules are not applied to RLVR
+
+
+def test_max_new_tokens_caps_each_turn_the_smaller_winning_as_in_roll():
+    envs = {"A": {"env_type": "frozen_lake", "max_tokens_per_step": 8},
+            "B": {"env_type": "frozen_lake", "max_tokens_per_step": 4},
+            "C": {"env_type": "frozen_lake", "max_tokens_per_step": 512}}
+    raw = {**BASE, "actor_train": {"training_args": {"per_device_train_batch_size": 4}},
+           "train_env_manager": {"num_env_groups": 2, "group_size": 4, "tags": ["A", "B"]},
+           "val_env_manager": {"tags": ["C"]}, "custom_envs": envs}
+    cfg = load_config_dict(raw)  # unset: it caps nothing (its default 128 is not read)
+    assert [cfg.custom_envs[t].max_tokens_per_step for t in "ABC"] == [8, 4, 512]
+    cfg = load_config_dict({**raw, "actor_infer": {"generating_args": {"max_new_tokens": 6}}})
+    assert [cfg.custom_envs[t].max_tokens_per_step for t in "ABC"] == [6, 4, 6]
+    assert config_to_dict(load_config_dict(config_to_dict(cfg))) == config_to_dict(cfg)
+    assert env_manager_config("A", cfg.custom_envs["A"], cfg.train_env_manager,
+                              1).max_tokens_per_step == 6  # what the env manager generates
+    cfg = load_config_dict({**BASE, "actor_train": {"training_args": {
+        "per_device_train_batch_size": 4}}, "actor_infer": {"generating_args": {
+            "max_new_tokens": 16}}})  # the schema's default tags are capped too
+    assert cfg.custom_envs["FrozenLake"].max_tokens_per_step == 16
+    with pytest.raises(ConfigError, match="max_new_tokens: expected an int >= 1"):
+        load_config_dict({**raw, "actor_infer": {"generating_args": {"max_new_tokens": 0}}})

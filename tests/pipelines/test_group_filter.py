@@ -86,3 +86,29 @@ def test_reward_info_metrics_count_timeouts_crashes_and_parse_rate():
     buffer.put([group(0, [0, 1], infos=infos[:2]), group(1, [0, 0], infos=infos[2:])])
     metrics = reward_info_metrics(buffer.take(2, step=0))
     assert metrics == {"reward/timed_out": 1.0, "reward/crashed": 1.0, "reward/parse_rate": 0.5}
+
+
+@pytest.mark.parametrize("batch_groups", [0, 2])  # 0: the size is not known yet
+def test_groups_put_before_the_first_take_are_filtered(batch_groups):
+    # a fresh run: the first groups arrive before the trainer first asks
+    buffer = ReplayBuffer(0, group_filter=GroupFilter(drop_uniform=True, max_gen_batches=2),
+                          batch_groups=batch_groups)
+    dropped = buffer.put([group(0, [1, 1]), group(1, [0, 1])])
+    assert [g.seq for g in dropped] == [0] and len(buffer) == 1
+    buffer.put([group(2, [0, 1])])
+    taken = buffer.take(2, step=0)
+    assert [g.seq for g in taken.groups] == [1, 2] and taken.filter_cap_kept == 0
+    assert [g.seq for g in taken.filtered] == [0]
+
+
+def test_groups_restored_on_resume_are_filtered_again():
+    # a resumed run puts its snapshot back before its first take (step_loop.load_checkpoint)
+    filt = GroupFilter(drop_uniform=True, max_gen_batches=2)
+    before = ReplayBuffer(0, group_filter=filt, batch_groups=2)
+    before.put([group(0, [0, 0]), group(1, [0, 1])])
+    after = ReplayBuffer(0, group_filter=filt, batch_groups=2)
+    dropped = after.put(before.snapshot())
+    assert [g.seq for g in dropped] == [0] and len(after) == 1
+    after.put([group(2, [1, 0])])
+    taken = after.take(2, step=0)
+    assert [g.seq for g in taken.groups] == [1, 2] and taken.filter_cap_kept == 0

@@ -113,6 +113,8 @@ def test_continuations_are_prompt_plus_partial_tokens():
         todo = [item.responses[i] for i in item.unfinished()]
         assert len(prompts) == len(todo) > 0 and sampling.n == 1
         assert sampling.max_new_tokens == min(2, 7 - len(todo[0].token_ids))
+        # the response so far ends each prompt: a stop string may begin there
+        assert sampling.continued == [len(r.token_ids) for r in todo]
         for prompt, r in zip(prompts, todo):
             assert r.finish_reason == "length"
             assert prompt == chunk.prompt_ids[r.prompt_index] + r.token_ids

@@ -18,7 +18,7 @@ from flywheel.platform.config.acts_when import matches
 from flywheel.platform.config.acts_when_table import LOSS_VARIANT_KEYS
 
 GAE = {"adv_estimator": "gae", "critic": {}}
-KL = {"use_kl_loss": True, "reference": {}}
+KL = {"use_kl_loss": True, "kl_loss_coef": 0.1, "reference": {}}
 AGENTIC = {"pipeline_type": "agentic", "rollout_batch_size": 8,
            "train_env_manager": {"num_env_groups": 2, "group_size": 4},
            "actor_train": {"training_args": {"per_device_train_batch_size": 4}}}
@@ -108,8 +108,8 @@ CASES = [
      {"target_kl": 0.1}, "with target_kl set"),
     ("kl_loss_coef", {"kl_loss_coef": 0.1}, KL, "with use_kl_loss: true"),
     ("kl_loss_type", {"kl_loss_type": "k1"}, KL, "with use_kl_loss: true"),
-    ("reference", {"reference": {}}, {"use_kl_loss": True}, "use_kl_loss: true or "
-                                                            "init_kl_coef > 0"),
+    ("reference", {"reference": {}}, {"use_kl_loss": True, "kl_loss_coef": 0.1},
+     "use_kl_loss: true or init_kl_coef > 0"),
     ("adv_estimator", merged(AGENTIC, {"turn_level_returns": True, "adv_estimator": "grpo"}),
      {"turn_level_returns": False}, "turn_level_returns"),
     ("reward_clip", merged(AGENTIC, {"step_level_samples": True, "reward_clip": 1.0}),
@@ -190,9 +190,6 @@ CASES = [
      "scored by their envs"),
     ("prompt_length", merged(AGENTIC, {"prompt_length": 64}), None, "rlvr or sft"),
     ("response_length", merged(AGENTIC, {"response_length": 64}), None,
-     "custom_envs.<tag>.max_tokens_per_step"),
-    ("actor_infer.generating_args.max_new_tokens",
-     merged(AGENTIC, {"actor_infer": {"generating_args": {"max_new_tokens": 8}}}), None,
      "custom_envs.<tag>.max_tokens_per_step"),
     ("validation.data_args", merged(AGENTIC, {"eval_steps": 2, "validation": {
         "data_args": {"file_name": ["v.jsonl"]}}}), None, "val_env_manager"),

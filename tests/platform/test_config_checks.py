@@ -95,10 +95,10 @@ def test_reference_accepts_training_backends_only():
     reference = role_backends(CATALOGS.backends, "reference")
     assert reference == ["hf_train", "deepspeed_train", "megatron_train", "sim_train"]
     for name in reference:
-        load_config_dict({"use_kl_loss": True,
+        load_config_dict({"use_kl_loss": True, "kl_loss_coef": 0.1,
                           "reference": {"strategy_args": {"strategy_name": name}}})
     for name in ("hf_infer", "vllm"):
-        error = error_for({"use_kl_loss": True,
+        error = error_for({"use_kl_loss": True, "kl_loss_coef": 0.1,
                            "reference": {"strategy_args": {"strategy_name": name}}})
         assert error.key_path == "reference.strategy_args.strategy_name"
         assert f"'{name}' is a generation backend and cannot run reference" in error.message
@@ -113,7 +113,7 @@ def test_unknown_pg_variant_lists_the_loss_catalog():
     error = error_for({"actor_train": {"pg_variant": "ppo2"}})
     assert error.key_path == "actor_train.pg_variant"
     assert error.message == ("unknown pg_variant 'ppo2' (did you mean 'ppo'?); known: vanilla, "
-                             "ppo, gspo, tis, topr, cispo, kimi15")
+                             "ppo, gspo, tis, topr, topr_seq, cispo, kimi15, kimi15_seq")
 
 
 def test_unknown_reward_type_suggests():
@@ -182,9 +182,20 @@ def test_gae_needs_a_critic():
 
 
 def test_kl_needs_a_reference():
-    assert error_for({"use_kl_loss": True}).key_path == "use_kl_loss"
+    assert error_for({"use_kl_loss": True, "kl_loss_coef": 0.1}).key_path == "use_kl_loss"
     assert error_for({"init_kl_coef": 0.1}).key_path == "init_kl_coef"
-    load_config_dict({"use_kl_loss": True, "init_kl_coef": 0.1, "reference": {}})
+    load_config_dict({"use_kl_loss": True, "kl_loss_coef": 0.1, "init_kl_coef": 0.1,
+                      "reference": {}})
+
+
+def test_a_kl_switch_whose_weight_leaves_it_inert_is_refused():
+    # kl_loss_coef's default 0: the reference would run every step for nothing
+    error = error_for({"use_kl_loss": True, "reference": {}})
+    assert error.key_path == "use_kl_loss" and "kl_loss_coef 0 adds nothing" in error.message
+    for key in ("kl_loss_coef", "init_kl_coef"):
+        error = error_for({"use_kl_loss": True, "kl_loss_coef": 0.1, key: -0.1,
+                           "reference": {}})
+        assert error.key_path == key and "is a KL weight, >= 0" in error.message
 
 
 @pytest.mark.parametrize("data, key_path", [
@@ -336,9 +347,9 @@ def test_a_reference_may_share_a_sleeping_engines_siblings_but_a_reward_model_ma
     engine asleep. A reward model scores during generation, with the engine awake."""
     both = {"actor_infer": {"device_mapping": [0, 1, 2, 3], "num_gpus_per_worker": 2},
             "actor_train": {"device_mapping": [0, 1, 2, 3]}}
-    load_config_dict({**both, "use_kl_loss": True,
+    load_config_dict({**both, "use_kl_loss": True, "kl_loss_coef": 0.1,
                       "reference": {"device_mapping": [0, 1, 2, 3]}})
-    apart = {"use_kl_loss": True,
+    apart = {"use_kl_loss": True, "kl_loss_coef": 0.1,
              "actor_infer": {"device_mapping": [0, 1], "num_gpus_per_worker": 2},
              "actor_train": {"device_mapping": [2, 3]}, "reference": {"device_mapping": [1]}}
     with pytest.raises(ConfigError, match=r"reference.device_mapping: device 1 runs part "

@@ -79,3 +79,21 @@ def test_empty_file_is_an_error_not_all_defaults(tmp_path):
     path.write_text("# nothing\n")
     with pytest.raises(ConfigError, match="empty config file"):
         load_config(path)
+
+
+def test_an_empty_defaults_fragment_is_an_empty_mapping(tmp_path):
+    # Hydra and ROLL read an empty fragment so (ROLL's examples/config/envs.yaml)
+    (tmp_path / "envs.yaml").write_text("# nothing yet\n")
+    path = tmp_path / "run.yaml"
+    path.write_text("defaults:\n  - envs@_here_\nmax_steps: 3\n")
+    assert load_config(path).max_steps == 3
+
+
+def test_self_in_defaults_places_the_files_own_keys(tmp_path):
+    (tmp_path / "base.yaml").write_text("max_steps: 5\nseed: 1\n")
+    path = tmp_path / "run.yaml"
+    path.write_text("defaults:\n  - _self_\n  - base\nmax_steps: 3\nsave_steps: 2\n")
+    cfg = load_config(path)  # base merges on top of the file's own keys, as in Hydra
+    assert (cfg.max_steps, cfg.seed, cfg.save_steps) == (5, 1, 2)
+    path.write_text("defaults:\n  - base\n  - _self_\nmax_steps: 3\n")
+    assert load_config(path).max_steps == 3

@@ -82,7 +82,7 @@ def test_loader_parses_every_roles_mapping():
     cfg = load_config_dict({"actor_train": {"device_mapping": "list(range(0,2))"},
                             "actor_infer": {"device_mapping": "[2, 3]"},
                             "reference": {"device_mapping": "range(4,5)"},
-                            "use_kl_loss": True})
+                            "use_kl_loss": True, "kl_loss_coef": 0.1})
     assert cfg.actor_train.device_mapping == [0, 1]
     assert cfg.actor_infer.device_mapping == [2, 3]
     assert cfg.reference.device_mapping == [4]

@@ -32,7 +32,7 @@ def test_missing_backend_packages_say_what_to_install():
     cfg = load_config_dict({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}},
                             "actor_infer": {"strategy_args": {"strategy_name": "vllm"}},
                             "reference": {"strategy_args": {"strategy_name": "deepspeed_train"}},
-                            "use_kl_loss": True})
+                            "use_kl_loss": True, "kl_loss_coef": 0.1})
     warnings = backend_warnings(cfg, CATALOGS, importable=lambda module: False)
     assert warnings == [
         ("actor_train, reference: strategy deepspeed_train needs the 'deepspeed' package, which "

@@ -21,7 +21,7 @@ def test_reference_to_a_mapping_copies_it():
         "actor_train": {"strategy_args": {"strategy_name": "deepspeed_train",
                                           "strategy_config": {"zero_stage": 1}}},
         "reference": {"strategy_args": "${actor_train.strategy_args}"},
-        "use_kl_loss": True,
+        "use_kl_loss": True, "kl_loss_coef": 0.1,
     })
     assert cfg.reference.strategy_args == cfg.actor_train.strategy_args
     cfg.reference.strategy_args.strategy_config["zero_stage"] = 2  # a copy, not the same dict

@@ -12,7 +12,7 @@ from flywheel.platform.config import ConfigError
 from flywheel.platform.config.derived import reference_from_actor, served_adapter
 from flywheel.platform.config.lora_args import lora_targets
 
-KL = {"use_kl_loss": True, "reference": {}}
+KL = {"use_kl_loss": True, "kl_loss_coef": 0.1, "reference": {}}
 
 
 def lora(**args) -> dict:
@@ -46,7 +46,7 @@ def test_a_lora_actor_serves_the_reference_of_its_own_base_model():
     cfg = load_config_dict({**KL, **lora()})
     assert reference_from_actor(cfg)
     assert [r.role for r in device_roles(cfg)] == ["actor_train", "actor_infer"]
-    other = load_config_dict({**lora(), "use_kl_loss": True, "reference": {
+    other = load_config_dict({**lora(), "use_kl_loss": True, "kl_loss_coef": 0.1, "reference": {
         "model_args": {"model_name_or_path": "builtin://tiny-qwen2"}}})
     assert not reference_from_actor(other)  # another model: a reference role of its own
     assert "reference" in [r.role for r in device_roles(other)]

@@ -55,7 +55,7 @@ def test_null_sets_none_and_removes_an_optional_block():
 
 
 def test_override_creates_an_absent_block():
-    cfg = load_config_dict({"reference": None, "use_kl_loss": True},
+    cfg = load_config_dict({"reference": None, "use_kl_loss": True, "kl_loss_coef": 0.1},
                            overrides=["reference.device_mapping=[2]"])
     assert cfg.reference.device_mapping == [2]
 

@@ -1,6 +1,7 @@
 """The ROLL seed's RLVR example: what flywheel's backends would refuse at start is refused
-by the loader, one line at a time; with those settings changed it loads, and what this
-machine lacks is only warned about."""
+by the loader, one line at a time (only Megatron's memory savings remain: its sglang with
+top_k 100 / top_p 0.99 is renormalised over sglang's top-k log-probs); with those settings
+changed it loads, and what this machine lacks is only warned about."""
 
 from pathlib import Path
 
@@ -15,14 +16,13 @@ ROLL = Path(__file__).parents[1] / "data" / "configs" / "roll"
 
 MEGATRON = "actor_train.strategy_args.strategy_config."
 NO_SP = [f"{MEGATRON}sequence_parallel=false", f"{MEGATRON}use_distributed_optimizer=false"]
-UNTRUNCATED = ["actor_infer.generating_args.top_k=-1", "actor_infer.generating_args.top_p=1.0"]
-FITS = NO_SP + UNTRUNCATED
+FITS = NO_SP
 # (overrides, the refusal the loader reports then), one at a time
 REFUSALS = [
     ([], f"{MEGATRON}sequence_parallel: a memory saving"),
     (NO_SP[:1], f"{MEGATRON}use_distributed_optimizer: a memory saving"),
-    (NO_SP, "actor_infer.generating_args.top_k: SGLang's log-probs leave out its top-k / "
-            "top-p truncation"),
+    (NO_SP + ["actor_infer.generating_args.top_k=-1"],  # top_p alone has no top-k bound
+     "actor_infer.generating_args.top_p: SGLang's log-probs leave out its top-p truncation"),
 ]
 
 
@@ -50,6 +50,8 @@ def test_roll_rlvr_async_example_loads_with_those_settings_changed():
     assert cfg.actor_train.device_mapping == list(range(16))
     assert cfg.actor_infer.device_mapping == list(range(16, 24))
     assert cfg.actor_infer.strategy_args.strategy_name == "sglang"
+    gen = cfg.actor_infer.generating_args  # sampled as written: renormalised over top_k
+    assert (gen.top_k, gen.top_p) == (100, 0.99)
     # ${response_length} and ${num_return_sequences_in_group} keep their int type
     assert cfg.actor_infer.generating_args.max_new_tokens == 8192
     assert cfg.actor_infer.generating_args.num_return_sequences == 8

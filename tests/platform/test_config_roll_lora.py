@@ -102,7 +102,7 @@ def test_a_kl_reference_of_the_same_base_runs_inside_the_lora_actor(tmp_path):
                  "infer_batch_size": 8, "strategy_args": {"strategy_name": "megatron_infer",
                                                           "strategy_config": {}}}
     path = roll_file(tmp_path, False, train_lora, strategy, infer_lora, use_kl_loss=True,
-                     reference=reference)
+                     kl_loss_coef=0.1, reference=reference)
     conversion = convert_roll(path)
     assert conversion.missing == []
     cfg = load_config_dict(conversion.data)

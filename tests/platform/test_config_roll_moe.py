@@ -135,7 +135,7 @@ def test_a_forward_only_moe_reference_on_megatron_infer_goes_to_deepspeed_too(tm
     drops it), so the MoE model is known by its name (roll_megatron.MOE_FAMILIES)."""
     data = load_layers(MOE / "megatron_moe.yaml").data
     data.pop("hydra", None)
-    data["use_kl_loss"] = True
+    data["use_kl_loss"], data["kl_loss_coef"] = True, 0.1
     data["reference"] = {"device_mapping": "list(range(0,8))", "strategy_args": {
         "strategy_name": "megatron_infer",
         "strategy_config": {"expert_model_parallel_size": 4, "moe_grouped_gemm": True}}}

@@ -98,6 +98,16 @@ def test_init_kl_coef_without_roll_s_switch_penalises_nothing(tmp_path):
     assert cfg.init_kl_coef == 0.2
 
 
+def test_a_kl_loss_without_its_weight_is_dropped_as_roll_adds_nothing_either(tmp_path):
+    # ROLL's kl_loss_coef defaults to 0: use_kl_loss alone is inert there, refused here
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo", "use_kl_loss": True,
+        "reference": {"strategy_args": {"strategy_name": "hf_train"}}})
+    assert not cfg.use_kl_loss and cfg.reference is None
+    assert any(d.startswith("use_kl_loss: true not applied: kl_loss_coef is 0")
+               for d in conversion.dropped)
+
+
 def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
     """megatron's sequence_parallel / use_distributed_optimizer (memory savings, the same
     updates) are dropped with the backend's reason; sglang sampling a top-k / top-p
@@ -171,7 +181,8 @@ def test_sequence_packing_acts_on_training_roles_whose_backend_packs(tmp_path):
         "algorithm": "load_balance", "max_packed_sequence_length_train": 2048,
         "max_packed_sequence_length_forward": 2048, "min_num_micro_batches_train": 1}}
     conversion, cfg = convert(tmp_path, {"adv_estimator": "grpo", "init_kl_coef": 0.0,
-                                         "use_kl_loss": True, "actor_train": packing,
+                                         "use_kl_loss": True, "kl_loss_coef": 0.1,
+                                         "actor_train": packing,
                                          "reference": packing})
     args = cfg.actor_train.training_args
     assert (args.sequence_packing, args.max_packed_sequence_length) == (True, 2048)

@@ -222,3 +222,29 @@ def test_a_zero3_lora_checkpoint_holds_the_adapter_and_resumes_exactly(
     state_bytes = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
     model_bytes = os.path.getsize(os.path.join(tiny_model_path, "model.safetensors"))
     assert state_bytes < model_bytes / 2  # adapter, masters and moments; no frozen weight
+
+
+@pytest.mark.long  # two ZeRO-3 ranks and an hf_train rank, ~80 s on 2 cores
+def test_a_zero3_lora_run_started_from_an_adapter_anchors_its_reference_there(
+        train_cluster, tiny_model_path, rl_batch, tmp_path):
+    """With adapter_name_or_path the reference is the starting adapter on the base (a
+    frozen copy, lora.py), on two ZeRO-3 ranks as on hf_train: equal to the policy before
+    any step, unmoved by the steps."""
+    sft = hf_trainer(tiny_model_path, model_args=LORA)
+    with torch.no_grad():
+        for p in sft.model.parameters():
+            if p.requires_grad:
+                p.add_(0.05)
+    sft.adapter.save_pretrained(str(tmp_path / "sft"))
+    start = sft.forward_logprobs(rl_batch)
+    args = dataclasses.replace(LORA, adapter_name_or_path=str(tmp_path / "sft"))
+    cluster = start_zero(train_cluster, tiny_model_path, 3, model_args=args)
+    shards, mask, loss = rl_batch.shard(2), rl_batch.attention_mask, actor_loss()
+    base = torch.cat(cluster.scatter("forward_base_logprobs", shards))
+    assert max_diff_on(mask, base, start) < PARITY_ATOL
+    for _ in range(LORA_STEPS):
+        cluster.scatter("train_step", shards, loss_fn=loss, ppo_epochs=1)
+    base = torch.cat(cluster.scatter("forward_base_logprobs", shards))
+    assert max_diff_on(mask, base, start) < PARITY_ATOL
+    moved = torch.cat(cluster.scatter("forward_logprobs", shards))
+    assert max_diff_on(mask, moved, start) > 100 * PARITY_ATOL

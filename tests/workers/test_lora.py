@@ -177,3 +177,26 @@ def test_training_starts_from_an_adapter_folder(tiny_model_path, tmp_path):
         lora_trainer(tiny_model_path, lora_rank=8, adapter_name_or_path=str(tmp_path /
                                                                             "adapter"))
     assert info.value.key_path == "model_args.lora_rank"
+
+
+def test_the_reference_of_a_run_started_from_an_adapter_is_that_adapter(tiny_model_path,
+                                                                        batch, tmp_path):
+    """The KL anchor is the starting policy (an SFT adapter on the base), not the bare base:
+    equal to the trained policy at step 0, still the starting adapter after a step, and left
+    out of syncs and saved adapter folders."""
+    sft = perturb(lora_trainer(tiny_model_path, dtype="fp32", additional_target="model.norm"))
+    sft.adapter.save_pretrained(str(tmp_path / "sft"))
+    start = sft.forward_logprobs(batch)
+    rl = lora_trainer(tiny_model_path, dtype="fp32", additional_target="model.norm",
+                      adapter_name_or_path=str(tmp_path / "sft"))
+    assert torch.equal(rl.forward_base_logprobs(batch), rl.forward_logprobs(batch))
+    assert torch.equal(rl.forward_base_logprobs(batch), start)
+    trainable = {n for n, p in rl.model.named_parameters() if p.requires_grad}
+    rl.train_step(batch, dr_grpo_loss())
+    assert torch.equal(rl.forward_base_logprobs(batch), start)  # the anchor does not move
+    assert not torch.equal(rl.forward_logprobs(batch), start)
+    assert {n for n, p in rl.model.named_parameters() if p.requires_grad} == trainable
+    assert not any(".reference." in n for n in trainable)
+    assert not any("reference" in name for name, _ in rl.weights_for_sync())
+    rl.save(str(tmp_path / "ckpt"))
+    assert not (tmp_path / "ckpt" / "adapter" / "reference").exists()

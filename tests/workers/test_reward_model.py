@@ -6,6 +6,8 @@ built by flywheel/workshop/times_reward_model.py, never here."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForSequenceClassification
@@ -17,6 +19,8 @@ from flywheel.platform.resources import RoleDevices
 from flywheel.workers.reward_worker import RewardWorker
 from flywheel.workers.rewards.registry import Sample, reward_fn
 from flywheel.workers.rewards.reward_model import render_ids
+from flywheel.workers.rewards.scoring_process import samples
+from flywheel.workers.rewards.time_limit import wire
 
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}"
             "{% endfor %}")
@@ -110,3 +114,46 @@ def test_a_reward_worker_scores_with_the_model(ray_session, tiny_rm):
     for sample, result in zip(SAMPLES, results):
         expected = direct_score(model, render_ids(tokenizer, sample.prompt, sample.response))
         assert result.score == pytest.approx(expected, abs=1e-4)
+
+
+class CapturingCluster:
+    """Stands in for a reward role in submit_scoring: keeps the samples it is sent."""
+
+    world_size = 1
+
+    def __init__(self):
+        self.items = []
+
+    def score(self, rank, items):
+        self.items.extend(items)
+
+
+def test_the_reward_model_renders_the_prompts_messages_not_the_policys_template(tiny_rm):
+    """The policy's chat template (its role headers) never lands inside the RM's user turn:
+    the RM's own template renders the record's messages."""
+    from flywheel.pipelines.data.prompt_data import PromptRecord
+    from flywheel.pipelines.rlvr.generation import Group, submit_scoring
+    from flywheel.workers.strategies.base import Generation
+
+    path, model, rm_tokenizer = tiny_rm
+    policy = make_char_tokenizer()
+    policy.chat_template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                            "{% endfor %}[assistant] ")
+    question = [{"role": "user", "content": "What is 2 * 3?"}]
+    prompt_ids = policy.apply_chat_template(question, add_generation_prompt=True,
+                                            tokenize=True, return_dict=True)["input_ids"]
+    record = PromptRecord(id="p0", prompt=question[0]["content"], answer="6", tag="math")
+    group = Group(0, record, list(prompt_ids), [Generation(0, policy.encode(
+        "6", add_special_tokens=False), [0.0], "stop")], 0)
+    cluster = CapturingCluster()
+    cfg = rm_cfg(path)
+    submit_scoring([group], {"rm": cluster}, {"rm": cfg}, policy)
+    (sample,) = cluster.items
+    assert sample.prompt.startswith("[user] ")  # rules and judges: the text the policy saw
+    (sent,) = samples(json.loads(json.dumps([wire(sample)])))  # into the scoring process
+    result = reward_fn("reward_model", cfg).score([sent])[0]
+    expected = direct_score(model, render_ids(rm_tokenizer, question, "6"))
+    assert result.score == pytest.approx(expected, abs=1e-4)
+    assert rm_tokenizer.decode(render_ids(rm_tokenizer, sent.messages, "6")) == \
+        rm_tokenizer.apply_chat_template([*question, {"role": "assistant", "content": "6"}],
+                                         tokenize=False)

@@ -36,8 +36,10 @@ POLICY_LOSSES: dict[str, LossSpec] = {
     "gspo": LossSpec("flywheel.algorithms.policy_loss.gspo:gspo_loss"),
     "tis": LossSpec("flywheel.algorithms.policy_loss.tis:tis_loss"),
     "topr": LossSpec("flywheel.algorithms.policy_loss.topr:topr_loss"),
+    "topr_seq": LossSpec("flywheel.algorithms.policy_loss.topr:topr_seq_loss"),
     "cispo": LossSpec("flywheel.algorithms.policy_loss.cispo:cispo_loss"),
     "kimi15": LossSpec("flywheel.algorithms.policy_loss.kimi15:kimi15_loss"),
+    "kimi15_seq": LossSpec("flywheel.algorithms.policy_loss.kimi15:kimi15_seq_loss"),
 }
 
 

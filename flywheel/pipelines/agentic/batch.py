@@ -45,7 +45,7 @@ from flywheel.algorithms.step_credit import (
 )
 from flywheel.envs import aggregate_metrics, discounted_returns, to_step_samples
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
-from flywheel.pipelines.rlvr.train_batch import add_advantages
+from flywheel.pipelines.rlvr.train_batch import add_advantages, place_turn_rewards
 from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.batch import TokenBatch, pack_sequences
 
@@ -62,6 +62,7 @@ def pack_trajectories(groups: list[EpisodeGroup], pad_id: int, gamma: float) -> 
     response_mask = torch.zeros((rows, width))  # [B, L]
     infer_lp = torch.zeros((rows, width))  # [B, L]
     returns = torch.zeros((rows, width))  # [B, L]
+    turn_rewards = torch.zeros((rows, width))  # [B, L]
     for b, t in enumerate(episodes):
         n = len(t.input_ids)
         input_ids[b, :n] = torch.tensor(t.input_ids)
@@ -70,8 +71,9 @@ def pack_trajectories(groups: list[EpisodeGroup], pad_id: int, gamma: float) -> 
         infer_lp[b, :n] = torch.tensor(t.behaviour_logprobs, dtype=torch.float32)
         for (start, end), g_t in zip(t.turn_spans, discounted_returns(t.rewards, gamma)):
             returns[b, start:end] = g_t
+        place_turn_rewards(turn_rewards[b], response_mask[b], t.turn_spans, t.rewards)
     batch = TokenBatch(input_ids, attention_mask, response_mask,
-                       infer_log_probs=infer_lp, returns=returns)
+                       infer_log_probs=infer_lp, returns=returns, turn_rewards=turn_rewards)
     batch.scores = torch.tensor([t.score for t in episodes])
     batch.version = torch.tensor([g.version for g in groups for _ in g.trajectories])
     batch.episode_return = _episode_returns(groups, gamma)

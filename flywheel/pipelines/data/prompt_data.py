@@ -236,7 +236,7 @@ class PromptEncoder:
             ids = content_ids(self.tokenizer, prompt)  # the text's control tokens: text
             bos = self.tokenizer.bos_token_id
             return ([bos] if bos is not None else []) + ids
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        messages = prompt_messages(prompt)
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         # only the template writes roles: the messages' contents are tokenized as text
@@ -262,6 +262,12 @@ def reward_prompt(tokenizer, prompt_ids: list[int]) -> str:
     policy's control tokens (<|im_start|>, ...) out of a judge's own chat template. The
     messages themselves stay in the record."""
     return tokenizer.decode(prompt_ids, skip_special_tokens=True)
+
+
+def prompt_messages(prompt: Prompt) -> list[dict[str, Any]]:
+    """The prompt as chat messages before any template: a text prompt is one user turn.
+    What a reward with its own chat template renders (workers/rewards/reward_model.py)."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
 
 
 def encode_prompt(tokenizer, prompt: Prompt, template: str | None) -> list[int]:

@@ -36,6 +36,10 @@ class ReplayBuffer(Generic[G]):
     max_staleness: int
     drop_uniform_groups: bool = False  # shorthand for group_filter=GroupFilter(True)
     group_filter: GroupFilter | None = None  # unset: GroupFilter(drop_uniform_groups)
+    # Groups per trained batch, known before the first take: the filter's cap counts in
+    # batches, and groups arrive (a fresh run's first ones, a resumed run's restored ones)
+    # before the trainer first asks. 0: unknown until the first take.
+    batch_groups: int = 0
     _groups: dict[int, G] = field(default_factory=dict)  # seq -> trainable group
     _filtered: list[G] = field(default_factory=list)  # dropped, reported by next take
     _stale: list[G] = field(default_factory=list)  # the same, for stale groups
@@ -44,6 +48,7 @@ class ReplayBuffer(Generic[G]):
     _batch_size: int = 0  # groups per take, as last asked (the cap counts in batches)
 
     def __post_init__(self) -> None:
+        self._batch_size = self.batch_groups
         if self.group_filter is None:
             self.group_filter = GroupFilter(drop_uniform=self.drop_uniform_groups)
 
@@ -67,8 +72,13 @@ class ReplayBuffer(Generic[G]):
         return dropped
 
     def _cap_reached(self) -> bool:
+        """The current batch has cost max_gen_batches batches of groups. With the batch
+        size not known yet (no batch_groups, no take) only a cap of 1 is reached: treating
+        an unknown size as 0 would keep every group the filter drops."""
         cap = self.group_filter.max_gen_batches
-        return bool(cap) and self._filtered_since_take >= (cap - 1) * self._batch_size
+        if not cap or (not self._batch_size and cap > 1):
+            return False
+        return self._filtered_since_take >= (cap - 1) * self._batch_size
 
     def drop_stale(self, step: int) -> list[G]:
         """Remove the groups too old for 0-based `step` (so for every later step too) and

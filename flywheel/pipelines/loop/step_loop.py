@@ -140,7 +140,8 @@ class StepLoop(Generic[W, G]):
         self.old_in_train = cfg.init_kl_coef == 0
         self.kl_ctl = (AdaptiveKLController(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
                        if cfg.target_kl is not None else FixedKLController(cfg.init_kl_coef))
-        self.buffer = ReplayBuffer(self.window.max_staleness, group_filter=group_filter(cfg))
+        self.buffer = ReplayBuffer(self.window.max_staleness, group_filter=group_filter(cfg),
+                                   batch_groups=self.rollout.batch_groups)
         self.ledger = SampleLedger(self.output_dir / "samples.jsonl")
         self.switch = PhaseSwitch(self.roles.actor_train, self.roles.actor_infer,
                                   offloads_between_phases(cfg))

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import ray
 
-from flywheel.pipelines.data.prompt_data import PromptRecord, reward_prompt
+from flywheel.pipelines.data.prompt_data import PromptRecord, prompt_messages, reward_prompt
 from flywheel.pipelines.loop.seams import Completion
 from flywheel.pipelines.rlvr.reward_health import UNSCORED, why_unscored
 from flywheel.pipelines.rlvr.reward_routing import merged_metadata, route_rewards
@@ -250,7 +250,8 @@ def segment_request(item: Chunk | PartialChunk,
     room = chunk.sampling.max_new_tokens - max(len(r.token_ids) for r in todo)
     prompts = [chunk.prompt_ids[r.prompt_index] + r.token_ids for r in todo]
     return prompts, replace(chunk.sampling, n=1, max_new_tokens=min(segment_tokens, room),
-                            seed=segment_seed(chunk.sampling.seed, item.segments))
+                            seed=segment_seed(chunk.sampling.seed, item.segments),
+                            continued=[len(r.token_ids) for r in todo])
 
 
 def segment_images(item: Chunk | PartialChunk) -> list[PromptImages | None] | None:
@@ -354,7 +355,7 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
             mine = indices[rank::cluster.world_size]
             if mine:
                 items = [Sample(prompts[gi], text, groups[gi].record.answer,
-                                groups[gi].record.row)
+                                groups[gi].record.row, prompt_messages(groups[gi].record.prompt))
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)

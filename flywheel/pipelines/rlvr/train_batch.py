@@ -5,10 +5,16 @@ Order of operations follows the usual RLVR recipe: sequence scores (optionally c
 coefficient) → advantages → optional whitening and clipping. For grpo / reinforce the
 advantage is per sample, broadcast over response tokens, plus the reward-to-go of the KL
 penalty so the penalty shapes the advantage of the tokens that caused it; for gae the
-score sits on the last token and GAE runs against the critic's values.
+score sits on the last token and GAE runs against the critic's values. An agentic episode
+row (`batch.turn_rewards`) puts each turn's reward on that turn's last model token
+instead, so a turn's format penalty or tool reward is discounted by the tokens after it
+in its own turn only, not by every later turn's (Schulman et al. 2016: r_t at the step
+that earned it).
 """
 
 from __future__ import annotations
+
+import bisect
 
 import torch
 
@@ -39,6 +45,23 @@ def pack_groups(groups: list[Group], pad_id: int) -> TokenBatch:
     return batch
 
 
+def place_turn_rewards(row: torch.Tensor, response_mask: torch.Tensor,
+                       turn_spans: list[tuple[int, int]], rewards: list[float]) -> None:
+    """Write each turn's reward into `row` [L] at the turn's last model token; a turn that
+    generated nothing puts its reward on the closest model token before it (after it when
+    there is none), so no reward is lost while the row has one model token."""
+    model = response_mask.nonzero().flatten().tolist()  # model-token columns, ascending
+    if not model:
+        return
+    for (_, end), reward in zip(turn_spans, rewards):
+        before = bisect.bisect_left(model, end)  # model tokens left of `end`
+        row[model[before - 1] if before else model[0]] += float(reward)
+
+
+def _clipped(rewards: torch.Tensor, clip: float | None) -> torch.Tensor:
+    return rewards if clip is None else reward_clip(rewards, clip)
+
+
 def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                    kl_coef: float) -> dict[str, float]:
     """Fill batch.advantages [B, L]; returns metrics (incl. kl/penalty_mean for the KL ctl)."""
@@ -56,7 +79,9 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     if cfg.adv_estimator == "gae":
         # Outcome score on the last response token, KL penalty on every token, then GAE
         # against the critic's values (Schulman et al. 2016).
-        token_rewards = scores_to_token_rewards(scores, mask) + penalty * mask  # [B, L]
+        outcome = scores_to_token_rewards(scores, mask) if batch.turn_rewards is None else (
+            _clipped(batch.turn_rewards.float(), cfg.reward_clip) * mask)  # [B, L]
+        token_rewards = outcome + penalty * mask  # [B, L]
         advantages, returns = compute_gae(token_rewards, batch.values, mask,
                                           cfg.gamma, cfg.lambd)
         batch.returns = returns

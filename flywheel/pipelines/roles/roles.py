@@ -207,7 +207,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                                       timeout_s=cfg.timeouts.call_s, log_dir=log_dir))
 
     # the reference's head is untruncated (model_head.ModelHead.for_reference)
-    policy, reference_policy = actor_and_reference_heads(cfg.actor_infer.generating_args)
+    policy, reference_policy = actor_and_reference_heads(
+        cfg.actor_infer.generating_args, cfg.actor_infer.strategy_args.strategy_name)
     try:
         actor_train = start("actor_train", TrainRole, TrainWorker, cfg.actor_train,
                             total_steps=schedule_horizon(cfg, cfg.actor_train, total_steps),

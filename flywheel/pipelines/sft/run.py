@@ -69,6 +69,7 @@ from flywheel.platform.run_status import write_status
 from flywheel.platform.tracking import Tracker, default_mlflow_uri
 from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
+from flywheel.workers.strategies.lora import save_adapter
 
 log = logging.getLogger(__name__)
 SFT_ADAPTER = "adapter"  # a LoRA run's checkpoint-<step>/adapter/
@@ -200,7 +201,7 @@ def save_checkpoint(output_dir: Path, step: int, strategy: HFTrainStrategy, toke
     `platform export` merges it into the run's pretrain) and the tokenizer."""
     with writing_checkpoint(output_dir, step) as tmp:
         if strategy.adapter is not None:
-            strategy.adapter.save_pretrained(tmp / SFT_ADAPTER)
+            save_adapter(strategy.adapter, str(tmp / SFT_ADAPTER))
         else:
             strategy.model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

@@ -54,12 +54,17 @@ LOSS_VARIANT_KEYS: dict[str, dict[str, str]] = {
         "actor_train.topr_positive_weight": "topr's weight of positive-score samples",
         "actor_train.topr_negative_weight": "topr's weight of the other samples",
     },
+    "topr_seq": {  # topr's weights, the trajectory ratio truncated (policy_loss/topr.py)
+        "actor_train.topr_positive_weight": "topr's weight of positive-score samples",
+        "actor_train.topr_negative_weight": "topr's weight of the other samples",
+    },
     "cispo": {
         "actor_train.cispo_epsilon_low": "the lower bound of cispo's weight clip",
         "actor_train.cispo_epsilon_high": "the upper bound of cispo's weight clip",
         "actor_train.cispo_use_unified_mask": "cispo's trust-region mask",
     },
     "kimi15": {"actor_train.kimi15_tau": "kimi15's squared log-ratio penalty weight"},
+    "kimi15_seq": {"actor_train.kimi15_tau": "kimi15's squared log-ratio penalty weight"},
 }
 # The same knob under another variant: key -> {variant in use: what to write there}.
 COUNTERPARTS: dict[str, dict[str, str]] = {

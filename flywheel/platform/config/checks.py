@@ -395,6 +395,15 @@ def check_algorithm_roles(cfg: PipelineConfig) -> None:
     if cfg.adv_estimator == "gae" and cfg.critic is None:
         raise ConfigError("", "adv_estimator", "gae estimates advantages with a value model: "
                                                "add a critic: block, or use grpo or reinforce")
+    for key in ("kl_loss_coef", "init_kl_coef"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError("", key, f"is a KL weight, >= 0; got {getattr(cfg, key):g} "
+                                       f"(a negative one would reward leaving the reference)")
+    if cfg.use_kl_loss and cfg.kl_loss_coef == 0:
+        raise ConfigError("", "use_kl_loss", "use_kl_loss: true with kl_loss_coef 0 adds "
+                                             "nothing to the loss while the reference runs "
+                                             "every step: set kl_loss_coef > 0, or remove "
+                                             "use_kl_loss")
     if cfg.use_kl_loss and cfg.reference is None:
         raise ConfigError("", "use_kl_loss", "the KL loss compares against a reference "
                                              "policy: add a reference: block")

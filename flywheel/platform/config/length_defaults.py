@@ -5,8 +5,9 @@ the merged YAML data, not in the dataclasses (a default and a written 128 look a
 `fill_max_new_tokens` writes `${response_length}` into actor_infer's and validation's
 generating_args where max_new_tokens is unset, so `show-config` shows the value that
 runs; `check_max_new_tokens` then refuses a written max_new_tokens that differs from a
-written response_length. Agentic runs read neither: a turn's budget is
-custom_envs.<tag>.max_tokens_per_step (the "acts when" table refuses both there).
+written response_length. Agentic runs read neither as a response budget: a turn's
+budget is custom_envs.<tag>.max_tokens_per_step, which a written actor_infer
+max_new_tokens caps (turn_budget.py); the "acts when" table refuses response_length there.
 
 A run's saved config.yaml writes every key, so a run whose max_new_tokens differ from
 response_length (possible only when response_length was left unset) would be refused when

@@ -45,6 +45,7 @@ from flywheel.platform.config.overrides import apply_overrides
 from flywheel.platform.config.resolvers import ResolverContext
 from flywheel.platform.config.roll_keys import looks_like_roll
 from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.config.turn_budget import apply_turn_cap, take_turn_cap
 from flywheel.platform.config.yaml_source import DEFAULTS_KEY, load_layers
 
 
@@ -99,10 +100,12 @@ def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
         response_written = "response_length" in layered.data
         written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
         resolved = without(resolve_references(layered.data, context), helpers)
+        turn_cap = take_turn_cap(resolved)  # agentic: it caps the tags' turn budgets
         cfg = to_config(resolved)
+        folded = apply_turn_cap(cfg, turn_cap)
         check_config(cfg, catalogs)
         check_max_new_tokens(cfg, written, response_written)
-        check_written_keys(cfg, written_paths(as_written, resolved))  # acts_when.py
+        check_written_keys(cfg, written_paths(as_written, resolved) - folded)  # acts_when.py
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
         raise _with_roll_hint(error, layered.data) from None

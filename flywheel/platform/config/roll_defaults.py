@@ -4,8 +4,8 @@
 each reported in the conversion (`Conversion.mapped` / `dropped`):
 
 1. `turn_budget` (agentic): ROLL generates a turn with at most min(custom_envs.<tag>.
-   max_tokens_per_step, actor_infer's max_new_tokens) tokens; flywheel reads the per-tag
-   budget alone (max_new_tokens would be refused there), so the smaller one is written as
+   max_tokens_per_step, actor_infer's max_new_tokens) tokens; so does flywheel
+   (turn_budget.py), and the converted file says it outright: the smaller one is written as
    each tag's max_tokens_per_step and max_new_tokens is taken out.
 2. `write_roll_defaults`: a key the ROLL file leaves unset runs at ROLL's default; where that
    differs from flywheel's default and the key carries over (a `SAME` or `To` rule in
@@ -63,7 +63,7 @@ def turn_budget(data: dict[str, Any], out: Conversion) -> None:
         out.mapped.append(f"actor_infer.generating_args.max_new_tokens ({most}) -> "
                           f"custom_envs.{tag}.max_tokens_per_step "
                           f"({env.get('max_tokens_per_step', budget)}): ROLL caps a turn at "
-                          f"the smaller of the two, flywheel reads the tag's alone")
+                          f"the smaller of the two")
 
 
 def _default_blocks(data: dict[str, Any], out: Conversion):
@@ -146,6 +146,7 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     turn_budget(data, out)
     reference_backend(out)
     kl_reward_penalty(data, out)
+    kl_loss_without_weight(out)
     fit_domain_mix(out)
     megatron_precision(out)  # before the next two: Megatron's bf16 flag is model_args.dtype
     fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
@@ -168,6 +169,17 @@ def kl_reward_penalty(data: dict[str, Any], out: Conversion) -> None:
         out.dropped.append(f"init_kl_coef: {value!r} not applied: ROLL penalises rewards with "
                            f"it only under add_token_level_kl: true, which this file does not "
                            f"set")
+
+
+def kl_loss_without_weight(out: Conversion) -> None:
+    """use_kl_loss: true with kl_loss_coef 0 (ROLL's default) adds nothing to ROLL's loss;
+    flywheel refuses it (checks.check_algorithm_roles), so the switch goes (and the
+    reference with it, as inert, in drop_inert)."""
+    if out.data.get("use_kl_loss") is True and not out.data.get("kl_loss_coef"):
+        out.data.pop("use_kl_loss")
+        coef = out.data.pop("kl_loss_coef", 0)
+        out.dropped.append(f"use_kl_loss: true not applied: kl_loss_coef is {coef!r}, so "
+                           f"ROLL's KL loss adds nothing either")
 
 
 def reference_backend(out: Conversion) -> None:

@@ -165,8 +165,9 @@ class TrainingArgs:
 class GeneratingArgs:
     # Most tokens generated per response (RLVR). Unset in actor_infer / validation: the
     # top-level response_length (length_defaults.py); written beside a written
-    # response_length, the two must agree. Agentic runs budget each turn with
-    # custom_envs.<tag>.max_tokens_per_step alone: written there, it is refused.
+    # response_length, the two must agree. Agentic (actor_infer's): written, it caps each
+    # tag's custom_envs.<tag>.max_tokens_per_step, the smaller wins, as in ROLL
+    # (turn_budget.py); unset it caps nothing.
     max_new_tokens: int = bounded(128, 1)
     # Sampling temperature; log-probs used in training are those of this distribution.
     temperature: float = bounded(1.0, 0)
@@ -348,8 +349,10 @@ class ActorTrainConfig(WorkerConfig):
     # flywheel/algorithms/policy_loss/registry.py: vanilla REINFORCE, ppo (clipped ratio),
     # gspo (ppo's clip on one length-normalised ratio per response, GSPO; ROLL's
     # importance_sampling: seq), tis (truncated IS), topr, cispo (MiniMax-M1), kimi15 (Kimi
-    # k1.5), or a variant registered with register_policy_loss. On-policy (ratio 0, one
-    # ppo_epoch) they all reduce to REINFORCE's gradient.
+    # k1.5), topr_seq / kimi15_seq (the papers' forms on the whole response's log-ratio;
+    # topr and kimi15 are ROLL's per-token forms), or a variant registered with
+    # register_policy_loss. On-policy (ratio 0, one ppo_epoch) they all reduce to
+    # REINFORCE's gradient.
     pg_variant: str = "ppo"
     # Settings of a pg_variant that declares its own (a LossSpec naming a settings
     # dataclass, e.g. a variant registered with register_policy_loss): key -> value, checked
@@ -362,8 +365,8 @@ class ActorTrainConfig(WorkerConfig):
     # tis: importance ratio truncated to [tis_lower_bound, tis_upper_bound].
     tis_lower_bound: float = 0.0
     tis_upper_bound: float = 1.0
-    # topr: weights of the positive-score (topr_positive_weight) and non-positive-score
-    # (topr_negative_weight) terms.
+    # topr and topr_seq: weights of the positive-score (topr_positive_weight) and
+    # non-positive-score (topr_negative_weight) terms.
     topr_positive_weight: float = 1.0
     topr_negative_weight: float = 1.0
     # cispo: ratio clip bounds 1-cispo_epsilon_low .. 1+cispo_epsilon_high, and
@@ -372,7 +375,8 @@ class ActorTrainConfig(WorkerConfig):
     cispo_epsilon_low: float = 0.1
     cispo_epsilon_high: float = 0.1
     cispo_use_unified_mask: bool = False
-    # kimi15: weight of the squared log-ratio penalty (tau/2)(logp - logp_old)^2.
+    # kimi15: weight of the squared log-ratio penalty (tau/2)(logp - logp_old)^2 (per token;
+    # kimi15_seq: of the response's summed log-ratio).
     kimi15_tau: float = 0.1
 
 
@@ -637,9 +641,9 @@ class CustomEnvConfig:
     # Turns per episode (ROLL's max_actions_per_traj); an episode still running after its
     # last turn is truncated, with success 0.
     max_steps: int = 10
-    # Generation budget of one turn, in tokens: the only one in agentic runs
-    # (actor_infer's max_new_tokens and response_length are RLVR's, refused here; ROLL's
-    # min(max_tokens_per_step, max_new_tokens) is written here by `platform convert`).
+    # Generation budget of one turn, in tokens. A written actor_infer max_new_tokens caps
+    # it (the smaller wins, as in ROLL: turn_budget.py); response_length is RLVR's,
+    # refused here.
     # Every turn's prompt is the whole history, so an episode's sequence grows by about
     # this much plus the env's text each turn.
     max_tokens_per_step: int = 128
@@ -844,7 +848,8 @@ class PipelineConfig:
     prompt_length: int = bounded(256, 1)
     # Response budget in tokens: the default of actor_infer's and validation's
     # max_new_tokens (a different written max_new_tokens is an error). RLVR and SFT only:
-    # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step.
+    # agentic turns are budgeted by custom_envs.<tag>.max_tokens_per_step (capped by a
+    # written actor_infer max_new_tokens).
     response_length: int = bounded(128, 1)
     # Most tokens of a whole sequence. Agentic: vllm's max_model_len when strategy_config
     # leaves it unset. RLVR: when written, prompt_length + response_length must fit in it.
@@ -866,7 +871,8 @@ class PipelineConfig:
 
     # How many batches generation may run ahead of training; 0 is synchronous.
     # A batch trained at step t only holds samples started at policy version
-    # >= t - ceil(ratio); older ones are dropped and counted.
+    # >= t - (ceil(ratio) + model_update_frequency - 1) (weights reach actor_infer only
+    # every model_update_frequency steps); older ones are dropped and counted.
     async_generation_ratio: float = 0.0
     # Sync trainer weights to actor_infer every N train steps.
     model_update_frequency: int = 1

@@ -17,9 +17,13 @@ has, so `@_here_` is accepted and any other `@package` is an error) and a path w
 A top-level `hydra:` block (Hydra's own run-directory settings, in nearly every ROLL file)
 is accepted and ignored: it configures Hydra, which flywheel does not use, not the run.
 
-An empty file (nothing, or only comments) is an error rather than "every default": it is
-almost always a wrong path or an unsaved editor buffer, and running 100 default steps on
-the built-in model is not what its author meant.
+Hydra's `_self_` entry says where the file's own keys go in that order: entries after it
+merge on top of the file. Without one the file goes last (Hydra 1.1's default).
+
+An empty file (nothing, or only comments) given as the config is an error rather than
+"every default": it is almost always a wrong path or an unsaved editor buffer, and running
+100 default steps on the built-in model is not what its author meant. An empty `defaults:`
+fragment is an empty mapping, as Hydra reads it (ROLL's examples/config/envs.yaml is one).
 
 Reading a config opens these files and nothing else.
 """
@@ -39,11 +43,14 @@ DEFAULTS_KEY = "defaults"
 HYDRA_KEY = "hydra"
 # A defaults entry `path@_here_` merges at the top level, like every entry here.
 HERE_PACKAGE = "@_here_"
+# Hydra's defaults entry for the file's own keys.
+SELF_ENTRY = "_self_"
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
-def read_yaml_mapping(path: str) -> dict[str, Any]:
-    """The top-level mapping of one YAML file (an empty file is an empty mapping)."""
+def read_yaml_mapping(path: str, *, fragment: bool = False) -> dict[str, Any]:
+    """The top-level mapping of one YAML file. An empty file is an error, or an empty
+    mapping when it is a `defaults:` fragment (`fragment`)."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -62,6 +69,8 @@ def read_yaml_mapping(path: str) -> dict[str, Any]:
     except RecursionError:  # 10,000 nested `[` or mappings: PyYAML recurses per level
         raise ConfigError(path, "", "nested too deeply to read (a config is a few levels "
                                     "of mappings and lists)") from None
+    if data is None and fragment:
+        return {}
     if data is None:
         raise ConfigError(path, "", "empty config file (nothing but comments or whitespace); "
                                     "a config sets at least one key, e.g. pipeline_type: rlvr")
@@ -100,13 +109,18 @@ def _merge_file(layered: Layered, path: str, chain: tuple[str, ...]) -> None:
     if real in chain:
         names = " -> ".join(os.path.basename(p) for p in chain + (real,))
         raise ConfigError(path, DEFAULTS_KEY, f"defaults include each other in a cycle: {names}")
-    data = read_yaml_mapping(path)
-    for index, default in enumerate(_defaults_list(data, path)):
-        child = _default_path(path, default, f"{DEFAULTS_KEY}[{index}]")
-        _merge_file(layered, child, chain + (real,))
+    data = read_yaml_mapping(path, fragment=bool(chain))
+    defaults = _defaults_list(data, path)
     data.pop(DEFAULTS_KEY, None)
     data.pop(HYDRA_KEY, None)
-    merge_layer(layered, data, path)
+    if SELF_ENTRY not in defaults:
+        defaults = [*defaults, SELF_ENTRY]
+    for index, default in enumerate(defaults):
+        if default == SELF_ENTRY:
+            merge_layer(layered, data, path)
+            continue
+        child = _default_path(path, default, f"{DEFAULTS_KEY}[{index}]")
+        _merge_file(layered, child, chain + (real,))
 
 
 def _default_path(path: str, default: str, key: str) -> str:
@@ -133,4 +147,7 @@ def _defaults_list(data: dict[str, Any], path: str) -> list[str]:
         raise ConfigError(path, DEFAULTS_KEY,
                           "expected a list of YAML file paths relative to this file, "
                           "e.g. defaults: [base.yaml]")
+    if defaults.count(SELF_ENTRY) > 1:
+        raise ConfigError(path, DEFAULTS_KEY, f"'{SELF_ENTRY}' (where this file's own keys "
+                                              f"go) may appear once")
     return defaults

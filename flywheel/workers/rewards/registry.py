@@ -39,6 +39,10 @@ class Sample(NamedTuple):
     response: str
     reference: str
     record: dict[str, Any] | None = None
+    # The prompt as chat messages, before the policy's template (the record's messages, or
+    # its text as one user turn): what a reward with its own chat template renders
+    # (reward_model.py), so it never wraps the policy's rendered template in its own.
+    messages: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

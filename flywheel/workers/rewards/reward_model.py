@@ -7,9 +7,12 @@ Ouyang et al. 2022). That is also why GRPO's group-relative advantages suit it.
 
 Rendering: the policy's prompt format is not the reward model's, so each sample is rendered
 again with the reward model's own tokenizer and chat template as the conversation
-[user: prompt, assistant: response] (a prompt given as chat messages is that list, the
-response appended). The response is model output: its text is tokenized with special tokens
-split, so a response writing "<|im_end|>" cannot close its own turn. A tokenizer without a
+[user: prompt, assistant: response], from the prompt's messages before the policy's
+template (`Sample.messages`: the record's messages, or its text as the user turn), never
+from the policy's rendered prompt, whose role headers would land inside the RM's user turn.
+A sample without messages (a direct call) renders its `prompt` text. The response is model
+output: its text is tokenized with special tokens split, so a response writing
+"<|im_end|>" cannot close its own turn. A tokenizer without a
 chat template gets prompt + response as plain text. The tokens are cut to `max_length`
 (from the right: the score is then read at the last kept token, `truncated` in the metadata).
 
@@ -151,7 +154,9 @@ def raw_scores(model, batch: list[list[int]]) -> list[float]:
 
 def score_samples(model, tokenizer, args: RewardModelArgs,
                   samples: list[Sample]) -> list[RewardResult]:
-    rendered = [render_ids(tokenizer, s.prompt, s.response) for s in samples]
+    # the prompt's messages, not the policy's rendered template (`Sample.messages`)
+    rendered = [render_ids(tokenizer, s.prompt if s.messages is None else s.messages,
+                           s.response) for s in samples]
     results = []
     for start in range(0, len(rendered), args.batch_size):
         chunk = rendered[start:start + args.batch_size]

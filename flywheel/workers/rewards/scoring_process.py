@@ -42,12 +42,16 @@ def reward_config(data: object) -> RewardConfig:
 
 
 def samples(data: object) -> list[Sample]:
-    """A request's samples: a list of [prompt, response, reference, record], or ValueError."""
+    """A request's samples: a list of [prompt, response, reference, record, messages], or
+    ValueError (messages: a list of message objects, or null)."""
     def one(item: object) -> Sample:
-        if not (isinstance(item, list) and len(item) == 4
-                and all(isinstance(x, str) for x in item[:3]) and isinstance(item[3], dict)):
+        if not (isinstance(item, list) and len(item) in (4, 5)
+                and all(isinstance(x, str) for x in item[:3]) and isinstance(item[3], dict)
+                and (len(item) == 4 or item[4] is None or (
+                    isinstance(item[4], list) and all(isinstance(m, dict) for m in item[4])))):
             raise ValueError("a sample must be a JSON list [prompt, response, reference, "
-                             "record] of three strings and an object")
+                             "record, messages] of three strings, an object and a list of "
+                             "message objects (or null)")
         return Sample(*item)
 
     if not isinstance(data, list) or not data:

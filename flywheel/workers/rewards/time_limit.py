@@ -154,6 +154,11 @@ def _builder(reward_type: str) -> str:
         raise ScorerError(f"reward '{reward_type}' cannot start: {e}") from None
 
 
+def wire(sample: Sample) -> list:
+    """A sample as the scoring process reads it (scoring_process.samples), as JSON."""
+    return [*sample[:3], sample.record or {}, sample.messages]
+
+
 class TimeLimitedScorer:
     """Scores samples with `cfg`'s reward in killable children, `sample_timeout_s` each."""
 
@@ -257,7 +262,7 @@ class TimeLimitedScorer:
                 child = self._children[slot] = self._start()
             if not child.items:
                 child.items = todo.popleft()
-                child.send([[*samples[i][:3], samples[i].record or {}] for i in child.items])
+                child.send([wire(samples[i]) for i in child.items])
                 child.deadline = (time.monotonic()
                                   + self.cfg.sample_timeout_s * len(child.items))
 

@@ -39,6 +39,15 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # CTRL penalty on prompt + response tokens; 1.0 off
     stop_strings: list[str] = field(default_factory=list)  # end at the completing token
     expand: bool = False  # send n copies of each prompt with n=1 (infer_worker.py)
+    # Per prompt, how many of its last ids are the response so far (a partial rollout's
+    # next segment: rlvr/generation.py segment_request); empty: none. A stop string may
+    # begin there (stops.response_end `before`).
+    continued: list[int] = field(default_factory=list)
+
+    def response_so_far(self, prompt: list[int], index: int) -> list[int]:
+        """The ids of prompt `index` that an earlier segment sampled (none: [])"""
+        k = self.continued[index] if index < len(self.continued) else 0
+        return prompt[len(prompt) - k:] if k > 0 else []
 
 
 @dataclass
@@ -89,15 +98,24 @@ class TrainStrategy(ABC):
         return self.forward(batch)
 
     def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Log-probs with the LoRA adapter disabled: the frozen base model, which is the
-        reference policy of a LoRA run (platform/config/derived.py `reference_from_actor`).
+        """Log-probs of the policy the LoRA run started from, the reference policy of a
+        LoRA run (platform/config/derived.py `reference_from_actor`): the frozen base with
+        the adapter disabled, or base + the starting adapter when the run loaded one
+        (`adapter_name_or_path`; lora.py keeps a frozen copy of it).
         """
         if self.adapter is None:
             raise RuntimeError(f"forward_base_logprobs: {type(self).__name__} trains no LoRA "
                                f"adapter")
+        from flywheel.workers.strategies.lora import (
+            has_reference_adapter,
+            reference_adapter_active,
+        )
         # the reference's distribution: untruncated (model_head.ModelHead.for_reference)
         head, self.head = self.head, self.head.for_reference()
         try:
+            if has_reference_adapter(self.adapter):
+                with reference_adapter_active(self.adapter):
+                    return self.forward_logprobs(batch)
             with self.adapter.disable_adapter():
                 return self.forward_logprobs(batch)
         finally:

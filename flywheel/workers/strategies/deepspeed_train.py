@@ -69,7 +69,12 @@ from flywheel.workers.strategies.hf_model import (
     distinct_state_tensors,
     pick_device,
 )
-from flywheel.workers.strategies.lora import add_adapter, merge_inputs, merged_weights
+from flywheel.workers.strategies.lora import (
+    add_adapter,
+    merge_inputs,
+    merged_weights,
+    save_adapter,
+)
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
 from flywheel.workers.strategies.offload import (
     CPU_NOTE,
@@ -334,7 +339,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         trained = [p for p in self.engine.module.parameters() if p.requires_grad]
         with self._gathered(trained):  # collective under ZeRO-3: every rank gathers
             if self.rank == 0:
-                self.adapter.save_pretrained(path)
+                save_adapter(self.adapter, path)
 
     def load(self, path: str) -> None:
         self.engine.load_checkpoint(  # with LoRA the checkpoint holds no frozen parameter

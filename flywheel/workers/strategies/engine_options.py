@@ -26,9 +26,11 @@ VLLM_LORA_FIELDS = ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
 SGLANG_OWNED = {"model_path": "the role's model_args.model_name_or_path (or pretrain)",
                 "dtype": "model_args.dtype", "random_seed": "the top-level seed",
                 "skip_tokenizer_init": "flywheel (token ids in, token ids out)"}
-SGLANG_TRUNCATION = ("SGLang's log-probs leave out its top-k / top-p truncation, so "
-                     "training would use another distribution than the one sampled; use "
-                     "vllm or hf_infer, or unset top_k / top_p")
+SGLANG_TRUNCATION = ("SGLang's log-probs leave out its top-p truncation, and without "
+                     "top_k no fixed number of its top log-probs holds the nucleus, so "
+                     "training would use another distribution than the one sampled; set "
+                     "top_k too (the log-probs are then renormalised over its top_k), use "
+                     "vllm or hf_infer, or unset top_p")
 
 
 def check_vllm(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
@@ -49,9 +51,10 @@ def check_sglang(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
     refuse_owned("sglang", worker.strategy_args.strategy_config, SGLANG_OWNED)
     if kind != "actor_infer":
         return
-    if truncated_sampling(cfg):
-        key = "top_k" if cfg.actor_infer.generating_args.top_k > 0 else "top_p"
-        raise StrategyConfigError("", f"generating_args.{key}", SGLANG_TRUNCATION)
-    if cfg.validation is not None and truncated_sampling(cfg, validation=True):
-        key = "top_k" if cfg.validation.generating_args.top_k > 0 else "top_p"
-        raise StrategyConfigError("", f"validation.generating_args.{key}", SGLANG_TRUNCATION)
+    # top_k set: the log-probs are renormalised over the top_k sglang returns
+    # (sglang_outputs.py); top_p alone: refused
+    if truncated_sampling(cfg) and cfg.actor_infer.generating_args.top_k <= 0:
+        raise StrategyConfigError("", "generating_args.top_p", SGLANG_TRUNCATION)
+    if cfg.validation is not None and truncated_sampling(cfg, validation=True) and \
+            cfg.validation.generating_args.top_k <= 0:
+        raise StrategyConfigError("", "validation.generating_args.top_p", SGLANG_TRUNCATION)

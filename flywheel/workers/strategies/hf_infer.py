@@ -153,7 +153,10 @@ class HFInferStrategy(InferStrategy):
         rows, ends = [], []
         for row in range(new_tokens.shape[0]):
             ids = new_tokens[row].tolist()
-            end = response_end(ids, set(stop_ids), sampling.stop_strings, self.tokenizer.decode)
+            i = row // sampling.n  # a stop string may start in the response so far
+            before = sampling.response_so_far(prompts[i], offset + i)
+            end = response_end(ids, set(stop_ids), sampling.stop_strings, self.tokenizer.decode,
+                               before)
             rows.append(ids[:end])
             ends.append(end)
         # the log-prob pass scores the response so far and the new tokens as one response

@@ -40,6 +40,7 @@ from flywheel.workers.strategies.lora import (
     add_adapter,
     load_adapter,
     merged_weights,
+    save_adapter,
 )
 from flywheel.workers.strategies.mixed_precision import MixedPrecision, fp32_weights
 from flywheel.workers.strategies.model_head import POLICY, ModelHead
@@ -156,7 +157,7 @@ class HFTrainStrategy(TrainStrategy):
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
         if self.adapter is not None:  # the base is the run's model, loaded at start
-            self.adapter.save_pretrained(os.path.join(path, "adapter"))
+            save_adapter(self.adapter, os.path.join(path, "adapter"))
         else:
             self.model.save_pretrained(os.path.join(path, "model"))
         torch.save(

@@ -17,6 +17,16 @@ What this module refuses, with the model in hand (ConfigError, key path of the r
 - an adapter folder (`adapter_name_or_path`) whose rank, alpha, targets or fully
   trained modules differ from the config's.
 
+The reference policy of a KL term is the policy RL starts from (InstructGPT, Ouyang et al.
+2022 §3.5: the SFT model; GRPO, arXiv 2402.03300 §4.1: the initial policy). With a fresh
+adapter that is the base model, so the reference disables the adapter. Started from an
+adapter folder (`adapter_name_or_path`, an SFT adapter), it is base + that adapter: a
+frozen copy of it is kept as a second PEFT adapter (`REFERENCE`, the same dtypes as the
+trained one, so at step 0 it is the trained adapter exactly) and the reference's forward
+runs with it active (`reference_adapter_active`). The copy costs the adapter's size once
+more (and each `additional_target` module's); syncs, checkpoints and saved folders hold
+the trained adapter alone.
+
 Gradient checkpointing: the frozen embedding's output needs no gradient, so a reentrant
 checkpoint of the first layer would see no input requiring one and leave every adapter
 inside without a gradient (ROLL #307). Nothing here has to act: transformers 5
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -51,6 +62,7 @@ from flywheel.platform.config.schema import ModelArgs
 from flywheel.workers.strategies.hf_model import distinct_state_tensors
 
 ADAPTER = "default"  # PEFT's name for a model's one adapter
+REFERENCE = "reference"  # the frozen starting adapter, when one was loaded
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # what PeftModel.save_pretrained writes
 KEY = "model_args"  # key paths are the role's (the config check prefixes the role)
 
@@ -83,7 +95,45 @@ def add_adapter(model: torch.nn.Module, args: ModelArgs) -> PeftModel:
     if args.adapter_name_or_path:
         check_adapter_folder(args.adapter_name_or_path, peft_model.peft_config[ADAPTER])
         load_adapter(peft_model, args.adapter_name_or_path)
+        keep_starting_adapter(peft_model, args.adapter_name_or_path)
     return peft_model
+
+
+@torch.no_grad()
+def keep_starting_adapter(peft_model: PeftModel, path: str) -> None:
+    """A frozen copy of the adapter at `path` as adapter `REFERENCE`, each tensor in its
+    trained counterpart's dtype (the fp32 masters), so it equals the starting policy."""
+    peft_model.load_adapter(path, adapter_name=REFERENCE, is_trainable=False)
+    named = dict(peft_model.named_parameters())
+    for name, param in named.items():
+        if f".{REFERENCE}." in name:
+            param.requires_grad_(False)
+            twin = named.get(name.replace(f".{REFERENCE}.", f".{ADAPTER}."))
+            if twin is not None and twin.dtype != param.dtype:
+                param.data = param.data.to(twin.dtype)
+
+
+def save_adapter(peft_model: PeftModel, path: str) -> None:
+    """The trained adapter's PEFT folder (never the frozen starting copy)."""
+    peft_model.save_pretrained(path, selected_adapters=[ADAPTER])
+
+
+def has_reference_adapter(peft_model: PeftModel) -> bool:
+    return REFERENCE in peft_model.peft_config
+
+
+@contextmanager
+def reference_adapter_active(peft_model: PeftModel) -> Iterator[None]:
+    """The starting adapter in place of the trained one, for a no-grad forward; every
+    parameter's requires_grad as before afterwards (PEFT's set_adapter changes them)."""
+    flags = [(p, p.requires_grad) for p in peft_model.parameters()]
+    peft_model.set_adapter(REFERENCE)
+    try:
+        yield
+    finally:
+        peft_model.set_adapter(ADAPTER)
+        for param, flag in flags:
+            param.requires_grad_(flag)
 
 
 def tied_module_names(model: torch.nn.Module) -> dict[str, set[str]]:
@@ -156,8 +206,9 @@ def merged_tensor(model: torch.nn.Module, name: str, tensor: torch.Tensor,
     """One state tensor of `model` as the merged model holds it (base name, `dtype`), or
     None for a tensor the merged model has no place for. Reads `merge_inputs(model, name)`
     besides `tensor`: a backend whose parameters are partitioned (ZeRO-3) gathers both."""
-    if ".lora_" in name or ".original_module." in name:
-        return None  # A, B themselves; the frozen copy of a fully trained module
+    if ".lora_" in name or ".original_module." in name or \
+            f".modules_to_save.{REFERENCE}." in name:
+        return None  # A, B themselves; the frozen copies of a fully trained module
     if ".base_layer." in name:
         owner, leaf = name.split(".base_layer.")
         if leaf == "weight":

@@ -90,20 +90,24 @@ POLICY = ModelHead("policy")
 VALUE = ModelHead("value")
 
 
-def policy_head(temperature: float, top_k: int, top_p: float, do_sample: bool) -> ModelHead:
+def policy_head(temperature: float, top_k: int, top_p: float, do_sample: bool,
+                backend: str = "") -> ModelHead:
     """The policy head for actor_infer's generating_args (greedy samples no distribution:
-    its tokens are scored at temperature 1, untruncated)."""
+    its tokens are scored at temperature 1, untruncated). `backend`: actor_infer's; sglang
+    cuts top-k and top-p jointly (sampled_distribution.py)."""
     if not do_sample:
         return POLICY
-    return ModelHead("policy", SampledDistribution(temperature, top_k, top_p))
+    return ModelHead("policy", SampledDistribution(temperature, top_k, top_p,
+                                                   joint=backend == "sglang"))
 
 
-def actor_and_reference_heads(gen: GeneratingArgs) -> tuple[ModelHead, ModelHead]:
-    """actor_train's head (the distribution actor_infer samples, truncation included) and
-    the reference's (the same temperature, untruncated: `ModelHead.for_reference`)."""
-    actor = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample)
+def actor_and_reference_heads(gen: GeneratingArgs,
+                              backend: str = "") -> tuple[ModelHead, ModelHead]:
+    """actor_train's head (the distribution actor_infer samples, truncation included; its
+    backend: `policy_head`) and the reference's (the same temperature, untruncated:
+    `ModelHead.for_reference`)."""
+    actor = policy_head(gen.temperature, gen.top_k, gen.top_p, gen.do_sample, backend)
     return actor, actor.for_reference()
-
 
 
 @torch.no_grad()

@@ -9,8 +9,12 @@ where sglang is not installed is a `BackendMissing` error naming what to install
 Conventions, as vllm: log-probs are those of the sampled distribution
 (algorithms/sampled_distribution.py). SGLang returns log-softmax of logits / temperature
 (`SGLANG_RETURN_ORIGINAL_LOGPROB` is set to 0 before the engine starts unless already
-set), without its top-k / top-p truncation, so a generate call with top_k or top_p set
-is refused rather than recording log-probs of another distribution. A stop token is kept
+set), without its top-k / top-p truncation; with top_k set the request also asks for
+the top_k log-probs of each position, and the recorded log-prob is renormalised over the
+kept set (sglang_outputs.py; the trainer scores SGLang's joint top-k / top-p rule), while
+top_p without top_k is refused rather than recording log-probs of another distribution.
+Partial rollout: a stop string that began in an earlier segment is found across the
+boundary (sglang's own check sees only this request's output). A stop token is kept
 in `token_ids`; `sampling.n` samples per prompt, each with its own
 `sampling_seed` derived from (`sampling.seed`, prompt, sample); results in prompt order.
 
@@ -44,7 +48,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams
 from flywheel.workers.strategies.engine_options import SGLANG_OWNED, SGLANG_TRUNCATION
 from flywheel.workers.strategies.hf_model import load_tokenizer
-from flywheel.workers.strategies.stops import response_end
+from flywheel.workers.strategies.sglang_outputs import generation_of, truncates
 from flywheel.workers.strategies.strategy_config import checked_config
 from flywheel.workers.strategies.vllm_infer import request_seed
 
@@ -91,13 +95,16 @@ class SGLangInferStrategy(InferStrategy):
         self.eos_id = self.tokenizer.eos_token_id
         self.version = 0
 
-    async def _generate_ticking(self, requests: list[list[int]], params: list[dict]
-                                ) -> list[dict]:
+    async def _generate_ticking(self, requests: list[list[int]], params: list[dict],
+                                top_logprobs: int | None = None) -> list[dict]:
         """All requests at once (SGLang batches them), each a progress tick as it finishes
-        (platform/liveness.py), so a long call that keeps finishing samples is not a stall."""
+        (platform/liveness.py), so a long call that keeps finishing samples is not a stall.
+        `top_logprobs`: how many of each position's most likely log-probs to return."""
+        extra = {"top_logprobs_num": top_logprobs} if top_logprobs else {}
+
         async def one(ids: list[int], p: dict) -> dict:
             out = await self.engine.async_generate(input_ids=ids, sampling_params=p,
-                                                   return_logprob=True)
+                                                   return_logprob=True, **extra)
             tick()
             return out
 
@@ -108,8 +115,8 @@ class SGLangInferStrategy(InferStrategy):
                  images: list | None = None) -> list[Generation]:
         if images is not None and any(images):
             raise ValueError("sglang: takes no image inputs (image prompts run on hf_infer)")
-        if sampling.do_sample and (sampling.top_k > 0 or sampling.top_p < 1.0):
-            raise ValueError(f"sglang: generating_args.top_k / top_p: {SGLANG_TRUNCATION}")
+        if sampling.do_sample and sampling.top_k <= 0 and sampling.top_p < 1.0:
+            raise ValueError(f"sglang: generating_args.top_p: {SGLANG_TRUNCATION}")
         stop = [*sampling.stop_token_ids, *([self.eos_id] if self.eos_id is not None else [])]
         sample = sampling.do_sample
         requests, params = [], []
@@ -125,20 +132,11 @@ class SGLangInferStrategy(InferStrategy):
                     "stop": list(sampling.stop_strings) or None,
                     "sampling_seed": request_seed(sampling.seed, i * sampling.n + j),
                 })
+        top = sampling.top_k if truncates(sampling) else None  # renormalised over them
         outputs = asyncio.get_event_loop().run_until_complete(
-            self._generate_ticking(requests, params))
-        gens = []
-        for index, out in enumerate(outputs):
-            meta = out["meta_info"]
-            pairs = meta["output_token_logprobs"]  # [(logprob, token_id, text|None), ...]
-            ids = [int(p[1]) for p in pairs]
-            end = response_end(ids, set(), sampling.stop_strings, self.tokenizer.decode)
-            gens.append(Generation(
-                prompt_index=index // sampling.n, token_ids=ids[:end],
-                log_probs=[float(p[0]) for p in pairs][:end],
-                finish_reason=(meta.get("finish_reason") or {}).get("type", "abort"),
-            ))
-        return gens
+            self._generate_ticking(requests, params, top))
+        return [generation_of(out, index, sampling, prompts[index // sampling.n],
+                              self.tokenizer.decode) for index, out in enumerate(outputs)]
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         self.update_weights_from_buckets([named_tensors], version)
