@@ -31,13 +31,13 @@ import json
 import sys
 from pathlib import Path
 
+from flywheel.interop.roll.convert import AGENTIC_MARKERS
+from flywheel.interop.roll.fit.vl import is_vl
 from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
-from flywheel.platform.config.roll_convert import AGENTIC_MARKERS
-from flywheel.platform.config.roll_vl import is_vl
 from flywheel.platform.config.yaml_source import load_layers
 
 OTHER_PIPELINES = ("sft", "dpo", "distill")
@@ -157,9 +157,9 @@ def env_errors(data: dict) -> list[str]:
     """"tag: error" for each played env tag of a converted agentic config that fails to
     build (flywheel.envs.make with its env_config) or to start an episode; a tag with
     tool_use is built with its tools (the sandbox probe, the search index) and reset."""
+    from flywheel.config.checks.import_allowlist import allowed_prefixes
     from flywheel.envs import make  # the envs and tools only this check needs
     from flywheel.pipelines.config import load_config_dict
-    from flywheel.platform.config.import_allowlist import allowed_prefixes
     from flywheel.tools.from_config import tool_box, with_tools
     cfg = load_config_dict(data)
     errors = []

@@ -49,8 +49,9 @@ import argcomplete
 import yaml
 
 from flywheel.cli_completion import config_key_completer
-from flywheel.platform.config import ConfigError, PipelineConfig, config_to_dict
-from flywheel.platform.config.derived import roles
+from flywheel.config import PipelineConfig, config_to_dict
+from flywheel.config.derived import roles
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.yaml_source import read_yaml_mapping
 from flywheel.platform.stop_signals import RunInterrupted
 
@@ -211,7 +212,7 @@ def cmd_show_config(args: argparse.Namespace) -> int:
     print(f"# platform show-config --config {args.config}{overrides}")
     print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None,
                          width=100, allow_unicode=True), end="")
-    from flywheel.platform.config.derived import derived_values
+    from flywheel.config.derived import derived_values
 
     for key, value in derived_values(cfg).items():
         print(f"# {key}: auto resolves to {value}")

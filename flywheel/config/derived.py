@@ -14,14 +14,9 @@ import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from flywheel.config.schema import ModelArgs, PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.config.catalogs import Catalog, RewardEntry
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import (
-    ModelArgs,
-    PipelineConfig,
-    RewardConfig,
-    WorkerConfig,
-)
 
 # megatron_train splits each worker group into model-parallel groups of this many devices;
 # data parallelism is what remains.
@@ -185,7 +180,7 @@ def lora_on(model_args: ModelArgs) -> bool:
 def served_adapter(cfg: PipelineConfig) -> tuple[int, float] | None:
     """(rank, alpha) of the LoRA adapter actor_infer serves (`lora_sync: adapter`), else
     None: it receives merged weights."""
-    from flywheel.platform.config.lora_args import lora_alpha  # lora_args imports schema only
+    from flywheel.config.lora_args import lora_alpha  # lora_args imports schema only
 
     args = cfg.actor_train.model_args
     if not lora_on(args) or args.lora_sync != "adapter":

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
 
 BLOCKS = ("actor_infer", "validation")
 REFERENCE = "${response_length}"

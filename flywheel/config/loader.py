@@ -32,19 +32,19 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from flywheel.platform.config.acts_when import check_written_keys, without_inert, written_paths
+from flywheel.config.acts_when.check import check_written_keys, without_inert, written_paths
+from flywheel.config.checks.config import check_config
+from flywheel.config.length_defaults import check_max_new_tokens, fill_max_new_tokens
+from flywheel.config.schema import PipelineConfig
+from flywheel.interop.roll.keys import looks_like_roll
 from flywheel.platform.config.catalogs import Catalogs
-from flywheel.platform.config.checks import check_config
 from flywheel.platform.config.conversion import check_keys, to_config
 from flywheel.platform.config.errors import ConfigError, parse_key_path
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.layering import Layered, copy_tree, merge_layer, origin_of
-from flywheel.platform.config.length_defaults import check_max_new_tokens, fill_max_new_tokens
 from flywheel.platform.config.overrides import apply_overrides
 from flywheel.platform.config.resolvers import ResolverContext
-from flywheel.platform.config.roll_keys import looks_like_roll
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.config.yaml_source import DEFAULTS_KEY, load_layers
 
 
@@ -102,7 +102,7 @@ def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
         cfg = to_config(resolved)
         check_config(cfg, catalogs)
         check_max_new_tokens(cfg, written, response_written)
-        check_written_keys(cfg, written_paths(as_written, resolved))  # acts_when.py
+        check_written_keys(cfg, written_paths(as_written, resolved))  # acts_when/check.py
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
         raise _with_roll_hint(error, layered.data) from None
@@ -122,5 +122,5 @@ def _with_roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
 
 def config_to_dict(cfg: PipelineConfig) -> dict[str, Any]:
     """Plain data for `cfg` (Literal values are plain strings) without the keys that do
-    nothing in it (acts_when.py); loads back to an equal config."""
+    nothing in it (acts_when/check.py); loads back to an equal config."""
     return without_inert(dataclasses.asdict(cfg), cfg)

@@ -11,8 +11,8 @@ that disagrees) run when the backend starts. Pure: no I/O, no PEFT import.
 
 from __future__ import annotations
 
+from flywheel.config.schema import ModelArgs, PipelineConfig
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import ModelArgs, PipelineConfig
 
 ALL_LINEAR = "all-linear"  # PEFT's name: every linear layer but the output head
 ROLL_ALL = "all"  # ROLL's spelling of the same

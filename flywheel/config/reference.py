@@ -30,10 +30,10 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flywheel.platform.config import schema
-from flywheel.platform.config.acts_when import table_markdown
+from flywheel.config import schema
+from flywheel.config.acts_when.check import table_markdown
 
-SCHEMA_PATH = Path(schema.__file__)
+SCHEMA_PATH = Path(schema.pipeline.__file__)
 # The placeholder shown for a key the user chooses, by the dict field holding it.
 DICT_KEYS = {"custom_envs": "<tag>", "rewards": "<name>"}
 # Role blocks, written `<role>` where a block appears under each of them.
@@ -260,7 +260,7 @@ def render_markdown(root: type = schema.PipelineConfig) -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from `flywheel/platform/config/schema.py` when the site is built: every "
+        "Generated from `flywheel/config/schema/` when the site is built: every "
         "key a flywheel YAML file accepts, its type, its default and what it means, taken "
         "from the comment beside the field's definition. A key path such as "
         "`actor_train.training_args.learning_rate` is also what a command-line override "

@@ -16,10 +16,14 @@ from __future__ import annotations
 from functools import partial
 
 from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES
+from flywheel.config import loader
+from flywheel.config.checks import config as checks
+from flywheel.config.checks import environment as environment_checks
 from flywheel.envs import registered_envs
 from flywheel.envs.env_manager import TURN_PLACEHOLDERS
+from flywheel.interop.roll import convert as roll_convert
+from flywheel.interop.roll import report as roll_report
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
-from flywheel.platform.config import checks, environment_checks, loader, roll_convert, roll_report
 from flywheel.platform.config.catalogs import Catalog, Catalogs, EnvCatalog
 from flywheel.tools.registry import TOOLS
 from flywheel.workers.rewards.registry import REWARDS

@@ -19,7 +19,7 @@ import os
 
 import ray
 
-from flywheel.platform.config.schema import RayConfig
+from flywheel.config.schema import RayConfig
 from flywheel.platform.resources import SLOT_RESOURCE
 
 log = logging.getLogger(__name__)

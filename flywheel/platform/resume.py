@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.checkpoint import (
     PIPELINE_STATE,
     checkpoint_step,
@@ -30,7 +31,6 @@ from flywheel.platform.checkpoint import (
     resolve_checkpoint,
 )
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
 
 LATEST = "latest"
 # Top-level keys (and their subtrees) a resumed run may change.

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from flywheel.platform.config.schema import PipelineConfig
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.trackers import SampleText, TrackerBackend, TrackerRun, open_backend
 
 # Shown on the progress line when present, in this order.

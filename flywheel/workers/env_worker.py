@@ -37,6 +37,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from flywheel.config.schema import ToolUseConfig
 from flywheel.envs import (
     ChatTurns,
     EnvManager,
@@ -46,7 +47,6 @@ from flywheel.envs import (
     make,
     register_from_import_path,
 )
-from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.platform.liveness import tick
 from flywheel.tools.from_config import template_tools, tool_box, with_tools
 from flywheel.workers.role_worker import RoleWorker

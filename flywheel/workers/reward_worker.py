@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.liveness import doing
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.result import RewardResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from flywheel.platform.config import reference, schema
+from flywheel.config import reference, schema
 
 
 def test_every_config_field_is_documented_beside_its_definition():

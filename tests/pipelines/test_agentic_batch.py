@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from flywheel.config.schema import ValidationGeneratingArgs
 from flywheel.envs import EnvManager, Trajectory
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
@@ -26,7 +27,6 @@ from flywheel.pipelines.agentic.env_jobs import (
     val_jobs,
 )
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config.schema import ValidationGeneratingArgs
 from flywheel.workers.env_worker import TimedEnv
 
 

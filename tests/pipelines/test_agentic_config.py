@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from flywheel.pipelines.config import check_environment, load_config, load_config_dict
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 from flywheel.workshop.sft_recipes import RECIPES as BUILTIN_MODELS
 
 ROOT = Path(__file__).parents[2]

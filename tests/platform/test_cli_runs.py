@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from flywheel.cli import main
+from flywheel.config.schema import RayConfig
 from flywheel.platform.checkpoint import PLOT_REFRESH_S, writing_checkpoint
-from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address
 from flywheel.platform.resources import missing_devices_message

@@ -14,7 +14,7 @@ from flywheel.platform.checkpoint import (
     prune_checkpoints,
     writing_checkpoint,
 )
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from flywheel.algorithms import PolicyLossParams
+from flywheel.config.schema import PipelineConfig, TrainingArgs, WorkerConfig
 from flywheel.pipelines.roles.roles import schedule_horizon
-from flywheel.platform.config.schema import PipelineConfig, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.hf_train import HFTrainStrategy

@@ -17,8 +17,8 @@ does where it acts and what to write instead. This module applies the table:
   keys that act, and a saved config loads back), and `platform convert` drops the ROLL keys
   that would do nothing in the converted file, reporting why.
 
-What it does not do: check values (checks.py, key_checks.py) or fill anything in. To make
-a new key conditional: one `ActsWhen` row (acts_when_rule.py) in acts_when_table.py.
+What it does not do: check values (checks.py, checks/keys.py) or fill anything in. To make
+a new key conditional: one `ActsWhen` row (acts_when/rule.py) in acts_when/table.py.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import flywheel.platform.config.acts_when_table as acts_when_table  # ROWS read when called
-from flywheel.platform.config.acts_when_rule import ActsWhen
+import flywheel.config.acts_when.table as acts_when_table  # ROWS read when called
+from flywheel.config.acts_when.rule import ActsWhen
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
-from flywheel.platform.config.schema import PipelineConfig
 
 ANY = "*"  # a key pattern segment standing for any one key (a reward's or an env tag's name)
 
@@ -132,7 +132,7 @@ def table_markdown() -> list[str]:
            "Written where their condition is off (in the file, a `defaults:` file or an "
            "override, even at the default value), these keys are refused with the reason; "
            "left unwritten they are never refused (`flywheel/platform/config/"
-           "acts_when_table.py`). `*` stands for any name.", "",
+           "acts_when/table.py`). `*` stands for any name.", "",
            "| keys | act only | what they do there |", "|---|---|---|"]
     for (says, does), keys in merged.items():
         out.append(f"| {', '.join(keys)} | {says} | {does} |")

@@ -1,12 +1,12 @@
-"""One row of the "acts when" table (acts_when_table.py), as acts_when.py applies it."""
+"""One row of the "acts when" table (acts_when/table.py), as acts_when/check.py applies it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import KeyPath
-from flywheel.platform.config.schema import PipelineConfig
 
 
 @dataclass(frozen=True)

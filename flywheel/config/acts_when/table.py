@@ -3,7 +3,7 @@
 One `ActsWhen` row per (key, condition): the key path, the variant, feature, role, backend or
 pipeline type it needs, what it does there, and what to write instead. A key may have
 several rows (pg_clip_high needs ppo, then use_pg_clip_range); the first row it breaks is
-the one reported. `acts_when.py` applies the table (to written keys at load, to every key
+the one reported. `acts_when/check.py` applies the table (to written keys at load, to every key
 when a config is saved or converted). Each row was read off the code that uses the key;
 a key that gains a use elsewhere must lose (or widen) its row. Every issue that adds a key
 read only in some configs adds its row here.
@@ -18,8 +18,9 @@ refused under it.
 
 from __future__ import annotations
 
-from flywheel.platform.config.acts_when_rule import ActsWhen, Condition, field_names
-from flywheel.platform.config.derived import (
+from flywheel.config.acts_when.rule import ActsWhen, Condition, field_names
+from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
+from flywheel.config.derived import (
     IMAGE_INFER_BACKENDS,
     infer_is_correction,
     loads_model,
@@ -27,9 +28,8 @@ from flywheel.platform.config.derived import (
     reference_from_actor,
     takes_images,
 )
+from flywheel.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.platform.config.errors import KeyPath
-from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
-from flywheel.platform.config.sft_checks import SFT_ACTOR_KEYS, SFT_KEYS
 
 # ---- policy-loss variants ------------------------------------------------------------------
 # ppo's clip keys (policy_loss/ppo.py clipped_surrogate), read by ppo and gspo alike.
@@ -167,7 +167,7 @@ MLFLOW = Condition("when mlflow is a tracking backend", _mlflow_tracks)
 
 
 def _names_user_code(cfg: PipelineConfig, _: KeyPath) -> bool:
-    """A path the allowlist checks (import_allowlist.py) is written where it is read."""
+    """A path the allowlist checks (checks/import_allowlist.py) is written where it is read."""
     if cfg.pipeline_type == "rlvr":
         return any(r.reward_import_path for r in cfg.rewards.values())
     return cfg.pipeline_type == "agentic" and any(
@@ -229,7 +229,7 @@ REWARD_MODEL = Condition("on a local llm_judge or a reward_model reward",
 # LoRA (schema.ModelArgs lora_*): trained by hf_train and deepspeed_train on actor_train in
 # RL and SFT runs (workers/strategies/lora.py); megatron_train is issue 27's later slice
 # (`platform convert` maps a ROLL megatron_train LoRA actor onto deepspeed_train:
-# roll_lora.py).
+# interop/roll/fit/lora.py).
 LORA_KEYS = {"lora_target": "turns LoRA on and names its modules",
              "lora_rank": "the adapter's rank r", "lora_alpha": "the adapter's scale alpha",
              "lora_dropout": "dropout on the adapter's input",
@@ -517,7 +517,7 @@ PIPELINE_ROWS = [
                                                "advantage"))],
     # issue 26: an env tag's chat rendering and tools act wherever its episodes are played
     # (envs/chat_turns.py, tools/tool_env.py); their own bounds are refused at load
-    # (tool_checks.py), and every key of tool_use acts once tool_use is written.
+    # (checks/tools.py), and every key of tool_use acts once tool_use is written.
     *[ActsWhen(f"custom_envs.*.{key}", AGENTIC, does, "this is not an agentic config: set "
                "pipeline_type: agentic, or remove it")
       for key, does in (("chat_template", "renders turns with the model's chat template"),

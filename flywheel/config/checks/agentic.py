@@ -7,7 +7,7 @@ Env names and turn placeholders are checked against the `EnvCatalog` every calle
 (`catalogs.py`; platform imports nothing from `flywheel.envs`), so a misspelt `env_type`
 fails at load with a did-you-mean, before any actor starts. A user env named by
 `env_import_path` is only checked for shape and against the import_allowlist here
-(import_allowlist.py); importing it is the env workers' job (loading a config runs no
+(checks/import_allowlist.py); importing it is the env workers' job (loading a config runs no
 user code).
 """
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import string
 
+from flywheel.config.checks.import_allowlist import check_allowed_import
+from flywheel.config.checks.tools import check_tool_use
+from flywheel.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
 from flywheel.platform.config.catalogs import Catalog, EnvCatalog, ToolEntry
 from flywheel.platform.config.errors import ConfigError, did_you_mean
-from flywheel.platform.config.import_allowlist import check_allowed_import
-from flywheel.platform.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
-from flywheel.platform.config.tool_checks import check_tool_use
 
 
 def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog,

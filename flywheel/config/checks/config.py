@@ -4,7 +4,7 @@ Pure functions on a `PipelineConfig`; each raises `ConfigError` with the key pat
 and the reason, and none fills anything in. The loader runs `check_config` after strict
 conversion and adds the file name. Only rules the ROLL seed configs satisfy belong here;
 anything that depends on this machine (packages, GPUs, files) is a warning in
-`environment_checks.py` instead, because the same file must validate on a laptop and run on
+`checks/environment.py` instead, because the same file must validate on a laptop and run on
 a cluster.
 
 Names of backends, rewards, loss variants, templates and envs are checked against the
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from flywheel.platform.config.agentic_checks import check_agentic
-from flywheel.platform.config.catalogs import (
-    BackendEntry,
-    Catalog,
-    Catalogs,
-    entry_settings,
-    import_object,
-)
-from flywheel.platform.config.derived import (
+from flywheel.config.checks.agentic import check_agentic
+from flywheel.config.checks.import_allowlist import check_import_paths
+from flywheel.config.checks.judge import check_llm_judge
+from flywheel.config.checks.keys import check_keys_act
+from flywheel.config.checks.reasoning_gym import check_reasoning_gym
+from flywheel.config.checks.reward_model import check_reward_model
+from flywheel.config.checks.rewards import check_reward_routing
+from flywheel.config.checks.sft import check_sft
+from flywheel.config.derived import (
     MEGATRON_PARALLEL_KEYS,
     Role,
     data_parallel_size,
@@ -35,16 +35,16 @@ from flywheel.platform.config.derived import (
     roles,
     shared_actor_devices,
 )
+from flywheel.config.lora_args import check_lora
+from flywheel.config.schema import PipelineConfig, RewardConfig, StrategyArgs
+from flywheel.platform.config.catalogs import (
+    BackendEntry,
+    Catalog,
+    Catalogs,
+    entry_settings,
+    import_object,
+)
 from flywheel.platform.config.errors import ConfigError, did_you_mean
-from flywheel.platform.config.import_allowlist import check_import_paths
-from flywheel.platform.config.judge_checks import check_llm_judge
-from flywheel.platform.config.key_checks import check_keys_act
-from flywheel.platform.config.lora_args import check_lora
-from flywheel.platform.config.reasoning_gym_checks import check_reasoning_gym
-from flywheel.platform.config.reward_checks import check_reward_routing
-from flywheel.platform.config.reward_model_checks import check_reward_model
-from flywheel.platform.config.schema import PipelineConfig, RewardConfig, StrategyArgs
-from flywheel.platform.config.sft_checks import check_sft
 
 
 def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
@@ -69,7 +69,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_import_paths(cfg)
     check_llm_judge(cfg, catalogs.backends)
     check_reward_model(cfg)
-    check_keys_act(cfg, catalogs)  # accepted keys that would do nothing here (key_checks.py)
+    check_keys_act(cfg, catalogs)  # accepted keys that would do nothing here (checks/keys.py)
 
 
 def check_positive(cfg: PipelineConfig) -> None:
@@ -160,7 +160,8 @@ def check_backend_config(role: Role, backend: BackendEntry, cfg: PipelineConfig)
         import_object(backend.config_check)(role.kind, role.worker, cfg)
     except ConfigError as e:
         own = e.key_path.split(".")[0] in {f.name for f in fields(role.worker)}
-        # the same class: a conversion tells a droppable refusal by it (roll_backends.py)
+        # the same class: a conversion tells a droppable refusal by it
+        # (interop/roll/fit/backends.py)
         raise type(e)("", f"{role.key_path}.{e.key_path}" if own else e.key_path,
                       e.message) from None
 

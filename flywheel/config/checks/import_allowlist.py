@@ -12,9 +12,9 @@ Pure functions on a `PipelineConfig`, run by `checks.check_config`; each raises
 
 from __future__ import annotations
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.catalogs import IMPORT_PATH
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
 
 KEY = "import_allowlist"
 ALIAS = "env_import_allowlist"
@@ -53,7 +53,7 @@ def check_allowed_import(key_path: str, path: str | None, cfg: PipelineConfig) -
 
 def check_import_paths(cfg: PipelineConfig) -> None:
     """The allowlist's two spellings, and every reward function's path (an env's path is
-    checked with the other agentic keys, agentic_checks.py)."""
+    checked with the other agentic keys, checks/agentic.py)."""
     check_import_allowlist(cfg)
     if cfg.pipeline_type != "rlvr":
         return

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from flywheel.platform.config.catalogs import BackendEntry, Catalog
-from flywheel.platform.config.derived import template_parts
-from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import (
+from flywheel.config.derived import template_parts
+from flywheel.config.schema import (
     GeneratingArgs,
     LlmJudgeArgs,
     ModelArgs,
@@ -24,6 +22,8 @@ from flywheel.platform.config.schema import (
     RewardConfig,
     StrategyArgs,
 )
+from flywheel.platform.config.catalogs import BackendEntry, Catalog
+from flywheel.platform.config.errors import ConfigError
 
 ENDPOINT_KEYS = ("base_url", "model", "api_key_env")
 

@@ -9,10 +9,8 @@ and backends are read from the catalogs the caller hands in (`catalogs.py`).
 
 from __future__ import annotations
 
-from flywheel.platform.config.catalogs import Catalogs
-from flywheel.platform.config.derived import is_rule_reward, roles
-from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import (
+from flywheel.config.derived import is_rule_reward, roles
+from flywheel.config.schema import (
     DataArgs,
     GeneratingArgs,
     ModelArgs,
@@ -20,6 +18,8 @@ from flywheel.platform.config.schema import (
     RewardConfig,
     StrategyArgs,
 )
+from flywheel.platform.config.catalogs import Catalogs
+from flywheel.platform.config.errors import ConfigError
 
 # Roles whose data_args are read (RLVR prompts); the validation block has its own.
 DATA_ROLES = ("actor_train",)

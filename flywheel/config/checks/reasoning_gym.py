@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
+from flywheel.config.schema import DataArgs, PipelineConfig, ReasoningGymArgs
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import DataArgs, PipelineConfig, ReasoningGymArgs
 
 # set by the block for all its tasks (reasoning-gym's composite derives each task's seed)
 BLOCK_KEYS = ("seed", "size")

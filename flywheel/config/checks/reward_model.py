@@ -11,14 +11,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from flywheel.config.checks.judge import check_world_size
+from flywheel.config.schema import GeneratingArgs, ModelArgs, PipelineConfig, StrategyArgs
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.judge_checks import check_world_size
-from flywheel.platform.config.schema import (
-    GeneratingArgs,
-    ModelArgs,
-    PipelineConfig,
-    StrategyArgs,
-)
 
 MODEL_KEYS_THAT_ACT = ("model_name_or_path", "dtype")
 

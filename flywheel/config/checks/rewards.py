@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import re
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
 
 PROBS = "domain_interleave_probs"
 SUM_TOLERANCE = 0.01  # probabilities summing to 1 within this are rescaled to exactly 1

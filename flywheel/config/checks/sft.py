@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from flywheel.config.schema import ActorTrainConfig, PipelineConfig, ValidationGeneratingArgs
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import (
-    ActorTrainConfig,
-    PipelineConfig,
-    ValidationGeneratingArgs,
-)
 
 # Top-level keys SFT reads (schema.PipelineConfig's pipeline_type comment says how); every
 # other top-level key is RL's and must stay at its default.

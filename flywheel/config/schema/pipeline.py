@@ -6,7 +6,7 @@ Key names follow ROLL's so that a ROLL config loads as written (see
 once, here, beside its definition; `platform show-config` prints the resolved values.
 
 Some keys act only under a condition (a loss variant, a feature, a role, a backend or a
-pipeline type); `acts_when_table.py` lists each with why, and a key written where its
+pipeline type); `acts_when/table.py` lists each with why, and a key written where its
 condition is off is refused.
 
 This module only declares. Loading (YAML, `defaults:`, `${...}`, overrides, strict
@@ -261,7 +261,7 @@ class DataArgs:
     # image_folder, bytes, `data:image/...;base64,` URIs or {"bytes", "path"} structs. A
     # record without it (or with it empty) is a text prompt. Records with images need a
     # model with an image processor, and backends that take images: actor_train hf_train,
-    # actor_infer hf_infer (acts_when_table.py refuses the image keys elsewhere).
+    # actor_infer hf_infer (acts_when/table.py refuses the image keys elsewhere).
     image_key: str = "images"
     # The folder every image path is read from and must resolve inside (symlinks
     # followed); unset: image paths are refused (bytes and data URIs need none).

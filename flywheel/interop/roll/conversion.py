@@ -1,5 +1,5 @@
 """What `platform convert` makes of one ROLL file: the converted data and the report's
-lists (kept apart from roll_convert.py, which builds it, and roll_defaults.py, which adds to
+lists (kept apart from convert.py, which builds it, and defaults.py, which adds to
 it, so neither imports the other)."""
 
 from __future__ import annotations

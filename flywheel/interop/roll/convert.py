@@ -21,25 +21,26 @@ from __future__ import annotations
 import os
 from typing import Any, get_args
 
-from flywheel.platform.config import roll_keys as keys
-from flywheel.platform.config import roll_loss, roll_packing
-from flywheel.platform.config import roll_rules as rules
-from flywheel.platform.config import roll_step_credit as step_credit
+from flywheel.config.loader import load_config_dict
+from flywheel.interop.roll import keys as keys
+from flywheel.interop.roll import rules as rules
+from flywheel.interop.roll.conversion import Conversion
+from flywheel.interop.roll.defaults import finish
+from flywheel.interop.roll.fit import loss as roll_loss
+from flywheel.interop.roll.fit import packing as roll_packing
+from flywheel.interop.roll.fit import step_credit as step_credit
+from flywheel.interop.roll.fit.envs import fit_env_config
+from flywheel.interop.roll.fit.judge import judge_settings, served_judges
+from flywheel.interop.roll.fit.loss import fit_loss
+from flywheel.interop.roll.fit.tools import fit_tool_wrapper
+from flywheel.interop.roll.fit.val_lengths import KEYS as VAL_LENGTHS
+from flywheel.interop.roll.fit.val_lengths import fit_val_lengths
+from flywheel.interop.roll.fit.vl import data_function, detection_reward_args, is_vl
 from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
 from flywheel.platform.config.interpolation import resolve_references
-from flywheel.platform.config.loader import load_config_dict
-from flywheel.platform.config.roll_conversion import Conversion
-from flywheel.platform.config.roll_defaults import finish
-from flywheel.platform.config.roll_envs import fit_env_config
-from flywheel.platform.config.roll_judge import judge_settings, served_judges
-from flywheel.platform.config.roll_loss import fit_loss
-from flywheel.platform.config.roll_tools import fit_tool_wrapper
-from flywheel.platform.config.roll_val_lengths import KEYS as VAL_LENGTHS
-from flywheel.platform.config.roll_val_lengths import fit_val_lengths
-from flywheel.platform.config.roll_vl import data_function, detection_reward_args, is_vl
 from flywheel.platform.config.yaml_source import load_layers
 
 # what a ROLL rule reward worker loads from its model_args, where not only a tokenizer

@@ -9,11 +9,11 @@ each reported in the conversion (`Conversion.mapped` / `dropped`):
    each tag's max_tokens_per_step and max_new_tokens is taken out.
 2. `write_roll_defaults`: a key the ROLL file leaves unset runs at ROLL's default; where that
    differs from flywheel's default and the key carries over (a `SAME` or `To` rule in
-   roll_rules.py), ROLL's value is written out: learning rate and schedule, dtype, sampling
+   rules.py), ROLL's value is written out: learning rate and schedule, dtype, sampling
    temperature / top-p / top-k, gradient checkpointing, batch sizes, steps, the `response`
    column, ... Keys that only say where files go (`NOT_WRITTEN`) are left to flywheel.
 3. `drop_inert`: a key that would do nothing in the converted config (the "acts when" table,
-   acts_when_table.py) is taken out: one the file wrote is reported as dropped with the
+   config/acts_when/table.py) is taken out: one the file wrote is reported as dropped with the
    reason (ROLL does not read it there either: the rows follow the same loss variants,
    estimators and roles); one of ROLL's defaults from pass 2 is simply not written. So
    `platform validate` accepts every file `platform convert` writes.
@@ -24,21 +24,21 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from flywheel.platform.config import roll_keys as keys
-from flywheel.platform.config import roll_rules as rules
-from flywheel.platform.config.acts_when import data_paths, inert
+from flywheel.config.acts_when.check import data_paths, inert
+from flywheel.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
+from flywheel.interop.roll import keys as keys
+from flywheel.interop.roll import rules as rules
+from flywheel.interop.roll.fit.backends import fit_backends, megatron_precision
+from flywheel.interop.roll.fit.domains import fit_domain_mix
+from flywheel.interop.roll.fit.lora import drop_frozen_elsewhere, fit_lora
+from flywheel.interop.roll.fit.megatron import fit_moe, fit_vl_megatron
+from flywheel.interop.roll.fit.packing import fit_packing
+from flywheel.interop.roll.fit.vl import fit_vl
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
-from flywheel.platform.config.roll_backends import fit_backends, megatron_precision
-from flywheel.platform.config.roll_domains import fit_domain_mix
-from flywheel.platform.config.roll_lora import drop_frozen_elsewhere, fit_lora
-from flywheel.platform.config.roll_megatron import fit_moe, fit_vl_megatron
-from flywheel.platform.config.roll_packing import fit_packing
-from flywheel.platform.config.roll_vl import fit_vl
-from flywheel.platform.config.schema import PipelineConfig, ValidationConfig, WorkerConfig
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 # ROLL defaults never written: where ROLL puts files (flywheel: under output_dir), and the
 # generation budget, which flywheel derives from response_length (RLVR) or the env tags.
@@ -150,7 +150,7 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     megatron_precision(out)  # before the next two: Megatron's bf16 flag is model_args.dtype
     fit_lora(out)  # before fit_backends: a megatron_train LoRA actor becomes deepspeed_train
     drop_frozen_elsewhere(out)
-    fit_moe(out)  # so does a megatron_train MoE role (roll_megatron.py)
+    fit_moe(out)  # so does a megatron_train MoE role (fit/megatron.py)
     fit_vl_megatron(out)  # and a VL file's megatron_train roles (images)
     fit_backends(out)
     fit_packing(data, out)  # where packing acts depends on the final backends

@@ -13,9 +13,9 @@ import sys
 
 import yaml
 
+from flywheel.interop.roll.convert import Conversion, convert_roll
 from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.roll_convert import Conversion, convert_roll
 
 SECTIONS = (
     ("missing", "flywheel does not have (the config needs it, so it is not converted)"),

@@ -137,7 +137,7 @@ TOP: dict[str, Rule] = {
                                          "(is_use_additional_prompts)"),
     "user_defined_rollout_loop_cls": Missing("a user-defined rollout loop class"),
     "rollout_mock": To("rollout_mock", rollout_mock),
-    # val_prompt_length, val_sequence_length: roll_val_lengths.py converts the pair.
+    # val_prompt_length, val_sequence_length: fit/val_lengths.py converts the pair.
     "l2": Missing("an L2 penalty on the policy (l2)"),
     "use_reward_scaling": Missing("running reward scaling (use_reward_scaling)"),
     "add_len_reward": Missing("a length reward (add_len_reward)"),
@@ -160,7 +160,7 @@ TOP: dict[str, Rule] = {
     "use_policy_loss_type": Missing("use_policy_loss_type"),
     "use_topr_loss": Missing("use_topr_loss (flywheel: actor_train.pg_variant: topr)"),
     # importance_sampling, postive_loss_coef, use_topr_neg_loss_coef, rl_loss_coef and
-    # train_infer_correction choose the loss together: roll_loss.py converts them.
+    # train_infer_correction choose the loss together: fit/loss.py converts them.
     "max_len_mask": SAME,
     "mask_type": Missing("mask_type"),
     "difficulty_mask": SAME,
@@ -173,7 +173,7 @@ TOP: dict[str, Rule] = {
     "dirty_data_mask": Missing("dirty data masking (dirty_data_mask)"),
     "open_feedback_turn": Missing("feedback turns (open_feedback_turn)"),
     "use_token_reward": Missing("token-level env rewards (use_token_reward)"),
-    # batch_adjust_mode, step_reward_gamma: roll_step_credit.py converts them.
+    # batch_adjust_mode, step_reward_gamma: fit/step_credit.py converts them.
     "episode_reward_weight": SAME,
     "step_reward_weight": SAME,
     "ratio_type": Missing("segment-level ratios (ratio_type)"),
@@ -195,7 +195,7 @@ WORKER: dict[str, Rule] = {
     "sequence_length_round_in_train": Drop(_PERF), "use_dynamic_batching_in_infer": Drop(_PERF),
     "max_tokens_per_microbatch_in_infer": Drop(_PERF),
     "sequence_length_round_in_infer": Drop(_PERF), "offload_nccl": Drop(_PERF),
-    # use_sequence_packing, sequence_packing_args: roll_packing.py, once backends are final
+    # use_sequence_packing, sequence_packing_args: fit/packing.py, once backends are final
     "logits_in_fp32": Drop("flywheel computes log-probs in fp32"),
     "router_replay": Missing("MoE router replay (router_replay)"),
     "apply_loss_scale": Drop(_PERF),
@@ -242,7 +242,7 @@ MODEL_ARGS: dict[str, Rule] = {
     **{k: SAME for k in ("model_name_or_path", "dtype", "attn_implementation",
                          "disable_gradient_checkpointing")},
     # ROLL turns LoRA on by naming target modules; the other lora_* keys only shape it.
-    # Copied on every role; roll_lora.py fits the backend and drops them off actor_train.
+    # Copied on every role; fit/lora.py fits the backend and drops them off actor_train.
     **{k: SAME for k in ("lora_target", "lora_alpha", "lora_dropout", "lora_rank",
                          "additional_target", "adapter_name_or_path")},
     "autocast_adapter_dtype": Missing("a LoRA adapter in the model's dtype "
@@ -253,7 +253,7 @@ MODEL_ARGS: dict[str, Rule] = {
     "model_type": Missing("a non-causal-LM model head (model_type)"),
     "num_labels": Drop("classification heads only"),
     "model_config_kwargs": Missing("model config overrides (model_config_kwargs)"),
-    "freeze_module_prefix": SAME,  # hf_train's frozen modules (acts_when_table.py)
+    "freeze_module_prefix": SAME,  # hf_train's frozen modules (config/acts_when/table.py)
     "ulysses_size": Drop("Ulysses sequence parallelism; " + _PERF),
 }
 TRAINING_ARGS: dict[str, Rule] = {

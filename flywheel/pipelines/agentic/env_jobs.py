@@ -33,19 +33,14 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from flywheel.config.checks.import_allowlist import allowed_prefixes
+from flywheel.config.schema import CustomEnvConfig, EnvManagerArgs, GeneratingArgs, PipelineConfig
 from flywheel.envs import EnvManagerConfig, Trajectory, make, register_from_import_path
 from flywheel.pipelines.loop.seams import Completion, Scored
 from flywheel.pipelines.rlvr.generation import sampling_params
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import streams
 from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.import_allowlist import allowed_prefixes
-from flywheel.platform.config.schema import (
-    CustomEnvConfig,
-    EnvManagerArgs,
-    GeneratingArgs,
-    PipelineConfig,
-)
 from flywheel.platform.resources import RoleDevices
 from flywheel.tools.from_config import template_tools, tool_box
 from flywheel.workers.env_worker import EnvJob, EnvJobResult, EnvWorker, chat_turns

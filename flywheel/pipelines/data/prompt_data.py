@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flywheel.config.schema import DataArgs
 from flywheel.pipelines.data.arithmetic_data import ensure_arithmetic_files
 from flywheel.pipelines.data.data_files import read_rows
 from flywheel.pipelines.data.image_files import ImageArgs
@@ -47,7 +48,6 @@ from flywheel.pipelines.data.records import (
     json_images,
     json_row,
 )
-from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.builtin import default_cache_dir
 
 log = logging.getLogger(__name__)

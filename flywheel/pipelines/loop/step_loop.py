@@ -43,6 +43,12 @@ from flywheel.algorithms import (
     MismatchCorrection,
     TrainInferFilter,
 )
+from flywheel.config.derived import (
+    infer_is_correction,
+    offloads_between_phases,
+    shared_actor_devices,
+)
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.group_filter import group_filter
@@ -58,12 +64,6 @@ from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metr
 from flywheel.pipelines.roles.roles import Roles
 from flywheel.platform.checkpoint import PIPELINE_STATE, prune_checkpoints, writing_checkpoint
 from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config.derived import (
-    infer_is_correction,
-    offloads_between_phases,
-    shared_actor_devices,
-)
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
 from flywheel.platform.tracking import Tracker
 from flywheel.workers.actor_loss import ActorLoss

@@ -20,6 +20,9 @@ from typing import Any, Protocol
 
 import yaml
 
+from flywheel.config import config_to_dict
+from flywheel.config.length_defaults import loadable_config_data
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.agentic import rollout as agentic
 from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
@@ -31,9 +34,6 @@ from flywheel.pipelines.run.sample_texts import SampleTextLog
 from flywheel.pipelines.sft.run import run_sft
 from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
-from flywheel.platform.config import config_to_dict
-from flywheel.platform.config.length_defaults import loadable_config_data
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots

@@ -28,7 +28,7 @@ Metrics go to the run's tracker (metrics.jsonl, the configured backends, the con
 progress line), status.json and plots.png as for RL runs.
 
 In process: actor_train runs as `HFTrainStrategy` in the driver (no Ray, no roles), on one
-device (CUDA when present). The config checks (platform/config/sft_checks.py) refuse other
+device (CUDA when present). The config checks (config/checks/sft.py) refuse other
 backends, several devices and every RL-only key.
 """
 
@@ -42,6 +42,8 @@ from pathlib import Path
 
 import torch
 
+from flywheel.config import config_to_dict
+from flywheel.config.schema import DataArgs, PipelineConfig
 from flywheel.pipelines.data.data_files import read_rows
 from flywheel.pipelines.data.prompt_data import (
     DataError,
@@ -56,8 +58,6 @@ from flywheel.pipelines.data.records import json_images
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
-from flywheel.platform.config import config_to_dict
-from flywheel.platform.config.schema import DataArgs, PipelineConfig
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.run_status import write_status
 from flywheel.platform.tracking import Tracker, default_mlflow_uri

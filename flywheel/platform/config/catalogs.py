@@ -192,5 +192,5 @@ class Catalogs:
     templates: Catalog[Literal["native", "chat"]]  # how a template encodes prompts
     envs: EnvCatalog
     # Tools that agentic episodes call (flywheel/tools/registry.py TOOLS), read by the
-    # agentic checks (tool_checks.py).
+    # agentic checks (config/checks/tools.py).
     tools: Catalog[ToolEntry]

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import dacite
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.device_mapping import parse_device_mapping
 from flywheel.platform.config.errors import (
     ConfigError,
@@ -39,7 +40,6 @@ from flywheel.platform.config.errors import (
     did_you_mean,
     format_key_path,
 )
-from flywheel.platform.config.schema import PipelineConfig
 
 FLOAT_TEXT = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 # Fields parsed by the device_mapping grammar rather than by their declared type alone.

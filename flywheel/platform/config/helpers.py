@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.conversion import field_types
-from flywheel.platform.config.schema import PipelineConfig
 
 # The first key of a `${a.b}` / `${a[0]}` reference; resolver calls (`${oc.env:X}`) have
 # a colon after the name and are no reference to a key.

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import check_import_path, import_object, register_entry
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.format_pattern import format_check, plus_format, with_format_pattern
 from flywheel.workers.rewards.result import RewardResult
 

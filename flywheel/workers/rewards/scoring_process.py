@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.time_limit import read_frame, write_frame
 

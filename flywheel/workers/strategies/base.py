@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.strategies.model_head import ModelHead
@@ -87,7 +87,7 @@ class TrainStrategy(ABC):
 
     def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Log-probs with the LoRA adapter disabled: the frozen base model, which is the
-        reference policy of a LoRA run (platform/config/derived.py `reference_from_actor`).
+        reference policy of a LoRA run (config/derived.py `reference_from_actor`).
         """
         if self.adapter is None:
             raise RuntimeError(f"forward_base_logprobs: {type(self).__name__} trains no LoRA "

@@ -23,9 +23,9 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from flywheel.platform.config.checks import check_backend_config
+from flywheel.config.checks.config import check_backend_config
+from flywheel.config.derived import is_rule_reward, roles, truncated_sampling
 from flywheel.platform.config.conversion import to_config
-from flywheel.platform.config.derived import is_rule_reward, roles, truncated_sampling
 from flywheel.platform.config.errors import (
     ConfigError,
     MissingMemorySaving,
@@ -34,7 +34,7 @@ from flywheel.platform.config.errors import (
 )
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 
 def fit_backends(out: Conversion) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 KEY = "domain_interleave_probs"
 TOLERANCE = 1e-6

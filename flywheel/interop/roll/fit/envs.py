@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 ROLL_SOKOBAN_STEP_PENALTY = -0.1  # gym-sokoban's penalty_for_step, which ROLL keeps
 # Local data of ROLL's GEM question envs, relative to the flywheel checkout (as the shipped

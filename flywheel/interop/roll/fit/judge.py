@@ -1,7 +1,7 @@
 """ROLL's LLM judge (its LLMJudgeRewardWorker) as flywheel's llm_judge reward.
 
 ROLL spells the judge in keys beside the reward's worker block; flywheel's live in
-`rewards.<name>.llm_judge` (platform/config/schema.py `LlmJudgeArgs`):
+`rewards.<name>.llm_judge` (config/schema/ `LlmJudgeArgs`):
 
 - `judge_prompt` names a prompt in ROLL's own table (roll/utils/prompt.py `prompt_maps`).
   A name flywheel knows becomes `llm_judge.prompt_template` in flywheel's words (the same
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.platform.config.roll_conversion import Conversion
+from flywheel.interop.roll.conversion import Conversion
 
 # What ROLL's "Qwen2.5-7B-Instruct-RLVR-prompt" asks, in flywheel's words: does the final
 # answer of a solution match the reference, whatever the language; answer YES or NO only.

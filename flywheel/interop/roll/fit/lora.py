@@ -15,7 +15,7 @@ actor_train's keys carry over as written (roll_rules.MODEL_ARGS); here the rest 
 - The other roles' LoRA keys are dropped with the reason (`LORA_ELSEWHERE`): actor_infer
   receives the merged weights, so the adapter it would serve is already in them.
 - A reference of the same base model is actor_train's model with the adapter disabled
-  (derived.reference_from_actor): `drop_inert` (roll_defaults.py) then drops its own
+  (derived.reference_from_actor): `drop_inert` (defaults.py) then drops its own
   devices, backend and batch size, each with that reason.
 """
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flywheel.platform.config.acts_when_table import LORA_BACKENDS, LORA_ELSEWHERE, LORA_KEYS
-from flywheel.platform.config.roll_megatron import megatron_to_deepspeed
+from flywheel.config.acts_when.table import LORA_BACKENDS, LORA_ELSEWHERE, LORA_KEYS
+from flywheel.interop.roll.fit.megatron import megatron_to_deepspeed
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 def fit_lora(out: Conversion) -> None:
     for role in LORA_ELSEWHERE:

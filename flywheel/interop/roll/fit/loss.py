@@ -2,7 +2,7 @@
 
 Three of ROLL's top-level settings choose what flywheel chooses with `pg_variant` and
 `infer_is_correction`, so they convert together, after the rest of the file
-(`fit_loss`, called by roll_convert.py), reading the ROLL file as written:
+(`fit_loss`, called by convert.py), reading the ROLL file as written:
 
 - `importance_sampling: seq` (read by ROLL's RLVR ActorWorker, the default actor_train
   worker: one length-normalised ratio per response, clipped like PPO's) is GSPO:
@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 KEYS = frozenset({"importance_sampling", "use_topr_neg_loss_coef", "postive_loss_coef",
                   "rl_loss_coef", "train_infer_correction"})

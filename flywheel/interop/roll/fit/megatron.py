@@ -1,7 +1,7 @@
 """A ROLL role on Megatron that flywheel's megatron_train cannot train: onto deepspeed_train.
 
 flywheel's megatron_train builds a dense megatron-core GPTModel from Hugging Face Qwen2 /
-Llama weights: it trains no LoRA adapter (roll_lora.py sends those files here) and has no
+Llama weights: it trains no LoRA adapter (fit/lora.py sends those files here) and has no
 MoE layers or expert parallelism (`fit_moe` below). ROLL trains both on Megatron. Such a
 role goes to deepspeed_train, whose ZeRO stage shards what Megatron's layout shards
 (`zero_stage_for`): the same update on the same model, the tensors placed otherwise.
@@ -39,10 +39,10 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from flywheel.platform.config import roll_keys as keys
+from flywheel.interop.roll import keys as keys
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 # Megatron's parallel sizes that split the parameters (and their gradients and optimizer
 # state) across devices; context parallelism splits the sequence, not the weights.

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flywheel.platform.config.acts_when_table import TOKEN_BUDGET_BACKENDS
+from flywheel.config.acts_when.table import TOKEN_BUDGET_BACKENDS
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 KEYS = ("use_sequence_packing", "sequence_packing_args")
 WIDTH = "max_packed_sequence_length_train"

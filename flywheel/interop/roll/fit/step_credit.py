@@ -24,12 +24,12 @@ import copy
 import string
 from typing import TYPE_CHECKING, Any
 
-from flywheel.platform.config.checks import check_batch_sizes
+from flywheel.config.checks.config import check_batch_sizes
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 KEYS = ("step_reward_gamma", "batch_adjust_mode")  # converted here, not by roll_rules
 STEP_ESTIMATORS = ("gigpo", "step_reinforce")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 GEM_MAX_TOOL_USES = 10  # gem.tools.tool_env_wrapper.ToolEnvWrapper's default
 LOCAL_DOCUMENTS = "examples/data/gem_qa_documents.jsonl"  # examples/data/gem_local_data.py

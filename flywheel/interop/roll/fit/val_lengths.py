@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.platform.config.roll_conversion import Conversion
+from flywheel.interop.roll.conversion import Conversion
 
 KEYS = frozenset({"val_prompt_length", "val_sequence_length"})
 

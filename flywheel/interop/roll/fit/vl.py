@@ -21,7 +21,7 @@ vllm (derived.takes_images); megatron_train, deepspeed_train and sglang take tex
 A VL file whose converted backends do not take images is refused (`check_images`): its
 records carry images, and the run would stop at its first batch. The same for
 `freeze_module_prefix`: ROLL freezes on every training backend, flywheel's hf_train alone
-(acts_when_table.py FREEZE), so a prefix on another backend would train the frozen tower.
+(config/acts_when/table.py FREEZE), so a prefix on another backend would train the frozen tower.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ import copy
 import re
 from typing import TYPE_CHECKING, Any
 
-from flywheel.platform.config.conversion import to_config
-from flywheel.platform.config.derived import (
+from flywheel.config.derived import (
     IMAGE_INFER_BACKENDS,
     IMAGE_TRAIN_BACKENDS,
     lora_on,
     takes_images,
 )
+from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath
 
 if TYPE_CHECKING:
-    from flywheel.platform.config.roll_conversion import Conversion
+    from flywheel.interop.roll.conversion import Conversion
 
 DATA_BLOCKS = ("actor_train", "validation")
 IMAGE_KEYS = ("image_folder", "image_max_pixels", "image_min_pixels")
@@ -86,7 +86,7 @@ def data_function(data: dict[str, Any], out: Conversion) -> dict[str, Any]:
         why = DATA_FUNCTIONS[name]
         if why is None:
             out.mapped.append(f"{where}: {name} is ROLL's own VL data function (its default): "
-                              f"the columns it reads are written out (roll_vl.py)")
+                              f"the columns it reads are written out (fit/vl.py)")
         else:
             out.missing.append(f"{why} ({where} = {name})")
         data[block] = {**data[block], "data_args": {k: v for k, v in args.items()
