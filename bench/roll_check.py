@@ -31,6 +31,7 @@ import json
 import sys
 from pathlib import Path
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.interop.roll.convert import AGENTIC_MARKERS
 from flywheel.interop.roll.fit.vl import is_vl
 from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
@@ -92,10 +93,10 @@ def _resolved_without_helpers(data: dict) -> dict:
     (`custom_envs.X: ${custom_env.X}`) is searched for unknown keys at its new place. When
     it does not resolve (a reference into a key that is itself unknown), `data` unchanged."""
     try:
-        resolved = resolve_references(data)
+        resolved = resolve_references(data, schema=PipelineConfig)
     except ConfigError:
         return data
-    return without(resolved, helper_keys(data))
+    return without(resolved, helper_keys(data, PipelineConfig))
 
 
 def remove_unknown_keys(data: dict) -> list[str]:
@@ -105,7 +106,7 @@ def remove_unknown_keys(data: dict) -> list[str]:
     more, and goes in the next."""
     removed: list[str] = []
     while True:
-        found = _remove_unknown(data, helper_keys(data))
+        found = _remove_unknown(data, helper_keys(data, PipelineConfig))
         if not found:
             return removed
         removed += found
@@ -118,7 +119,7 @@ def _remove_unknown(data: dict, helpers: set[str], path: tuple = ()) -> list[str
         if not path and key in helpers:
             continue
         try:
-            type_ = field_type_at(child)
+            type_ = field_type_at(child, PipelineConfig)
         except ConfigError:
             del data[key]
             removed.append(".".join(map(str, child)))
@@ -143,7 +144,8 @@ def check(root: Path) -> dict:
             continue
         row.update(roll_loads=True, converted=not conversion.missing,
                    missing=conversion.missing, ignored=conversion.ignored,
-                   vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data)))
+                   vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data,
+                                                                     schema=PipelineConfig)))
         if row["file"] in EXCEPTED and not row["converted"]:
             row["excepted"] = EXCEPTED[row["file"]]
         if kind == "agentic" and row["converted"]:

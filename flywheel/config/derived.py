@@ -14,8 +14,9 @@ import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from flywheel.config.catalogs import RewardEntry
 from flywheel.config.schema import ModelArgs, PipelineConfig, RewardConfig, WorkerConfig
-from flywheel.platform.config.catalogs import Catalog, RewardEntry
+from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError
 
 # megatron_train splits each worker group into model-parallel groups of this many devices;

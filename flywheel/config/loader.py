@@ -17,8 +17,9 @@ The stages, in order, each in its own module:
    this config is refused (what was written is recorded before stage 4 fills anything in).
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
-the layer that set the offending key (`layering.origin_of`). An unknown key in a file that
-looks like one of ROLL's points at `platform convert --from roll`. Loading reads the YAML
+the layer that set the offending key (`layering.origin_of`). A caller's `hint` may add to an
+error (`flywheel.pipelines.config` passes the ROLL converter's: an unknown key in a file that
+looks like one of ROLL's points at `platform convert --from roll`). Loading reads the YAML
 files and, only where a config uses `${oc.env:...}` or `${now:...}`, the environment and the
 clock (`resolvers.py`: why, and how a run records the values); no model or data access, no
 derived fields filled in. Machine-dependent problems are warnings from
@@ -29,15 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flywheel.config.acts_when.check import check_written_keys, without_inert, written_paths
+from flywheel.config.catalogs import Catalogs
 from flywheel.config.checks.config import check_config
 from flywheel.config.length_defaults import check_max_new_tokens, fill_max_new_tokens
 from flywheel.config.schema import PipelineConfig
-from flywheel.interop.roll.keys import looks_like_roll
-from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.conversion import check_keys, to_config
 from flywheel.platform.config.errors import ConfigError, parse_key_path
 from flywheel.platform.config.helpers import helper_keys, without
@@ -47,17 +47,20 @@ from flywheel.platform.config.overrides import apply_overrides
 from flywheel.platform.config.resolvers import ResolverContext
 from flywheel.platform.config.yaml_source import DEFAULTS_KEY, load_layers
 
+# What a caller adds to a load error: the error and the merged data in, the error to raise out.
+Hint = Callable[[ConfigError, dict[str, Any]], ConfigError]
+
 
 def load_config(path: str | os.PathLike, overrides: Iterable[str] = (),
                 context: ResolverContext | None = None, *,
-                catalogs: Catalogs) -> PipelineConfig:
+                catalogs: Catalogs, hint: Hint | None = None) -> PipelineConfig:
     """Load, compose, override, interpolate, convert strictly and check one config file."""
-    return _build(load_layers(path), overrides, catalogs, context)
+    return _build(load_layers(path), overrides, catalogs, context, hint)
 
 
 def load_config_with_section(path: str | os.PathLike, section: str,
-                             overrides: Iterable[str] = (), *,
-                             catalogs: Catalogs) -> tuple[PipelineConfig, Any]:
+                             overrides: Iterable[str] = (), *, catalogs: Catalogs,
+                             hint: Hint | None = None) -> tuple[PipelineConfig, Any]:
     """`load_config` for a file that also holds one extra top-level block (`section`), which
     is taken out before the strict checks and returned as written (None when absent).
 
@@ -65,18 +68,19 @@ def load_config_with_section(path: str | os.PathLike, section: str,
     expectations of `configs/ci/*.yaml`; everything else in the file is checked as usual."""
     layered = load_layers(path)
     extra = layered.data.pop(section, None)
-    return _build(layered, overrides, catalogs), extra
+    return _build(layered, overrides, catalogs, hint=hint), extra
 
 
 def load_config_layers(layered: Layered, overrides: Iterable[str] = (), *,
-                       catalogs: Catalogs) -> PipelineConfig:
+                       catalogs: Catalogs, hint: Hint | None = None) -> PipelineConfig:
     """`load_config` for files already read and merged (`yaml_source.load_layers`), e.g. by
     a tool that edits the merged data before the strict checks (bench/roll_check.py)."""
-    return _build(layered, overrides, catalogs)
+    return _build(layered, overrides, catalogs, hint=hint)
 
 
 def load_config_dict(data: dict[str, Any], source: str = "<dict>",
-                     overrides: Iterable[str] = (), *, catalogs: Catalogs) -> PipelineConfig:
+                     overrides: Iterable[str] = (), *, catalogs: Catalogs,
+                     hint: Hint | None = None) -> PipelineConfig:
     """`load_config` for data already in memory (tests, programmatic use); no `defaults:`."""
     if not isinstance(data, dict):
         raise ConfigError(source, "", f"expected a mapping of keys, got {type(data).__name__}")
@@ -86,38 +90,28 @@ def load_config_dict(data: dict[str, Any], source: str = "<dict>",
     layered = Layered()
     merge_layer(layered, copy_tree(data, source), source)
     layered.origins[()] = source
-    return _build(layered, overrides, catalogs)
+    return _build(layered, overrides, catalogs, hint=hint)
 
 
 def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
-           context: ResolverContext | None = None) -> PipelineConfig:
-    apply_overrides(layered, overrides)
-    helpers = helper_keys(layered.data)
+           context: ResolverContext | None = None, hint: Hint | None = None) -> PipelineConfig:
+    apply_overrides(layered, overrides, PipelineConfig)
+    helpers = helper_keys(layered.data, PipelineConfig)
     try:
-        check_keys(without(layered.data, helpers))
+        check_keys(without(layered.data, helpers), PipelineConfig)
         as_written = copy_tree(without(layered.data, helpers), "")  # before any fill
         response_written = "response_length" in layered.data
         written = fill_max_new_tokens(layered.data)  # unset: ${response_length}
-        resolved = without(resolve_references(layered.data, context), helpers)
-        cfg = to_config(resolved)
+        resolved = without(resolve_references(layered.data, context, schema=PipelineConfig),
+                           helpers)
+        cfg = to_config(resolved, PipelineConfig)
         check_config(cfg, catalogs)
         check_max_new_tokens(cfg, written, response_written)
         check_written_keys(cfg, written_paths(as_written, resolved))  # acts_when/check.py
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
-        raise _with_roll_hint(error, layered.data) from None
+        raise (hint(error, layered.data) if hint else error) from None
     return cfg
-
-
-def _with_roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
-    """An unknown key in a ROLL-shaped file: say which command maps ROLL's keys to ours."""
-    if not error.message.startswith("unknown key") or not looks_like_roll(data):
-        return error
-    source = error.file if error.file and error.file != "command line" else "ROLL.yaml"
-    return ConfigError(error.file, error.key_path,
-                       f"{error.message}; this looks like a ROLL config: `platform convert "
-                       f"--from roll {source} -o flywheel.yaml` maps ROLL's keys to "
-                       f"flywheel's and reports what it cannot")
 
 
 def config_to_dict(cfg: PipelineConfig) -> dict[str, Any]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import string
 
+from flywheel.config.catalogs import EnvCatalog, ToolEntry
 from flywheel.config.checks.import_allowlist import check_allowed_import
 from flywheel.config.checks.tools import check_tool_use
 from flywheel.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
-from flywheel.platform.config.catalogs import Catalog, EnvCatalog, ToolEntry
+from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 

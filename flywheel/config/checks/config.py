@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from flywheel.config.catalogs import BackendEntry, Catalogs
 from flywheel.config.checks.agentic import check_agentic
 from flywheel.config.checks.import_allowlist import check_import_paths
 from flywheel.config.checks.judge import check_llm_judge
@@ -37,13 +38,7 @@ from flywheel.config.derived import (
 )
 from flywheel.config.lora_args import check_lora
 from flywheel.config.schema import PipelineConfig, RewardConfig, StrategyArgs
-from flywheel.platform.config.catalogs import (
-    BackendEntry,
-    Catalog,
-    Catalogs,
-    entry_settings,
-    import_object,
-)
+from flywheel.platform.config.catalogs import Catalog, entry_settings, import_object
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 

@@ -25,9 +25,9 @@ import os
 import re
 from collections.abc import Callable
 
+from flywheel.config.catalogs import Catalogs
 from flywheel.config.derived import devices, is_rule_reward, roles
 from flywheel.config.schema import PipelineConfig, RewardConfig
-from flywheel.platform.config.catalogs import Catalogs
 
 BUILTIN_PREFIX = "builtin://"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

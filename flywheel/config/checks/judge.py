@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from flywheel.config.catalogs import BackendEntry
 from flywheel.config.derived import template_parts
 from flywheel.config.schema import (
     GeneratingArgs,
@@ -22,7 +23,7 @@ from flywheel.config.schema import (
     RewardConfig,
     StrategyArgs,
 )
-from flywheel.platform.config.catalogs import BackendEntry, Catalog
+from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError
 
 ENDPOINT_KEYS = ("base_url", "model", "api_key_env")

@@ -9,6 +9,7 @@ and backends are read from the catalogs the caller hands in (`catalogs.py`).
 
 from __future__ import annotations
 
+from flywheel.config.catalogs import Catalogs
 from flywheel.config.derived import is_rule_reward, roles
 from flywheel.config.schema import (
     DataArgs,
@@ -18,7 +19,6 @@ from flywheel.config.schema import (
     RewardConfig,
     StrategyArgs,
 )
-from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.errors import ConfigError
 
 # Roles whose data_args are read (RLVR prompts); the validation block has its own.

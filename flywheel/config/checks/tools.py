@@ -14,9 +14,10 @@ layer that reports it best.
 
 from __future__ import annotations
 
+from flywheel.config.catalogs import ToolEntry
 from flywheel.config.checks.import_allowlist import check_allowed_import
 from flywheel.config.schema import PipelineConfig, ToolUseConfig
-from flywheel.platform.config.catalogs import Catalog, ToolEntry, entry_settings
+from flywheel.platform.config.catalogs import Catalog, entry_settings
 from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 

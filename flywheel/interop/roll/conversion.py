@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from flywheel.platform.config.catalogs import Catalogs
+from flywheel.config.catalogs import Catalogs
 
 
 @dataclass

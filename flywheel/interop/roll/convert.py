@@ -21,7 +21,9 @@ from __future__ import annotations
 import os
 from typing import Any, get_args
 
+from flywheel.config.catalogs import Catalogs
 from flywheel.config.loader import load_config_dict
+from flywheel.config.schema import PipelineConfig
 from flywheel.interop.roll import keys as keys
 from flywheel.interop.roll import rules as rules
 from flywheel.interop.roll.conversion import Conversion
@@ -36,7 +38,6 @@ from flywheel.interop.roll.fit.tools import fit_tool_wrapper
 from flywheel.interop.roll.fit.val_lengths import KEYS as VAL_LENGTHS
 from flywheel.interop.roll.fit.val_lengths import fit_val_lengths
 from flywheel.interop.roll.fit.vl import data_function, detection_reward_args, is_vl
-from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
@@ -57,8 +58,8 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     layered = load_layers(path)
     raw = layered.data
     out = Conversion(source=path, catalogs=catalogs)
-    out.helpers = sorted(helper_keys(raw) - set(keys.TOP))
-    data = served_judges(resolve_references(raw), out)
+    out.helpers = sorted(helper_keys(raw, PipelineConfig) - set(keys.TOP))
+    data = served_judges(resolve_references(raw, schema=PipelineConfig), out)
     out.vl = is_vl(data)  # before data_function takes ROLL's default data function out
     data = data_function(data, out)
     agentic = any(k in data for k in AGENTIC_MARKERS)
@@ -464,20 +465,22 @@ def _reward_normalization(value: Any, out: Conversion) -> None:
 
 def _validate(out: Conversion) -> None:
     try:
-        load_config_dict(out.data, source=f"{out.source} (converted)", catalogs=out.catalogs)
+        load_config_dict(out.data, source=f"{out.source} (converted)", catalogs=out.catalogs,
+                         hint=keys.roll_hint)
     except ConfigError as error:
         out.missing.append(f"a value flywheel rejects: {error.key_path}: {error.message}")
 
 
 def _trackers() -> tuple[str, ...]:
     """flywheel's track_with names (the schema's Literal)."""
-    names = [a for a in get_args(field_type_at(("track_with",))) if a is not type(None)]
+    names = [a for a in get_args(field_type_at(("track_with",), PipelineConfig))
+             if a is not type(None)]
     return get_args(names[0]) if names else ()
 
 
 def _is_field(path: tuple[str, ...]) -> bool:
     try:
-        field_type_at(tuple(p for p in path if p))
+        field_type_at(tuple(p for p in path if p), PipelineConfig)
         return True
     except ConfigError:
         return False

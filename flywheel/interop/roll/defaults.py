@@ -122,7 +122,7 @@ def drop_inert(out: Conversion, defaults: dict[KeyPath, str]) -> None:
     """Take out every key that would do nothing; report the ones the file wrote."""
     for _ in range(5):  # dropping a key can turn another's switch off: repeat
         try:
-            cfg = to_config(copy.deepcopy(out.data))
+            cfg = to_config(copy.deepcopy(out.data), PipelineConfig)
         except ConfigError:
             break  # a wrong value: the strict loader names it (roll_convert._validate)
         found = list(inert(cfg, data_paths(out.data)))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.platform.config.errors import ConfigError
+
 _NO_DEFAULT: Any = object()
 
 TOP: dict[str, Any] = {
@@ -155,3 +157,16 @@ def looks_like_roll(data: dict[str, Any]) -> bool:
     rewards = data.get("rewards")
     return isinstance(rewards, dict) and any(
         isinstance(r, dict) and "worker_cls" in r for r in rewards.values())
+
+
+def roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
+    """An unknown key in a ROLL-shaped file: say which command maps ROLL's keys to ours.
+    The loader's `hint` (flywheel.pipelines.config passes it), so the loader imports
+    nothing of the converter."""
+    if not error.message.startswith("unknown key") or not looks_like_roll(data):
+        return error
+    source = error.file if error.file and error.file != "command line" else "ROLL.yaml"
+    return ConfigError(error.file, error.key_path,
+                       f"{error.message}; this looks like a ROLL config: `platform convert "
+                       f"--from roll {source} -o flywheel.yaml` maps ROLL's keys to "
+                       f"flywheel's and reports what it cannot")

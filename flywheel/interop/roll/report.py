@@ -13,8 +13,8 @@ import sys
 
 import yaml
 
+from flywheel.config.catalogs import Catalogs
 from flywheel.interop.roll.convert import Conversion, convert_roll
-from flywheel.platform.config.catalogs import Catalogs
 from flywheel.platform.config.errors import ConfigError
 
 SECTIONS = (

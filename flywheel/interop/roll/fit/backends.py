@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from flywheel.config.checks.config import check_backend_config
 from flywheel.config.derived import is_rule_reward, roles, truncated_sampling
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import (
     ConfigError,
@@ -42,7 +43,7 @@ def fit_backends(out: Conversion) -> None:
     megatron_precision(out)
     for _ in range(32):  # one refused key per pass
         try:
-            cfg = to_config(copy.deepcopy(out.data))
+            cfg = to_config(copy.deepcopy(out.data), PipelineConfig)
         except ConfigError:
             return  # a wrong value: the strict loader names it (roll_convert._validate)
         refused = _first_refusal(cfg, out)
@@ -74,7 +75,7 @@ def _sglang_to_vllm(out: Conversion) -> None:
     if strategy.get("strategy_name") != "sglang":
         return
     try:
-        cfg = to_config(copy.deepcopy(out.data))
+        cfg = to_config(copy.deepcopy(out.data), PipelineConfig)
     except ConfigError:
         return
     if not (truncated_sampling(cfg) or (cfg.validation is not None

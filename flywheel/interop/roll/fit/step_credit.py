@@ -25,6 +25,7 @@ import string
 from typing import TYPE_CHECKING, Any
 
 from flywheel.config.checks.config import check_batch_sizes
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError
 
@@ -124,7 +125,7 @@ def fit_batch_adjust(data: dict[str, Any], out: Conversion) -> None:
         reason = "per-turn rows vary in number"
     else:
         try:
-            check_batch_sizes(to_config(copy.deepcopy(out.data)))
+            check_batch_sizes(to_config(copy.deepcopy(out.data), PipelineConfig))
             if "batch_adjust_mode" in data:
                 out.dropped.append(f"batch_adjust_mode: {mode!r}: a no-op here, "
                                    f"rollout_batch_size fills whole optimizer steps")

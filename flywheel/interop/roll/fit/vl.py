@@ -36,6 +36,7 @@ from flywheel.config.derived import (
     lora_on,
     takes_images,
 )
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath
 
@@ -118,7 +119,7 @@ def fit_vl_columns(data: dict[str, Any], out: Conversion,
 def check_images(out: Conversion) -> None:
     """A VL file's converted backends must take images, and freeze where ROLL froze."""
     try:
-        cfg = to_config(copy.deepcopy(out.data))
+        cfg = to_config(copy.deepcopy(out.data), PipelineConfig)
     except ConfigError:
         return  # a wrong value: the strict loader names it (roll_convert._validate)
     if not takes_images(cfg):
