@@ -220,6 +220,7 @@ def cmd_show_config(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from flywheel.pipelines.run.metric_views import REWARD_KEYS, VALIDATION_KEYS
     from flywheel.platform.run_status import find_runs, summarize
 
     runs_dir: Path = args.runs_dir
@@ -229,7 +230,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     print(f"{'STATUS':<12} {'STEPS':>9} {'REWARD':>7} {'VAL':>7}  {'CHECKPOINT':<16} RUN")
     for run_dir in found:
-        s = summarize(run_dir)
+        s = summarize(run_dir, REWARD_KEYS, VALIDATION_KEYS)
         steps = f"{s.steps}/{s.max_steps}" if s.max_steps else str(s.steps)
         print(f"{s.status:<12} {steps:>9} {_figure(s.reward):>7} {_figure(s.validation):>7}  "
               f"{s.checkpoint.name if s.checkpoint else '-':<16} {run_dir.as_posix()}")
@@ -259,6 +260,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from flywheel.pipelines.run.metric_views import PANELS
     from flywheel.platform.plots import PLOT_FILE, draw
 
     for run_dir in args.run_dirs:
@@ -268,7 +270,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     single = len(args.run_dirs) == 1
     out = args.output or (args.run_dirs[0] / PLOT_FILE if single
                           else Path("plots_overlay.png"))
-    print(f"wrote {draw(args.run_dirs, out).as_posix()}")
+    print(f"wrote {draw(args.run_dirs, out, PANELS).as_posix()}")
     return 0
 
 

@@ -62,6 +62,7 @@ from flywheel.pipelines.loop.sample_ledger import SampleLedger
 from flywheel.pipelines.loop.seams import G, Rollout, W
 from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.roles.roles import Roles
+from flywheel.pipelines.run.metric_views import PANELS
 from flywheel.platform.checkpoint import PIPELINE_STATE, prune_checkpoints, writing_checkpoint
 from flywheel.platform.cluster import WorkerError
 from flywheel.platform.timing import StepTimer
@@ -347,7 +348,7 @@ class StepLoop(Generic[W, G]):
         """Pause generation so the checkpoint holds every finished group: a resumed run
         continues with exactly the batches the uninterrupted one would have trained."""
         with (generator.paused(), self.switch.training(),
-              writing_checkpoint(self.output_dir, self.step) as tmp):
+              writing_checkpoint(self.output_dir, self.step, plots=PANELS) as tmp):
             self.roles.actor_train.save(str(tmp / "actor_train"))
             if self.roles.critic is not None:
                 self.roles.critic.save(str(tmp / "critic"))

@@ -55,6 +55,7 @@ from flywheel.pipelines.data.prompt_data import (
     resolve_data_file,
 )
 from flywheel.pipelines.data.records import json_images
+from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
@@ -178,7 +179,7 @@ def save_checkpoint(output_dir: Path, step: int, strategy: HFTrainStrategy, toke
     """checkpoint-<step>/: the model and tokenizer as one HF folder (a `pretrain`); with
     LoRA the adapter (`adapter/`, a PEFT folder: an RL run's `adapter_name_or_path`, or
     `platform export` merges it into the run's pretrain) and the tokenizer."""
-    with writing_checkpoint(output_dir, step) as tmp:
+    with writing_checkpoint(output_dir, step, plots=PANELS) as tmp:
         if strategy.adapter is not None:
             strategy.adapter.save_pretrained(tmp / SFT_ADAPTER)
         else:
@@ -211,7 +212,8 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
             torch.set_num_threads(threads)
         tracker = Tracker.open(output_dir, cfg, output_dir.name,
                                params=config_to_dict(cfg),
-                               mlflow_uri=default_mlflow_uri(output_dir, is_default))
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default),
+                               progress_keys=PROGRESS_KEYS)
         train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir)
         status = "finished"
     except KeyboardInterrupt:
@@ -225,7 +227,7 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
                                "interrupted": "KILLED"}[status])
         finally:
             write_status(output_dir, status)
-            refresh_run_plots(output_dir)
+            refresh_run_plots(output_dir, PANELS)
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, model in "
           f"{output_dir / f'checkpoint-{cfg.max_steps}'}", flush=True)
     return output_dir
