@@ -1,6 +1,7 @@
-"""The configuration reference, read from `schema.py` itself: every key, type, default, meaning.
+"""The configuration reference, read from the schema itself: every key, type, default, meaning.
 
-`schema.py` documents each field once, in the comment beside its definition. This module
+The schema's modules (flywheel/config/schema/) document each field once, in the comment
+beside its definition; the keys of PipelineConfig's key groups are its own (top level). This module
 reads those comments back (with `tokenize`, so nothing in the schema needs a docstring
 form) and pairs them with the dataclasses' types and defaults, giving the documentation
 site's configuration page and a check that no field is left unexplained.
@@ -32,8 +33,10 @@ from pathlib import Path
 
 from flywheel.config import schema
 from flywheel.config.acts_when.check import table_markdown
+from flywheel.config.schema.pipeline import KEY_GROUPS
 
-SCHEMA_PATH = Path(schema.pipeline.__file__)
+# The schema's modules, read in this order (flywheel/config/schema/__init__.py lists them).
+SCHEMA_PATHS = tuple(sorted(Path(schema.__file__).parent.glob("*.py")))
 # The placeholder shown for a key the user chooses, by the dict field holding it.
 DICT_KEYS = {"custom_envs": "<tag>", "rewards": "<name>"}
 # Role blocks, written `<role>` where a block appears under each of them.
@@ -46,7 +49,7 @@ class FieldDoc:
     type: str  # as a reader would write the value: `"ppo" | "tis"`, `list[int] | null`
     default: str  # YAML-like rendering of the default; a nested block links to its section
     doc: str  # the comment beside the definition, joined into one paragraph
-    line: int  # line in schema.py
+    line: int  # line in its module of flywheel/config/schema/
     block: type | None = None  # the dataclass of a nested block, if the field is one
 
 
@@ -85,9 +88,13 @@ def _comments(source: str) -> tuple[dict[int, str], dict[int, str]]:
 def field_comments(source: str | None = None) -> dict[tuple[str, str], tuple[str, int]]:
     """(class name, field name) -> (comment text, line) for every dataclass field in the
     source; the text is "" for an undocumented field."""
-    source = SCHEMA_PATH.read_text(encoding="utf-8") if source is None else source
+    if source is None:
+        out: dict[tuple[str, str], tuple[str, int]] = {}
+        for path in SCHEMA_PATHS:
+            out.update(field_comments(path.read_text(encoding="utf-8")))
+        return out
     full, trailing = _comments(source)
-    out: dict[tuple[str, str], tuple[str, int]] = {}
+    out = {}
     for node in ast.parse(source).body:
         if not isinstance(node, ast.ClassDef):
             continue
@@ -185,15 +192,16 @@ def sections(root: type = schema.PipelineConfig) -> list[Section]:
     def visit(cls: type, path: str) -> None:
         section = found.get(cls)
         if section is None:
-            base = next((b for b in cls.__mro__[1:] if _is_config_class(b)), None)
+            base = next((b for b in cls.__mro__[1:]
+                         if _is_config_class(b) and b not in KEY_GROUPS), None)
             section = found[cls] = Section(cls=cls, paths=[], intro=_docstring(cls), base=base)
             order.append(cls)
             hints = typing.get_type_hints(cls)
-            own = cls.__dict__.get("__annotations__", {})
             for f in dataclasses.fields(cls):
-                if f.name not in own:
+                owner = field_owner(cls, f.name)
+                if owner is None:
                     continue  # documented in the base class's section
-                doc, line = comments.get((cls.__name__, f.name), ("", 0))
+                doc, line = comments.get((owner.__name__, f.name), ("", 0))
                 section.fields.append(FieldDoc(
                     name=f.name, type=format_type(hints[f.name]), default=format_default(f),
                     doc=doc, line=line, block=_nested_block(hints[f.name])[0]))
@@ -217,9 +225,19 @@ def sections(root: type = schema.PipelineConfig) -> list[Section]:
     return [found[c] for c in order]
 
 
+def field_owner(cls: type, name: str) -> type | None:
+    """The class whose section documents `cls`'s field `name`: `cls` itself, or the key group
+    of PipelineConfig that declares it; None when a base class's section does."""
+    for owner in (cls, *(b for b in cls.__mro__[1:] if b in KEY_GROUPS)):
+        if name in owner.__dict__.get("__annotations__", {}):
+            return owner
+    return None
+
+
 def undocumented(root: type = schema.PipelineConfig) -> list[str]:
-    """`Class.field (schema.py:LINE)` for every field with no comment beside it."""
-    return [f"{s.cls.__name__}.{f.name} (schema.py:{f.line})"
+    """`Class.field (schema/MODULE.py:LINE)` for every field with no comment beside it."""
+    return [f"{s.cls.__name__}.{f.name} "
+            f"(schema/{field_owner(s.cls, f.name).__module__.rpartition('.')[2]}.py:{f.line})"
             for s in sections(root) for f in s.fields if not f.doc]
 
 
