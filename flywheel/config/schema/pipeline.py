@@ -11,10 +11,10 @@ pipeline type); `acts_when/table.py` lists each with why, and a key written wher
 condition is off is refused.
 
 The schema only declares. Loading (YAML, `defaults:`, `${...}`, overrides, strict
-conversion) lives in `config/loader.py`; cross-field rules live in `config/checks/`. Nothing here does
-I/O or fills one field from another: values derived from others (the output directory,
-a role's model path) are resolved at run time by the code that needs them, so the file
-you wrote and the config you see stay the same thing.
+conversion) lives in `config/loader.py`; cross-field rules live in `config/checks/`.
+Nothing here does I/O or fills one field from another: values derived from others (the
+output directory, a role's model path) are resolved at run time by the code that needs
+them, so the file you wrote and the config you see stay the same thing.
 """
 
 from __future__ import annotations
