@@ -7,6 +7,7 @@ Every import statement counts, at module level or inside a function."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
@@ -51,6 +52,19 @@ def test_platform_imports_nothing_about_rl():
                 if is_forbidden(name)]
     assert not bad, "platform/ must not import the config or anything above it:\n" + \
         "\n".join(bad)
+
+
+# "package.module:attr" naming a module above platform: what an import by string would load
+ABOVE_BY_PATH = re.compile(r"flywheel\.(?:config|envs|algorithms|tools|pipelines|workers|interop"
+                           r"|workshop|sandbox|cli)(?:\.\w+)*:\w+")
+
+
+def test_platform_names_nothing_above_it_by_import_path():
+    """An import path in platform's text (a builder named by string) is an import too."""
+    bad = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in sorted(PLATFORM.rglob("*.py"))
+           for m in ABOVE_BY_PATH.finditer(path.read_text())]
+    assert not bad, "platform/ names modules above it by import path:\n" + "\n".join(bad)
+    assert ABOVE_BY_PATH.search('trained=("flywheel.workshop.times_reward_model:recipe_key",')
 
 
 def test_no_roll_module_under_platform():
