@@ -7,6 +7,7 @@ Every import statement counts, at module level or inside a function."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -93,6 +94,7 @@ def test_the_check_sees_every_form_of_import():
         "from flywheel.platform.config import errors\nfrom .errors import ConfigError", package))
 
 
+@functools.cache  # read once for the tests that use it
 def import_graph() -> dict[str, set[str]]:
     """flywheel module -> the flywheel modules it imports (any import statement)."""
     modules = {}
