@@ -57,9 +57,9 @@ from pathlib import Path
 
 import ray
 
+from flywheel.config.schema import RayConfig
 from flywheel.pipelines.config import load_config
 from flywheel.pipelines.run.launch import run
-from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.ray_runtime import start_ray
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.sandbox.bwrap import run_sandboxed
 from flywheel.workers.rewards.time_limit import TimeLimitedScorer
 

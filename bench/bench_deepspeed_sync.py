@@ -26,7 +26,7 @@ import time
 def one(stage: int, path: str, bucket_mb: int) -> dict:
     import torch
 
-    from flywheel.platform.config.schema import StrategyArgs, WorkerConfig
+    from flywheel.config.schema import StrategyArgs, WorkerConfig
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.strategies.deepspeed_train import DeepSpeedTrainStrategy
     from flywheel.workers.weight_buckets import buckets

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from flywheel.algorithms import MismatchCorrection, PolicyLossParams
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch, pack_sequences

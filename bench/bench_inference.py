@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.base import SamplingParams

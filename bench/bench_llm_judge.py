@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from flywheel.platform.config.schema import LlmJudgeArgs, ModelArgs, RewardConfig, StrategyArgs
+from flywheel.config.schema import LlmJudgeArgs, ModelArgs, RewardConfig, StrategyArgs
 from flywheel.workers.rewards.time_limit import TimeLimitedScorer
 
 MODEL = "builtin://smollm2-135m-instruct"

@@ -31,7 +31,7 @@ def measure(what: str, whole: bool) -> dict:
     import torch
 
     from flywheel.algorithms import PolicyLossParams
-    from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+    from flywheel.config.schema import TrainingArgs, WorkerConfig
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.actor_loss import ActorLoss
     from flywheel.workers.batch import pack_sequences

@@ -44,7 +44,7 @@ LORA = {"lora_target": "all-linear", "lora_rank": 32, "lora_alpha": 32.0}
 
 
 def trainer(variant: str):
-    from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+    from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.strategies.hf_train import HFTrainStrategy
 
@@ -91,8 +91,8 @@ def run_serve() -> dict:
     """One vllm engine serving adapters: load times and greedy generation rates."""
     import torch
 
+    from flywheel.config.schema import WorkerConfig
     from flywheel.pipelines.data.prompt_data import PromptEncoder
-    from flywheel.platform.config.schema import WorkerConfig
     from flywheel.workers.strategies.base import SamplingParams
     from flywheel.workers.strategies.hf_model import load_tokenizer
     from flywheel.workers.strategies.vllm_adapters import AdapterSpec

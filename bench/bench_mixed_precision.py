@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from flywheel.algorithms import PolicyLossParams
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch, pack_sequences

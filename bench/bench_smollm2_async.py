@@ -46,9 +46,9 @@ import ray
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_async import RESULTS, bound, markdown  # noqa: E402
 
+from flywheel.config.schema import RayConfig  # noqa: E402
 from flywheel.pipelines.config import load_config  # noqa: E402
 from flywheel.pipelines.run.launch import run  # noqa: E402
-from flywheel.platform.config.schema import RayConfig  # noqa: E402
 from flywheel.platform.ray_runtime import start_ray  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -86,7 +86,7 @@ def run_variant(variant: str, steps: int) -> dict:
 
     import flywheel.workers.strategies.model_head as model_head
     from flywheel.algorithms import MismatchCorrection, PolicyLossParams
-    from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+    from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
     from flywheel.platform.models.builtin import resolve_pretrain
     from flywheel.workers.actor_loss import ActorLoss
     from flywheel.workers.strategies.fused_old_logprobs import FusedOldLogProbs

@@ -47,7 +47,7 @@ from pathlib import Path
 import ray
 import torch
 
-from flywheel.platform.config.schema import RayConfig, StrategyArgs, WorkerConfig
+from flywheel.config.schema import RayConfig, StrategyArgs, WorkerConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.ray_runtime import start_ray

@@ -38,12 +38,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 
 from flywheel.algorithms import PolicyLossParams  # noqa: E402
-from flywheel.platform.config.schema import (  # noqa: E402
-    ModelArgs,
-    StrategyArgs,
-    TrainingArgs,
-    WorkerConfig,
-)
+from flywheel.config.schema import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss  # noqa: E402
 from flywheel.workers.batch import pack_sequences  # noqa: E402
 from flywheel.workers.strategies.base import SamplingParams  # noqa: E402

@@ -32,13 +32,14 @@ import json
 import sys
 from pathlib import Path
 
+from flywheel.config.schema import PipelineConfig
+from flywheel.interop.roll.convert import AGENTIC_MARKERS
+from flywheel.interop.roll.fit.vl import is_vl
 from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
-from flywheel.platform.config.roll_convert import AGENTIC_MARKERS
-from flywheel.platform.config.roll_vl import is_vl
 from flywheel.platform.config.yaml_source import load_layers
 
 OTHER_PIPELINES = ("sft", "dpo", "distill")
@@ -93,10 +94,10 @@ def _resolved_without_helpers(data: dict) -> dict:
     (`custom_envs.X: ${custom_env.X}`) is searched for unknown keys at its new place. When
     it does not resolve (a reference into a key that is itself unknown), `data` unchanged."""
     try:
-        resolved = resolve_references(data)
+        resolved = resolve_references(data, schema=PipelineConfig)
     except ConfigError:
         return data
-    return without(resolved, helper_keys(data))
+    return without(resolved, helper_keys(data, PipelineConfig))
 
 
 def remove_unknown_keys(data: dict) -> list[str]:
@@ -106,7 +107,7 @@ def remove_unknown_keys(data: dict) -> list[str]:
     more, and goes in the next."""
     removed: list[str] = []
     while True:
-        found = _remove_unknown(data, helper_keys(data))
+        found = _remove_unknown(data, helper_keys(data, PipelineConfig))
         if not found:
             return removed
         removed += found
@@ -119,7 +120,7 @@ def _remove_unknown(data: dict, helpers: set[str], path: tuple = ()) -> list[str
         if not path and key in helpers:
             continue
         try:
-            type_ = field_type_at(child)
+            type_ = field_type_at(child, PipelineConfig)
         except ConfigError:
             del data[key]
             removed.append(".".join(map(str, child)))
@@ -144,7 +145,8 @@ def check(root: Path) -> dict:
             continue
         row.update(roll_loads=True, converted=not conversion.missing,
                    missing=conversion.missing, ignored=conversion.ignored,
-                   vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data)))
+                   vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data,
+                                                                     schema=PipelineConfig)))
         if row["file"] in EXCEPTED and not row["converted"]:
             row["excepted"] = EXCEPTED[row["file"]]
         if kind == "agentic" and row["converted"]:
@@ -158,9 +160,9 @@ def env_errors(data: dict) -> list[str]:
     """"tag: error" for each played env tag of a converted agentic config that fails to
     build (flywheel.envs.make with its env_config) or to start an episode; a tag with
     tool_use is built with its tools (the sandbox probe, the search index) and reset."""
+    from flywheel.config.checks.import_allowlist import allowed_prefixes
     from flywheel.envs import make  # the envs and tools only this check needs
     from flywheel.pipelines.config import load_config_dict
-    from flywheel.platform.config.import_allowlist import allowed_prefixes
     from flywheel.tools.from_config import tool_box, with_tools
     cfg = load_config_dict(data)
     errors = []

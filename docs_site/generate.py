@@ -2,7 +2,7 @@
 
 Both are built from the source of truth when the site builds (`hooks.py` calls `pages()`),
 so they cannot drift from the code: the configuration page from the comments beside each
-field in `flywheel/platform/config/schema.py` (`flywheel.platform.config.reference`), the
+field in `flywheel/config/schema/` (`flywheel.config.reference`), the
 metrics page from `metrics.yaml` beside this file, the registry of every metric name a run
 logs. Tests (tests/docs/) hold both: a config field without a comment, or a logged metric
 that no registry entry matches, fails them.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from flywheel.platform.config.reference import render_markdown
+from flywheel.config.reference import render_markdown
 
 REGISTRY = Path(__file__).with_name("metrics.yaml")
 CONFIG_PAGE = "reference/configuration.md"

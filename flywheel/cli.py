@@ -49,9 +49,10 @@ import argcomplete
 import yaml
 
 from flywheel.cli_completion import config_key_completer
-from flywheel.platform.config import ConfigError, PipelineConfig
-from flywheel.platform.config.derived import roles
-from flywheel.platform.config.persisted import written_config
+from flywheel.config import PipelineConfig
+from flywheel.config.derived import roles
+from flywheel.config.persisted import written_config
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.yaml_source import read_yaml_mapping
 from flywheel.platform.stop_signals import RunInterrupted
 
@@ -213,7 +214,7 @@ def cmd_show_config(args: argparse.Namespace) -> int:
     print(yaml.safe_dump(written_config(cfg, args.config), sort_keys=False,
                          default_flow_style=None,
                          width=100, allow_unicode=True), end="")
-    from flywheel.platform.config.derived import derived_values
+    from flywheel.config.derived import derived_values
 
     for key, value in derived_values(cfg).items():
         print(f"# {key}: auto resolves to {value}")
@@ -221,6 +222,7 @@ def cmd_show_config(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from flywheel.pipelines.run.metric_views import REWARD_KEYS, VALIDATION_KEYS
     from flywheel.platform.run_status import find_runs, summarize
 
     runs_dir: Path = args.runs_dir
@@ -230,7 +232,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     print(f"{'STATUS':<12} {'STEPS':>9} {'REWARD':>7} {'VAL':>7}  {'CHECKPOINT':<16} RUN")
     for run_dir in found:
-        s = summarize(run_dir)
+        s = summarize(run_dir, REWARD_KEYS, VALIDATION_KEYS)
         steps = f"{s.steps}/{s.max_steps}" if s.max_steps else str(s.steps)
         print(f"{s.status:<12} {steps:>9} {_figure(s.reward):>7} {_figure(s.validation):>7}  "
               f"{s.checkpoint.name if s.checkpoint else '-':<16} {run_dir.as_posix()}")
@@ -260,6 +262,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from flywheel.pipelines.run.metric_views import PANELS
     from flywheel.platform.plots import PLOT_FILE, draw
 
     for run_dir in args.run_dirs:
@@ -269,7 +272,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     single = len(args.run_dirs) == 1
     out = args.output or (args.run_dirs[0] / PLOT_FILE if single
                           else Path("plots_overlay.png"))
-    print(f"wrote {draw(args.run_dirs, out).as_posix()}")
+    print(f"wrote {draw(args.run_dirs, out, PANELS).as_posix()}")
     return 0
 
 

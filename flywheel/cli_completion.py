@@ -12,7 +12,7 @@ import dataclasses
 import typing
 from functools import cache
 
-from flywheel.platform.config.schema import PipelineConfig
+from flywheel.config.schema import PipelineConfig
 
 
 @cache

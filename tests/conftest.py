@@ -12,7 +12,7 @@ def ray_session():
     """A local Ray shared by every test that needs actors (starting one costs ~4 s)."""
     import ray
 
-    from flywheel.platform.config.schema import RayConfig
+    from flywheel.config.schema import RayConfig
     from flywheel.platform.ray_runtime import start_ray
 
     started = start_ray(RayConfig(num_cpus=2, object_store_memory_mb=256), num_slots=SLOTS)

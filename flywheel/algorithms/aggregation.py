@@ -19,7 +19,7 @@ Conventions: a mask entry is valid when nonzero. A sequence counts towards N_seq
 has at least one valid token, so fully masked rows (padding rows) contribute 0 to both the
 numerator and the denominator and never produce NaN. T_norm is `norm_length`, one constant
 for the whole run (Dr. GRPO uses the generation budget; `loss_norm_length` in
-platform/config/derived.py): never the width of the tensor, which the train backends trim to
+config/derived.py): never the width of the tensor, which the train backends trim to
 each micro-batch's longest row, so it would change with the split and break accumulation.
 """
 

@@ -15,19 +15,16 @@ registration, because they could swallow a misspelt key silently.
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from flywheel.envs.base import TextEnv
+from flywheel.platform.config.catalogs import IMPORT_PATH, MissingAttribute, import_object
 
 EnvFactory = Callable[..., TextEnv]
 
 _REGISTRY: dict[str, EnvFactory] = {}
-
-_IMPORT_PATH = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*)$")
 
 
 def register(name: str, factory: EnvFactory) -> None:
@@ -83,24 +80,24 @@ def register_from_import_path(
     """
     if isinstance(allowed_prefixes, str):
         raise TypeError("allowed_prefixes must be a sequence of module prefixes, not one str")
-    match = _IMPORT_PATH.match(import_path) if isinstance(import_path, str) else None
-    if match is None:
+    # the shape and the loading are platform's one checked import-path loader (catalogs.py)
+    if not (isinstance(import_path, str) and IMPORT_PATH.fullmatch(import_path)):
         raise ValueError(
             f"env import path {import_path!r} must look like 'package.module:ClassName'"
         )
-    module_name, attr = match["module"], match["attr"]
+    module_name, _, attr = import_path.partition(":")
     if not any(module_name == p or module_name.startswith(p + ".") for p in allowed_prefixes):
         raise ValueError(
             f"env import path {import_path!r} is not allowed: module {module_name!r} is not "
             f"under an allowed prefix ({', '.join(allowed_prefixes) or 'none allowed'})"
         )
     try:
-        module = importlib.import_module(module_name)
+        cls = import_object(import_path)
+    except MissingAttribute:
+        raise ImportError(
+            f"env import path {import_path!r}: module has no attribute {attr!r}") from None
     except ImportError as exc:
         raise ImportError(f"env import path {import_path!r}: cannot import: {exc}") from exc
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise ImportError(f"env import path {import_path!r}: module has no attribute {attr!r}")
     if not (isinstance(cls, type) and issubclass(cls, TextEnv)):
         raise TypeError(
             f"env import path {import_path!r} names {cls!r}, which does not subclass "

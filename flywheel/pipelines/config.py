@@ -16,11 +16,17 @@ from __future__ import annotations
 from functools import partial
 
 from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES
+from flywheel.config import loader
+from flywheel.config.catalogs import Catalogs, EnvCatalog
+from flywheel.config.checks import config as checks
+from flywheel.config.checks import environment as environment_checks
 from flywheel.envs import registered_envs
 from flywheel.envs.env_manager import TURN_PLACEHOLDERS
+from flywheel.interop.roll import convert as roll_convert
+from flywheel.interop.roll import report as roll_report
+from flywheel.interop.roll.keys import roll_hint
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
-from flywheel.platform.config import checks, environment_checks, loader, roll_convert, roll_report
-from flywheel.platform.config.catalogs import Catalog, Catalogs, EnvCatalog
+from flywheel.platform.config.catalogs import Catalog
 from flywheel.tools.registry import TOOLS
 from flywheel.workers.rewards.registry import REWARDS
 from flywheel.workers.strategies.registry import STRATEGIES
@@ -36,10 +42,11 @@ CATALOGS = Catalogs(
     tools=Catalog("tool_id", TOOLS),
 )
 
-load_config = partial(loader.load_config, catalogs=CATALOGS)
-load_config_dict = partial(loader.load_config_dict, catalogs=CATALOGS)
-load_config_with_section = partial(loader.load_config_with_section, catalogs=CATALOGS)
-load_config_layers = partial(loader.load_config_layers, catalogs=CATALOGS)
+load_config = partial(loader.load_config, catalogs=CATALOGS, hint=roll_hint)
+load_config_dict = partial(loader.load_config_dict, catalogs=CATALOGS, hint=roll_hint)
+load_config_with_section = partial(loader.load_config_with_section, catalogs=CATALOGS,
+                                   hint=roll_hint)
+load_config_layers = partial(loader.load_config_layers, catalogs=CATALOGS, hint=roll_hint)
 check_config = partial(checks.check_config, catalogs=CATALOGS)
 check_environment = partial(environment_checks.check_environment, catalogs=CATALOGS)
 convert_roll = partial(roll_convert.convert_roll, catalogs=CATALOGS)

@@ -20,7 +20,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from flywheel.platform.plots import refresh_run_plots
+from flywheel.platform.plots import Panel, refresh_run_plots
 
 MARKER = "COMPLETE"
 PIPELINE_STATE = "pipeline_state.json"  # the step loop's own state (pipelines/loop/step_loop.py)
@@ -29,7 +29,10 @@ PLOT_REFRESH_S = 60.0
 
 
 @contextlib.contextmanager
-def writing_checkpoint(output_dir: Path, step: int) -> Iterator[Path]:
+def writing_checkpoint(output_dir: Path, step: int,
+                       plots: tuple[Panel, ...] = ()) -> Iterator[Path]:
+    """A temporary folder to write checkpoint `step` into, made complete and final when the
+    block ends (removed if it raises); then plots.png is redrawn with `plots`, if any."""
     final = output_dir / f"checkpoint-{step}"
     tmp = output_dir / f"checkpoint-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -45,7 +48,8 @@ def writing_checkpoint(output_dir: Path, step: int) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    refresh_run_plots(output_dir, min_age_s=PLOT_REFRESH_S)
+    if plots:
+        refresh_run_plots(output_dir, plots, min_age_s=PLOT_REFRESH_S)
 
 
 def prune_checkpoints(output_dir: Path, keep: int | None) -> list[Path]:

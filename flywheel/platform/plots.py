@@ -1,9 +1,10 @@
 """Pictures of a run, drawn from its metrics.jsonl: `plots.png` in the run directory.
 
-One figure of six panels: reward, validation, staleness, throughput, idle fractions and
-seconds per phase. A run draws it at checkpoints (at most once a minute) and at its end
-(`refresh_run_plots`, called by `writing_checkpoint` and `launch.run`); `platform plot
-RUN_DIR [RUN_DIR ...]` overlays runs on the same panels (one colour per run, one line
+One figure of up to six panels, each a few metric names; which ones is the caller's (the
+pipelines' are `flywheel/pipelines/run/metric_views.py` PANELS): platform draws what it is
+handed and knows no metric name. A run draws it at checkpoints (at most once a minute)
+and at its end (`refresh_run_plots`, called by `writing_checkpoint` and `launch.run`);
+`platform plot RUN_DIR [RUN_DIR ...]` overlays runs on the same panels (one colour per run, one line
 style per metric) to compare, say, a synchronous and an asynchronous run. A panel whose
 metrics no run logged says so instead of staying blank.
 
@@ -33,7 +34,7 @@ SMOOTH_FROM = 40  # points; shorter curves are drawn as they are
 class Panel:
     title: str
     ylabel: str
-    metrics: tuple[str, ...]  # each drawn if the run logged it (RLVR and agentic names)
+    metrics: tuple[str, ...]  # each drawn if the run logged it
     points: bool = False  # measured now and then (validation): markers, no smoothing
     ylim: tuple[float, float] | None = None
     span: tuple[float, float] | None = None  # the y range shown at least (all-zero curves)
@@ -45,22 +46,6 @@ class Panel:
     secondary_counts: bool = False  # whole numbers: integer ticks, at least 0..1
 
 
-PANELS = (
-    Panel("reward (train batch)", "mean score", ("reward/mean", "env/success")),
-    Panel("validation", "accuracy / success", ("val/accuracy", "val/env/success"),
-          points=True),
-    Panel("staleness", "train step - policy version", ("staleness/mean", "staleness/max"),
-          span=(0.0, 1.0),
-          secondary=("rollout/dropped_stale",), secondary_label="samples dropped (x)",
-          secondary_counts=True),
-    Panel("throughput", "samples / s", ("throughput/samples_per_s",)),
-    Panel("idle fraction of the step", "fraction", ("idle/actor_infer", "idle/actor_train"),
-          ylim=(-0.02, 1.02)),
-    Panel("seconds per phase", "s", ("time/step", "time/generate", "time/train",
-                                     "time/wait_for_batch", "time/weight_sync",
-                                     "time/logprobs", "time/score"),
-          secondary=("time/validate",), secondary_label="validation s (x)"),
-)
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
 MARKERS = ("x", "+", "1", "2")
 
@@ -106,8 +91,10 @@ def smooth(values: list[float]) -> list[float]:
     return out
 
 
-def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
-    """Draw the panels for one run or an overlay of several, and write `out` atomically."""
+def draw(run_dirs: list[Path], out: Path, panels: tuple[Panel, ...],
+         title: str | None = None) -> Path:
+    """Draw `panels` (at most six) for one run or an overlay of several, and write `out`
+    atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -126,7 +113,7 @@ def draw(run_dirs: list[Path], out: Path, title: str | None = None) -> Path:
     axes = fig.subplots(2, 3).ravel()
     colors = [f"C{i}" for i in range(10)]
     last_step = max((int(r["step"]) for _, records in runs for r in records), default=0)
-    for ax, panel in zip(axes, PANELS):
+    for ax, panel in zip(axes, panels):
         # Legend entries by metric: the curve itself for one run; for an overlay, a grey
         # sample of the metric's line style (the runs' colours are in the figure legend).
         entries: dict[str, object] = {}
@@ -206,9 +193,10 @@ def _grey_like(line):
                   marker=line.get_marker(), markersize=line.get_markersize())
 
 
-def refresh_run_plots(run_dir: Path, min_age_s: float = 0.0) -> Path | None:
-    """Redraw `plots.png` of a run that has metrics, unless it is newer than them (the end
-    of a run follows its final checkpoint's drawing) or younger than `min_age_s` (a
+def refresh_run_plots(run_dir: Path, panels: tuple[Panel, ...],
+                      min_age_s: float = 0.0) -> Path | None:
+    """Redraw `plots.png` (`panels`) of a run that has metrics, unless it is newer than them
+    (the end of a run follows its final checkpoint's drawing) or younger than `min_age_s` (a
     checkpoint every few seconds would spend more time drawing than training: one drawing
     is 1-2 s of CPU); never fails the run (a warning)."""
     run_dir = Path(run_dir)
@@ -220,7 +208,7 @@ def refresh_run_plots(run_dir: Path, min_age_s: float = 0.0) -> Path | None:
         if drawn > metrics.stat().st_mtime_ns or time.time_ns() - drawn < min_age_s * 1e9:
             return picture
     try:
-        return draw([run_dir], picture)
+        return draw([run_dir], picture, panels)
     except Exception as error:  # noqa: BLE001 (a picture must not stop training)
         log.warning("could not draw %s: %s", run_dir / PLOT_FILE, error)
         return None

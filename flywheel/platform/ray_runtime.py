@@ -19,13 +19,22 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import Protocol
 
 import ray
 
-from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.resources import SLOT_RESOURCE
 
 log = logging.getLogger(__name__)
+
+
+class RayConfig(Protocol):
+    """What starting Ray reads of a run's config (its `ray:` block, flywheel/config/schema/)."""
+
+    address: str | None  # join an existing cluster ("auto" or host:port); unset: local Ray
+    num_cpus: int | None  # CPUs for a local Ray; unset: all of this machine's
+    object_store_memory_mb: int | None  # object-store cap of a local Ray; unset: sized here
+
 MIN_OBJECT_STORE_BYTES = 512 << 20
 LOOPBACK = "127.0.0.1"
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # off: Ray keeps a loopback node address

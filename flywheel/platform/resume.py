@@ -10,9 +10,8 @@ Before the resumed run writes anything, every JSON-lines record of the run direc
 the rows of steps after the checkpoint (they were lost with the process that wrote them and
 are done again), so metrics.jsonl has one row per step and samples.jsonl one per group.
 
-A resumed run may change only what does not change the run's meaning (SAFE_KEYS: how long
-it runs, what it logs, when it evaluates and saves, tracking, timeouts, how weights
-travel); anything else (the model, the batch shape, the loss...) is refused with one line
+A resumed run may change only the top-level keys its caller names safe (the pipelines':
+flywheel/pipelines/run/resume_rules.py SAFE_KEYS); anything else is refused with one line
 naming the keys.
 """
 
@@ -28,19 +27,9 @@ from flywheel.platform.checkpoint import (
     complete_checkpoints,
     resolve_checkpoint,
 )
-from flywheel.platform.checkpoint_state import read_pipeline_state
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
 
 LATEST = "latest"
-# Top-level keys (and their subtrees) a resumed run may change.
-SAFE_KEYS = frozenset({
-    "max_steps", "logging_steps", "eval_steps", "save_steps", "save_total_limit",
-    "val_batch_size", "validation", "tracking", "track_with", "tracker_kwargs",
-    "logging_dir", "resume_from_checkpoint", "output_dir", "timeouts", "ray",
-    "weight_sync_bucket_mb",  # the synced weights are the same whatever the bucket size
-    "weight_sync_carrier",  # and whatever carries them
-})
 # Records cut back to the checkpoint's step (each row has a "step").
 STEP_RECORDS = ("metrics.jsonl", "sample_texts.jsonl")
 
@@ -71,41 +60,17 @@ def config_changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, ob
     return changes
 
 
-def check_changes(old: dict, new: dict, source: str) -> list[str]:
-    """Lines saying what changed (safe changes); a ConfigError for the first unsafe one."""
+def check_changes(old: dict, new: dict, source: str, safe_keys: frozenset[str]) -> list[str]:
+    """Lines saying what changed (changes under `safe_keys`, top-level keys a resumed run may
+    change); a ConfigError for the first unsafe one."""
     changes = config_changes(old, new)
-    unsafe = [c for c in changes if c[0].split(".")[0] not in SAFE_KEYS]
+    unsafe = [c for c in changes if c[0].split(".")[0] not in safe_keys]
     if unsafe:
         keys = ", ".join(f"{k} ({a!r} -> {b!r})" for k, a, b in unsafe[:4])
         raise ConfigError(source, unsafe[0][0],
                           f"differs from the run being resumed and would change what it "
                           f"trains: {keys}; start a new run (another output_dir) instead")
     return [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume_from_checkpoint"]
-
-
-# transformers' schedules whose learning rate does not depend on the horizon
-FLAT_SCHEDULES = frozenset({"constant", "constant_with_warmup"})
-
-
-def schedule_steps(cfg: PipelineConfig, checkpoint: Path | None) -> int:
-    """The train steps the learning-rate schedules span: max_steps, and for a resumed run
-    its first start's (saved in every checkpoint), so changing max_steps on resume stops
-    the run earlier without bending the curve. Extending a decaying schedule past its end
-    is refused: its learning rate is spent there (cosine would even climb back)."""
-    if checkpoint is None:
-        return cfg.max_steps
-    saved = read_pipeline_state(checkpoint).get("schedule_steps")  # checked, or one line
-    if saved is None:  # a checkpoint from before the horizon was kept: max_steps, as then
-        return cfg.max_steps
-    decaying = sorted({w.training_args.lr_scheduler_type
-                       for w in (cfg.actor_train, cfg.critic) if w is not None}
-                      - FLAT_SCHEDULES)
-    if cfg.max_steps > saved and decaying:
-        raise ConfigError("", "max_steps",
-                          f"is {cfg.max_steps}, past the {saved} steps the resumed run's "
-                          f"{decaying[0]} learning-rate schedule decays over; resume with "
-                          f"max_steps <= {saved}, or start a new run")
-    return max(saved, cfg.max_steps)
 
 
 def cut_back(run_dir: Path, step: int) -> None:
@@ -142,4 +107,4 @@ def rewrite_jsonl(path: Path, keep: Callable[[dict], bool]) -> int:
 
 
 __all__ = ["LATEST", "check_changes", "checkpoint_step", "cut_back", "find_checkpoint",
-           "rewrite_jsonl", "schedule_steps"]
+           "rewrite_jsonl"]

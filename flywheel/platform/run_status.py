@@ -22,10 +22,6 @@ from pathlib import Path
 from flywheel.platform.checkpoint import complete_checkpoints
 
 STATUS_FILE = "status.json"
-# The figure a summary shows for "reward" and "validation", first present wins
-# (RLVR, then agentic).
-REWARD_KEYS = ("reward/mean", "env/success")
-VALIDATION_KEYS = ("val/accuracy", "val/env/success")
 
 
 def write_status(output_dir: Path, status: str, **info) -> None:
@@ -64,13 +60,17 @@ class RunSummary:
         return f"platform run --resume {shlex.quote(self.run_dir.as_posix())}"
 
 
-def summarize(run_dir: Path) -> RunSummary:
+def summarize(run_dir: Path, reward_keys: tuple[str, ...],
+              validation_keys: tuple[str, ...]) -> RunSummary:
+    """The run's status, last step and newest checkpoint, with the figures of the first of
+    `reward_keys` / `validation_keys` it logged (the caller's names: pipelines/run/
+    metric_views.py)."""
     status = read_status(run_dir)
     steps, reward, validation = 0, None, None
     for record in _metric_records(run_dir):
         steps = max(steps, int(record.get("step", 0)))
-        reward = _first(record, REWARD_KEYS, reward)
-        validation = _first(record, VALIDATION_KEYS, validation)
+        reward = _first(record, reward_keys, reward)
+        validation = _first(record, validation_keys, validation)
     checkpoints = complete_checkpoints(run_dir)
     return RunSummary(run_dir=run_dir, status=_effective_status(status), steps=steps,
                       max_steps=status.get("max_steps"), reward=reward,

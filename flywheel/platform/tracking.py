@@ -4,9 +4,10 @@
 written, so a killed run keeps every finished step; plots and `platform runs` read it).
 Every step is also handed to the backends `tracking.backends` names (mlflow by default;
 tensorboard, wandb offline; see `platform/trackers/`), with the same metric names and
-only finite numbers. The console gets one line per `logging_steps` with step, reward,
-rate and ETA. Sample texts (prompt, response, reward) go to `sample_texts.jsonl` in the
-run directory and to every backend, every `tracking.sample_text_steps` steps.
+only finite numbers. The console gets one line per `logging_steps` with step, the metrics
+the caller names (`progress_keys`), rate and ETA. Sample texts (prompt, response, reward) go
+to `sample_texts.jsonl` in the run directory and to every backend, every
+`tracking.sample_text_steps` steps.
 """
 
 from __future__ import annotations
@@ -17,14 +18,22 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.trackers import SampleText, TrackerBackend, TrackerRun, open_backend
 
-# Shown on the progress line when present, in this order.
-PROGRESS_KEYS = ("reward/mean", "sft/loss", "val/loss", "val/accuracy", "staleness/mean",
-                 "env/success", "val/env/success")
 SAMPLE_TEXTS_FILE = "sample_texts.jsonl"
+
+
+class TrackedConfig(Protocol):
+    """What the tracker reads of a run's config (flywheel/config/schema/ declares them)."""
+
+    tracking: Any  # the `tracking:` block: backends, mlflow, mlflow_uri, experiment_name, ...
+    track_with: str | None  # ROLL's tracker switch
+    tracker_kwargs: dict[str, Any]  # ROLL's tracker options
+    exp_name: str
+    max_steps: int
+    logging_steps: int
 
 
 def default_mlflow_uri(output_dir: Path, output_dir_was_default: bool) -> str:
@@ -32,7 +41,7 @@ def default_mlflow_uri(output_dir: Path, output_dir_was_default: bool) -> str:
     return f"sqlite:///{(root / 'mlruns.db').resolve()}"
 
 
-def backend_names(cfg: PipelineConfig) -> list[str]:
+def backend_names(cfg: TrackedConfig) -> list[str]:
     """tracking.backends, else ROLL's track_with, else mlflow; `tracking.mlflow: false`
     removes mlflow; jsonl (metrics.jsonl) is always written and needs no backend."""
     names = cfg.tracking.backends
@@ -49,6 +58,9 @@ class Tracker:
     logging_steps: int = 1
     sample_text_steps: int = 0
     sample_text_count: int = 0
+    # metrics shown on the progress line when present, in this order (the caller's names:
+    # pipelines/run/metric_views.py PROGRESS_KEYS)
+    progress_keys: tuple[str, ...] = ()
     backends: dict[str, TrackerBackend] = field(default_factory=dict)
     _file: object | None = field(default=None, repr=False)
     _texts: object | None = field(default=None, repr=False)
@@ -56,14 +68,16 @@ class Tracker:
     _first_step: int | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, output_dir: Path, cfg: PipelineConfig, run_name: str, params: dict,
-             mlflow_uri: str, resumed_at: int | None = None) -> Tracker:
+    def open(cls, output_dir: Path, cfg: TrackedConfig, run_name: str, params: dict,
+             mlflow_uri: str, resumed_at: int | None = None,
+             progress_keys: tuple[str, ...] = ()) -> Tracker:
         output_dir.mkdir(parents=True, exist_ok=True)
         tracking = cfg.tracking
         tracker = cls(output_dir=output_dir, total_steps=cfg.max_steps,
                       logging_steps=max(1, cfg.logging_steps),
                       sample_text_steps=tracking.sample_text_steps,
-                      sample_text_count=tracking.sample_text_count)
+                      sample_text_count=tracking.sample_text_count,
+                      progress_keys=progress_keys)
         tracker._file = open(output_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         run = TrackerRun(output_dir=output_dir,
                          experiment=tracking.experiment_name or cfg.exp_name,
@@ -107,7 +121,7 @@ class Tracker:
 
     def progress_line(self, step: int, metrics: dict[str, float]) -> str:
         if step == 0:  # the evaluation before training
-            return " | ".join(["baseline"] + [f"{k} {metrics[k]:.3f}" for k in PROGRESS_KEYS
+            return " | ".join(["baseline"] + [f"{k} {metrics[k]:.3f}" for k in self.progress_keys
                                               if k in metrics])
         if self._first_step is None:
             self._first_step, self._start = step - 1, time.monotonic() - metrics.get(
@@ -117,7 +131,7 @@ class Tracker:
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = (self.total_steps - step) / rate if rate > 0 else float("nan")
         parts = [f"step {step}/{self.total_steps}"]
-        parts += [f"{k} {metrics[k]:.3f}" for k in PROGRESS_KEYS if k in metrics]
+        parts += [f"{k} {metrics[k]:.3f}" for k in self.progress_keys if k in metrics]
         # a real model takes seconds per step: "0.01 step/s" would say nothing
         speed = f"{rate:.2f} step/s" if rate >= 1 else (f"{1 / rate:.1f} s/step" if rate > 0
                                                           else "- s/step")

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Literal
 
-from flywheel.platform.config.schema import CodeSandboxArgs
+from flywheel.config.schema import CodeSandboxArgs
 
 UID_BASE = 200_000  # throwaway uids for sandboxes started by root, one range per process
 UID_SPAN = 100_000

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from flywheel.config.schema import ToolUseConfig
 from flywheel.envs.base import TextEnv
-from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.tools.call_parser import CallFormat
 from flywheel.tools.registry import build_tool
 from flywheel.tools.tagged_calls import TaggedFormat, instructions, tagged_format

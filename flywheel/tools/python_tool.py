@@ -17,7 +17,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from flywheel.platform.config.schema import CodeSandboxArgs
+from flywheel.config.schema import CodeSandboxArgs
 from flywheel.sandbox.bwrap import check_sandbox, run_sandboxed
 from flywheel.tools.base import ToolError, ToolTimeout, required_str
 

@@ -37,8 +37,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from flywheel.config.schema import ToolUseConfig
 from flywheel.envs import TextEnv, make, register_from_import_path
-from flywheel.platform.config.schema import ToolUseConfig
 from flywheel.tools.from_config import tool_box, with_tools
 
 _PRELOAD = ["flywheel.workers.env_process"]

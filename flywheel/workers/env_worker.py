@@ -38,8 +38,13 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from flywheel.envs import ChatTurns, EnvManager, EnvManagerConfig, Trajectory
-from flywheel.platform.config.schema import ToolUseConfig
+from flywheel.config.schema import ToolUseConfig
+from flywheel.envs import (
+    ChatTurns,
+    EnvManager,
+    EnvManagerConfig,
+    Trajectory,
+)
 from flywheel.platform.liveness import tick
 from flywheel.platform.models.text_tokens import content_ids
 from flywheel.workers.env_process import EnvSpec, ProcessEnv, tool_schemas

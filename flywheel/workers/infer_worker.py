@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import ray
 import torch
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.role_worker import RoleWorker

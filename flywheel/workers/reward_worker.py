@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import ray
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.liveness import PROGRESS_GROUP, doing, snapshot
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.result import RewardResult

@@ -26,7 +26,7 @@ import ray
 import torch
 
 from flywheel.algorithms import MismatchCorrection
-from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.role_worker import RoleWorker
 from flywheel.workers.strategies.base import TrainStrategy

@@ -12,7 +12,7 @@ from flywheel.algorithms import MismatchCorrection, TrainInferFilter, train_infe
 from flywheel.algorithms.infer_filter import segment_mean
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.loop.step_loop import mismatch_correction
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 # One agentic row: two turns of model tokens (mask 1) around an observation (mask 0).
 MASK = torch.tensor([[1, 1, 0, 0, 1, 1, 1]])

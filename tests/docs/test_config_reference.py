@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from flywheel.platform.config import reference, schema
+from flywheel.config import reference, schema
 
 
 def test_every_config_field_is_documented_beside_its_definition():
     missing = reference.undocumented()
     assert not missing, (
-        "config fields without a comment beside their definition in schema.py (write one "
+        "config fields without a comment beside their definition in config/schema/ (write one "
         "above the field: meaning, unit, range, interactions):\n  " + "\n  ".join(missing))
 
 
@@ -20,7 +20,7 @@ def test_every_config_class_and_field_reaches_the_page():
     classes = {s.cls for s in reference.sections()}
     for cls in classes:
         for f in dataclasses.fields(cls):
-            if f.name in cls.__dict__.get("__annotations__", {}):
+            if reference.field_owner(cls, f.name) is not None:
                 assert f"| `{f.name}` |" in page, f"{cls.__name__}.{f.name}"
     # every block the schema declares is reached from the top level
     declared = {v for v in vars(schema).values()

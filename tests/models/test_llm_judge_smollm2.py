@@ -5,7 +5,7 @@ otherwise close the judge's turn and write its own)."""
 
 from __future__ import annotations
 
-from flywheel.platform.config.derived import template_parts
+from flywheel.config.derived import template_parts
 from flywheel.workers.rewards.llm_judge import prompt_ids
 
 PARTS = template_parts("Q: {prompt}\nA: {response}\nRef: {reference}\nCorrect? yes or no.")

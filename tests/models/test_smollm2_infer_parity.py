@@ -18,8 +18,8 @@ import torch
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow
 
+from flywheel.config.schema import StrategyArgs, WorkerConfig  # noqa: E402
 from flywheel.pipelines.data.prompt_data import encode_prompt  # noqa: E402
-from flywheel.platform.config.schema import StrategyArgs, WorkerConfig  # noqa: E402
 from flywheel.workers.strategies.base import SamplingParams  # noqa: E402
 from flywheel.workers.strategies.hf_infer import HFInferStrategy  # noqa: E402
 from flywheel.workers.strategies.vllm_infer import VLLMInferStrategy  # noqa: E402

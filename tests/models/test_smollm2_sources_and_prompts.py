@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.config.schema import DataArgs
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.data.prompt_data import (
     PromptEncoder,
@@ -23,7 +24,6 @@ from flywheel.pipelines.data.prompt_data import (
     reward_prompt,
 )
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models import sources
 from flywheel.platform.models.builtin import resolve_pretrain
 

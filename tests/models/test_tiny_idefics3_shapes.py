@@ -16,6 +16,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from flywheel.pipelines.data.shape_images import make_items
 from flywheel.platform.models import builtin
 from flywheel.platform.models.builtin import resolve_pretrain
+from flywheel.platform.models.catalog import VL_SHIPPED_FILES
 from flywheel.workshop.tiny_vl_warm_start import (
     NAME,
     STOP_TASKS,
@@ -48,9 +49,9 @@ def record() -> dict:
 
 def test_resolves_to_the_shipped_files(folder):
     assert folder.name.startswith(f"{NAME}-")
-    for name in builtin.VL_SHIPPED_FILES:
+    for name in VL_SHIPPED_FILES:
         assert (folder / name).read_bytes() == (SHIPPED / name).read_bytes(), name
-    size = sum((SHIPPED / n).stat().st_size for n in builtin.VL_SHIPPED_FILES)
+    size = sum((SHIPPED / n).stat().st_size for n in VL_SHIPPED_FILES)
     assert size < 15e6, size  # package data: weights stored in bf16
 
 
@@ -59,7 +60,7 @@ def test_shipped_files_are_package_data():
 
     data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     patterns = data["tool"]["setuptools"]["package-data"]["flywheel"]
-    for name in builtin.VL_SHIPPED_FILES:
+    for name in VL_SHIPPED_FILES:
         assert f"**/*{Path(name).suffix}" in patterns, name
 
 

@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from flywheel.config.schema import ValidationGeneratingArgs
 from flywheel.envs import EnvManager, Trajectory
 from flywheel.pipelines.agentic import env_jobs
 from flywheel.pipelines.agentic.batch import (
@@ -35,7 +36,6 @@ from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.prefetch import PrefetchGenerator, PrefetchSettings
 from flywheel.pipelines.loop.replay_buffer import ReplayBuffer
-from flywheel.platform.config.schema import ValidationGeneratingArgs
 from flywheel.workers.env_worker import EnvJobResult
 
 

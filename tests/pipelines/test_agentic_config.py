@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flywheel.config.loader import config_to_dict
 from flywheel.pipelines.agentic.env_jobs import env_manager_config
 from flywheel.pipelines.config import check_environment, load_config, load_config_dict
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.loader import config_to_dict
+from flywheel.platform.config.errors import ConfigError
 from flywheel.workshop.sft_recipes import RECIPES as BUILTIN_MODELS
 
 ROOT = Path(__file__).parents[2]

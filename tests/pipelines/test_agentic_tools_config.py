@@ -10,7 +10,7 @@ import pytest
 
 from flywheel.pipelines.agentic.env_jobs import check_envs
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 BASE = {
     "pipeline_type": "agentic", "pretrain": "builtin://tiny-qwen2", "rollout_batch_size": 8,

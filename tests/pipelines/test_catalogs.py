@@ -12,9 +12,12 @@ import sys
 import pytest
 
 from flywheel.algorithms import get_policy_loss
+from flywheel.config import loader
+from flywheel.config.checks import config as checks
+from flywheel.config.checks import environment as environment_checks
 from flywheel.pipelines.config import CATALOGS, load_config_dict
-from flywheel.platform.config import ConfigError, checks, environment_checks, loader
 from flywheel.platform.config.catalogs import Catalog, import_object
+from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.rewards.registry import REWARDS
 from flywheel.workers.strategies.registry import STRATEGIES
 

@@ -107,8 +107,8 @@ def test_chat_turns_write_only_their_own_roles(tokenizer):
 
 
 def test_an_sft_response_is_text(tokenizer):
+    from flywheel.config.schema import DataArgs
     from flywheel.pipelines.sft.run import SFTRecord, encode_sft_records
-    from flywheel.platform.config.schema import DataArgs
 
     encoded = encode_sft_records([SFTRecord("r", "q", EVIL)], DataArgs(), "actor_train",
                                  tokenizer, 64, 128)

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.config.schema import DataArgs, PipelineConfig
 from flywheel.pipelines.config import load_config
 from flywheel.pipelines.data.data_files import DataFileError
 from flywheel.pipelines.data.prompt_data import load_records
 from flywheel.pipelines.data.records import DataError
+from flywheel.pipelines.run.resume_rules import schedule_steps
 from flywheel.pipelines.sft.run import load_sft_records
 from flywheel.platform.checkpoint_state import CheckpointStateError, read_pipeline_state
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.schema import DataArgs, PipelineConfig
-from flywheel.platform.resume import schedule_steps
+from flywheel.platform.config.errors import ConfigError
 
 BIG = 64 << 20  # bytes of the oversize line
 

@@ -17,8 +17,8 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from flywheel.cli import main
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.platform.checkpoint import writing_checkpoint
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 
 LORA = {"lora_target": "all-linear", "lora_rank": 4, "additional_target": "model.norm"}

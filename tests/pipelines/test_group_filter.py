@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.prompt_data import PromptRecord
 from flywheel.pipelines.loop.group_filter import GroupFilter, group_filter
 from flywheel.pipelines.loop.replay_buffer import ReplayBuffer
 from flywheel.pipelines.rlvr.generation import Group
 from flywheel.pipelines.rlvr.metrics import reward_info_metrics
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.strategies.base import Generation
 
 

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from PIL import Image
 
+from flywheel.config.schema import DataArgs
 from flywheel.pipelines.config import convert_roll, load_config_dict
 from flywheel.pipelines.data.prompt_data import load_prompts
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
 from flywheel.pipelines.data.records import DataError
-from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.tiny_idefics3 import IMAGE_SEQ_LEN
 
 PER_IMAGE = IMAGE_SEQ_LEN + 3  # <fake><global-img> 4 x <image> <fake>

@@ -14,10 +14,10 @@ import json
 
 import pytest
 
+from flywheel.config.schema import DataArgs, RewardConfig
 from flywheel.pipelines.data.prompt_data import load_records, prompt_encoder
 from flywheel.pipelines.rlvr.generation import Group, submit_scoring
 from flywheel.pipelines.roles.handles import RewardRole
-from flywheel.platform.config.schema import DataArgs, RewardConfig
 from flywheel.platform.models.char_tokenizer import make_char_tokenizer
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.reward_worker import RewardWorker

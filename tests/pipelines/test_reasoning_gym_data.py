@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.config.schema import DataArgs, ReasoningGymArgs, ReasoningGymTask
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.data.prompt_data import DataError, PromptOrder, load_records
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.schema import DataArgs, ReasoningGymArgs, ReasoningGymTask
+from flywheel.platform.config.errors import ConfigError
 
 ADDITION = {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["+"],
             "allow_parentheses": False, "allow_negation": False}

@@ -20,7 +20,7 @@ from flywheel.algorithms.policy_loss.registry import (
 )
 from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.run.launch import run
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.rewards.registry import REWARDS, RewardSpec, register_reward
 
 REWARD = "odd_codes"

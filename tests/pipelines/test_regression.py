@@ -20,7 +20,7 @@ from flywheel.pipelines.run.regression import (
     run_suite,
     select,
 )
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 CI = Path(__file__).parents[2] / "configs" / "ci"
 RECORDS = [{"step": 0, "val/accuracy": 0.30},

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.prompt_data import PromptRecord
 from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.rlvr.generation import Group
 from flywheel.pipelines.rlvr.sample_masks import apply_sample_masks
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation
 from flywheel.workers.strategies.train_loop import local_counts

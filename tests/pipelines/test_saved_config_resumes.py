@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from flywheel.config import config_to_dict
+from flywheel.config.length_defaults import loadable_config_data
 from flywheel.pipelines.config import load_config, load_config_dict
-from flywheel.platform.config import config_to_dict
-from flywheel.platform.config.length_defaults import loadable_config_data
 
 from .sim_config import sim_config
 

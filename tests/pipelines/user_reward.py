@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import settings_from
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.result import RewardResult
 
 

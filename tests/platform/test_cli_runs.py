@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from flywheel.cli import main
+from flywheel.config.schema import RayConfig
+from flywheel.pipelines.run.metric_views import PANELS, REWARD_KEYS, VALIDATION_KEYS
 from flywheel.platform.checkpoint import PLOT_REFRESH_S, writing_checkpoint
-from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address
 from flywheel.platform.resources import missing_devices_message
@@ -43,7 +44,7 @@ def make_run(run_dir: Path, status: str, steps: int, checkpoints: tuple[int, ...
     if status != "running":
         write_status(run_dir, status, **status_info)
     for step in checkpoints:
-        with writing_checkpoint(run_dir, step) as tmp:
+        with writing_checkpoint(run_dir, step, plots=PANELS) as tmp:
             (tmp / "pipeline_state.json").write_text("{}")
     return run_dir
 
@@ -73,7 +74,8 @@ def test_runs_lists_status_steps_figures_checkpoint_and_resume(tmp_path, capsys)
 
 def test_running_run_is_running(tmp_path):
     run = make_run(tmp_path / "r", "running", 2)  # this process: alive
-    assert summarize(run).status == "running" and summarize(run).resume_command() is None
+    summary = summarize(run, REWARD_KEYS, VALIDATION_KEYS)
+    assert summary.status == "running" and summary.resume_command() is None
 
 
 def test_plot_one_run_and_an_overlay(tmp_path, capsys):
@@ -98,34 +100,34 @@ def test_plot_of_a_folder_that_is_no_run_is_one_line(tmp_path, capsys):
 def test_checkpoint_redraws_the_plots(tmp_path):
     run = make_run(tmp_path / "run", "running", 4)
     assert not (run / "plots.png").exists()
-    with writing_checkpoint(run, 4) as tmp:
+    with writing_checkpoint(run, 4, plots=PANELS) as tmp:
         (tmp / "x").write_text("")
     drawn = (run / "plots.png").stat().st_mtime_ns
-    assert refresh_run_plots(run) == run / "plots.png"  # the end of the run: no new metrics
+    assert refresh_run_plots(run, PANELS) == run / "plots.png"  # the end of the run: no new metrics
     assert (run / "plots.png").stat().st_mtime_ns == drawn
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 5, "reward/mean": 0.5}) + "\n")
-    refresh_run_plots(run)
+    refresh_run_plots(run, PANELS)
     assert (run / "plots.png").stat().st_mtime_ns > drawn
 
 
 def test_a_checkpoint_soon_after_a_drawing_does_not_redraw(tmp_path):
     """One drawing per PLOT_REFRESH_S at most from checkpoints; the end of a run draws."""
     run = make_run(tmp_path / "run", "running", 4)
-    with writing_checkpoint(run, 4):
+    with writing_checkpoint(run, 4, plots=PANELS):
         pass
     picture = run / "plots.png"
     drawn = picture.stat().st_mtime_ns
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 5, "reward/mean": 0.5}) + "\n")
-    with writing_checkpoint(run, 5):
+    with writing_checkpoint(run, 5, plots=PANELS):
         pass
     assert picture.stat().st_mtime_ns == drawn  # younger than PLOT_REFRESH_S
     old = drawn - int((PLOT_REFRESH_S + 1) * 1e9)  # as if drawn a while ago
     os.utime(picture, ns=(old, old))
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 6, "reward/mean": 0.5}) + "\n")
-    with writing_checkpoint(run, 6):
+    with writing_checkpoint(run, 6, plots=PANELS):
         pass
     assert picture.stat().st_mtime_ns > old
 

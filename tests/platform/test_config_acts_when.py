@@ -1,4 +1,4 @@
-"""The "acts when" table (platform/config/acts_when_table.py): a key the user writes where it
+"""The "acts when" table (config/acts_when/table.py): a key the user writes where it
 would do nothing is refused with one line naming the key and the condition it needs; the
 same key with its condition on loads; a key the user did not write is never refused.
 Config only: no Ray, no model."""
@@ -12,10 +12,12 @@ import yaml
 
 from flywheel.algorithms.policy_loss.params import PolicyLossParams
 from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES
+from flywheel.config import config_to_dict
+from flywheel.config.acts_when import table as acts_when_table
+from flywheel.config.acts_when.check import matches
+from flywheel.config.acts_when.table import LOSS_VARIANT_KEYS
 from flywheel.pipelines.config import load_config, load_config_dict
-from flywheel.platform.config import ConfigError, acts_when_table, config_to_dict
-from flywheel.platform.config.acts_when import matches
-from flywheel.platform.config.acts_when_table import LOSS_VARIANT_KEYS
+from flywheel.platform.config.errors import ConfigError
 
 GAE = {"adv_estimator": "gae", "critic": {}}
 KL = {"use_kl_loss": True, "kl_loss_coef": 0.1, "reference": {}}

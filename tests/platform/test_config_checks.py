@@ -4,11 +4,11 @@ import re
 
 import pytest
 
+from flywheel.config.checks.config import role_backends
+from flywheel.config.derived import data_parallel_size
+from flywheel.config.schema import PipelineConfig, StrategyArgs, WorkerConfig
 from flywheel.pipelines.config import CATALOGS, check_config, load_config, load_config_dict
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.checks import role_backends
-from flywheel.platform.config.derived import data_parallel_size
-from flywheel.platform.config.schema import PipelineConfig, StrategyArgs, WorkerConfig
+from flywheel.platform.config.errors import ConfigError
 
 
 def error_for(data):
@@ -289,7 +289,7 @@ def test_a_collective_carrier_is_refused_where_a_broadcast_cannot_serve(extra, r
 
 
 def test_engine_memory_fraction_leaves_a_colocated_trainer_its_memory():
-    from flywheel.platform.config.derived import engine_memory_fraction
+    from flywheel.config.derived import engine_memory_fraction
 
     gib = 1 << 30
     assert engine_memory_fraction(79 * gib, 80 * gib) == 0.9  # a GPU of its own: vLLM's

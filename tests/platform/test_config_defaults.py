@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.pipelines.config import load_config
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs" / "defaults"
 

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError, parse_device_mapping
-from flywheel.platform.config.device_mapping import MAX_DEVICES
+from flywheel.platform.config.device_mapping import MAX_DEVICES, parse_device_mapping
+from flywheel.platform.config.errors import ConfigError
 
 
 @pytest.mark.parametrize("value, devices", [

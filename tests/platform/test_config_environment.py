@@ -1,11 +1,11 @@
 """Machine warnings: model paths, backend packages, devices, data files."""
 
-from flywheel.pipelines.config import CATALOGS, check_environment, load_config_dict
-from flywheel.platform.config.environment_checks import (
+from flywheel.config.checks.environment import (
     backend_warnings,
     device_warnings,
     model_path_warnings,
 )
+from flywheel.pipelines.config import CATALOGS, check_environment, load_config_dict
 
 
 def test_builtin_config_has_no_warnings():
@@ -78,7 +78,7 @@ def test_missing_data_files(tmp_path):
 
 
 def test_rule_rewards_are_skipped():
-    # a rule reward with a model or backend block is refused at load (key_checks.py)
+    # a rule reward with a model or backend block is refused at load (config/checks/keys.py)
     cfg = load_config_dict({"rewards": {"math": {"reward_type": "math_rule"}}})
     assert backend_warnings(cfg, CATALOGS, importable=lambda module: False) == []
     assert model_path_warnings(cfg, CATALOGS) == []

@@ -3,7 +3,7 @@
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 
 def test_whole_value_reference_keeps_the_type():

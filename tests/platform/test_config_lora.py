@@ -1,4 +1,4 @@
-"""LoRA keys in a config (platform/config/lora_args.py, derived.reference_from_actor): their
+"""LoRA keys in a config (config/lora_args.py, derived.reference_from_actor): their
 values, what a lora_target names, and the reference that starts no worker. Which keys act
 where is tested with the other acts-when rows (test_config_acts_when.py)."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.config.derived import reference_from_actor, served_adapter
+from flywheel.config.lora_args import lora_targets
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.roles.roles import Roles, device_roles
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.derived import reference_from_actor, served_adapter
-from flywheel.platform.config.lora_args import lora_targets
+from flywheel.platform.config.errors import ConfigError
 
 KL = {"use_kl_loss": True, "kl_loss_coef": 0.1, "reference": {}}
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.config.checks.import_allowlist import allowed_prefixes
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.import_allowlist import allowed_prefixes
+from flywheel.platform.config.errors import ConfigError
 
 PATH = "my_rewards.scoring:by_tag"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 MODEL = {"model_name_or_path": "builtin://smollm2-135m-times-rm"}
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.config.checks.environment import cuda_device_count, is_importable
 from flywheel.pipelines.config import check_environment, load_config
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.environment_checks import cuda_device_count, is_importable
+from flywheel.platform.config.errors import ConfigError
 
 ROLL = Path(__file__).parents[1] / "data" / "configs" / "roll"
 

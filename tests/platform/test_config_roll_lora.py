@@ -1,4 +1,4 @@
-"""ROLL's four LoRA examples through `platform convert --from roll` (roll_lora.py).
+"""ROLL's four LoRA examples through `platform convert --from roll` (interop/roll/fit/lora.py).
 
 Each case is the LoRA part of one of ROLL's examples (qwen2.5-0.5B-agentic
 agentic_val_sokoban_lora, qwen2.5-7B-rlvr_megatron rlvr_config_lora and rlvr_lora_fsdp2,
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flywheel.config.derived import reference_from_actor
 from flywheel.pipelines.config import convert_roll, load_config_dict
-from flywheel.platform.config.derived import reference_from_actor
 from flywheel.platform.config.yaml_source import load_layers
 
 MECHANICS = Path(__file__).parents[1] / "data" / "configs" / "roll" / "mechanics"
@@ -117,7 +117,7 @@ def test_a_lora_actor_on_a_backend_without_lora_is_a_missing_feature(tmp_path,
     """The megatron mapping is what keeps the LoRA keys: without it they would be inert on
     megatron_train and dropped, and the run a full fine-tune. Any backend flywheel trains
     no adapter on is reported missing instead."""
-    monkeypatch.setattr("flywheel.platform.config.roll_lora.LORA_BACKENDS", ("hf_train",))
+    monkeypatch.setattr("flywheel.interop.roll.fit.lora.LORA_BACKENDS", ("hf_train",))
     _, train_lora, _, infer_lora, _ = CASES["qwen2.5-7B rlvr_lora_fsdp2"]
     conversion = convert_roll(roll_file(tmp_path, False, train_lora,
                                         {"strategy_name": "deepspeed_train"}, infer_lora))

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from flywheel import cli
+from flywheel.config import config_to_dict
 from flywheel.pipelines.config import convert_roll, load_config, load_config_dict
-from flywheel.platform.config import ConfigError, config_to_dict
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.resolvers import ResolverContext
 
 MECHANICS = Path(__file__).parents[1] / "data" / "configs" / "roll" / "mechanics"

@@ -1,10 +1,10 @@
 """ROLL's MoE-on-Megatron and colocated examples through `platform convert --from roll`.
 
 Fixtures (tests/data/configs/roll/moe/): megatron_moe.yaml is the MoE strategy_config of
-qwen3-30BA3B-rlvr_megatron on the small RLVR file (roll_megatron.py); colocated_fsdp2.yaml
-the placement of qwen3-30BA3B-rlvr_fsdp2 (both actors on every device, a two-GPU engine).
-Each converts and validates; the router keys that change the math act or refuse the file.
-"""
+qwen3-30BA3B-rlvr_megatron on the small RLVR file (interop/roll/fit/megatron.py);
+colocated_fsdp2.yaml the placement of qwen3-30BA3B-rlvr_fsdp2 (both actors on every device, a
+two-GPU engine). Each converts and validates; the router keys that change the math act or refuse the
+file."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flywheel.config.derived import offloads_between_phases
 from flywheel.pipelines.config import convert_roll, load_config_dict
-from flywheel.platform.config.derived import offloads_between_phases
 from flywheel.platform.config.yaml_source import load_layers
 
 MOE = Path(__file__).parents[1] / "data" / "configs" / "roll" / "moe"

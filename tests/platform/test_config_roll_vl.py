@@ -1,5 +1,5 @@
-"""ROLL's VL RLVR files through `platform convert --from roll` (roll_vl.py): the detection
-reward, ROLL's VL data columns and data functions, and the backends that must take images.
+"""ROLL's VL RLVR files through `platform convert --from roll` (interop/roll/fit/vl.py): the
+detection reward, ROLL's VL data columns and data functions, and the backends that must take images.
 
 Fixture: tests/data/configs/roll/vl/detection_rlvr.yaml (the shape of ROLL's
 qwen2_5-vl / qwen3-vl RLVR examples on backends flywheel feeds images to), edited per test.
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from flywheel.interop.roll.fit import vl as roll_vl
 from flywheel.pipelines.config import convert_roll, load_config_dict
 from flywheel.pipelines.data.prompt_data import Columns, parse_record
-from flywheel.platform.config import roll_vl
 from flywheel.platform.config.yaml_source import load_layers
 from flywheel.workers.rewards import detection
 

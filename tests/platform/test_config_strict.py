@@ -2,9 +2,10 @@
 
 import pytest
 
+from flywheel.config import config_to_dict
+from flywheel.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError, config_to_dict
-from flywheel.platform.config.schema import ActorTrainConfig, PipelineConfig
+from flywheel.platform.config.errors import ConfigError
 
 
 def error_for(data):

@@ -9,10 +9,10 @@ import json
 import pytest
 import yaml
 
+from flywheel.config.persisted import REDACTED, written_config
 from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.run.launch import run
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.persisted import REDACTED, written_config
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.run_folder import unused_folder
 
 SECRET = "sk-FAKE-0123456789abcdef"

@@ -1,15 +1,23 @@
-"""platform/ knows nothing about RL: no module under flywheel/platform imports envs,
-algorithms, pipelines or workers (DESIGN.md: imports flow cli -> pipelines -> workers ->
-platform). Every import statement counts, at module level or inside a function."""
+"""platform/ knows nothing about RL: no module under flywheel/platform imports the run's
+config (flywheel.config) or anything above it: envs, algorithms, tools, pipelines, workers,
+interop, workshop, the CLI (DESIGN.md: imports flow cli -> pipelines -> workers -> config ->
+platform). The ROLL converter (flywheel.interop) is a leaf: only the CLI's path imports it.
+Every import statement counts, at module level or inside a function."""
 
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
 PLATFORM = ROOT / "flywheel" / "platform"
-FORBIDDEN = ("flywheel.envs", "flywheel.algorithms", "flywheel.pipelines", "flywheel.workers")
+FORBIDDEN = ("flywheel.config", "flywheel.envs", "flywheel.algorithms", "flywheel.tools",
+             "flywheel.pipelines", "flywheel.workers", "flywheel.interop", "flywheel.workshop",
+             "flywheel.sandbox", "flywheel.cli")
+# The CLI's path to the ROLL converter: the only modules of flywheel that may import it.
+INTEROP_IMPORTERS = frozenset({"flywheel.cli", "flywheel.pipelines.config"})
 
 
 def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
@@ -43,20 +51,50 @@ def test_platform_imports_nothing_about_rl():
         bad += [f"{relative}:{line} imports {name}"
                 for line, name in imported_modules(path.read_text(), package)
                 if is_forbidden(name)]
-    assert not bad, "platform/ must not import envs, algorithms, pipelines or workers:\n" + \
+    assert not bad, "platform/ must not import the config or anything above it:\n" + \
         "\n".join(bad)
+
+
+# "package.module:attr" naming a module above platform: what an import by string would load
+ABOVE_BY_PATH = re.compile(r"flywheel\.(?:config|envs|algorithms|tools|pipelines|workers|interop"
+                           r"|workshop|sandbox|cli)(?:\.\w+)*:\w+")
+
+
+def test_platform_names_nothing_above_it_by_import_path():
+    """An import path in platform's text (a builder named by string) is an import too."""
+    bad = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in sorted(PLATFORM.rglob("*.py"))
+           for m in ABOVE_BY_PATH.finditer(path.read_text())]
+    assert not bad, "platform/ names modules above it by import path:\n" + "\n".join(bad)
+    assert ABOVE_BY_PATH.search('trained=("flywheel.workshop.times_reward_model:recipe_key",')
+
+
+def test_no_roll_module_under_platform():
+    assert not sorted(PLATFORM.rglob("roll_*.py"))
+
+
+def test_only_the_clis_path_imports_interop():
+    graph = import_graph()
+    bad = sorted(f"{m} imports {n}" for m, names in graph.items()
+                 if not (m == "flywheel.interop" or m.startswith("flywheel.interop."))
+                 and m not in INTEROP_IMPORTERS
+                 for n in names if n == "flywheel.interop" or n.startswith("flywheel.interop."))
+    assert not bad, "only the CLI's path may import flywheel.interop:\n" + "\n".join(bad)
+    assert "flywheel.interop.roll.convert" in graph["flywheel.pipelines.config"]  # read as it is
 
 
 def test_the_check_sees_every_form_of_import():
     package = "flywheel.platform.config"
     for source in ("import flywheel.envs", "from flywheel import pipelines",
+                   "from flywheel.config.schema import PipelineConfig",
+                   "def f():\n    from ...config import loader", "import flywheel.interop.roll",
                    "from flywheel.workers.batch import TokenBatch",
                    "def f():\n    from ...algorithms import grpo", "from ... import envs"):
         assert any(is_forbidden(n) for _, n in imported_modules(source, package)), source
     assert not any(is_forbidden(n) for _, n in imported_modules(
-        "from flywheel.platform.config import schema\nfrom .errors import ConfigError", package))
+        "from flywheel.platform.config import errors\nfrom .errors import ConfigError", package))
 
 
+@functools.cache  # read once for the tests that use it
 def import_graph() -> dict[str, set[str]]:
     """flywheel module -> the flywheel modules it imports (any import statement)."""
     modules = {}

@@ -26,7 +26,8 @@ from flywheel.platform.models.char_tokenizer import (
     make_char_tokenizer,
     save_char_tokenizer,
 )
-from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
+from flywheel.platform.models.tiny_qwen2 import build_tiny_qwen2
+from flywheel.platform.models.tiny_qwen2_spec import TinyQwen2Spec
 
 TOKENIZER = make_char_tokenizer()
 

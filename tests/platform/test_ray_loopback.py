@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 SCRIPT = r"""
 import json, os, re, subprocess
 import ray
-from flywheel.platform.config.schema import RayConfig
+from flywheel.config.schema import RayConfig
 from flywheel.platform.ray_runtime import start_ray, stop_ray
 
 start_ray(RayConfig(num_cpus=1, object_store_memory_mb=256), 1)

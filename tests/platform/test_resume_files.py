@@ -8,14 +8,15 @@ import pytest
 
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
+from flywheel.pipelines.run.resume_rules import SAFE_KEYS, schedule_steps
 from flywheel.platform.checkpoint import (
     PIPELINE_STATE,
     complete_checkpoints,
     prune_checkpoints,
     writing_checkpoint,
 )
-from flywheel.platform.config import ConfigError
-from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
+from flywheel.platform.config.errors import ConfigError
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
 
 
 def save(run_dir, step):
@@ -49,13 +50,14 @@ def test_save_total_limit_keeps_the_newest(tmp_path):
 def test_changed_config_safe_keys_pass_unsafe_refused():
     old = {"max_steps": 4, "pretrain": "a", "actor_train": {"training_args": {"lr": 1}},
            "tracking": {"mlflow": True}}
-    assert check_changes(old, {**old, "max_steps": 8, "tracking": {"mlflow": False}},
-                         "f.yaml") == ["max_steps: 4 -> 8", "tracking.mlflow: True -> False"]
+    assert check_changes(old, {**old, "max_steps": 8, "tracking": {"mlflow": False}}, "f.yaml",
+                         SAFE_KEYS) == ["max_steps: 4 -> 8", "tracking.mlflow: True -> False"]
     with pytest.raises(ConfigError, match=r"f.yaml: pretrain: differs from the run being "
                                           r"resumed .*pretrain \('a' -> 'b'\)"):
-        check_changes(old, {**old, "pretrain": "b"}, "f.yaml")
+        check_changes(old, {**old, "pretrain": "b"}, "f.yaml", SAFE_KEYS)
     with pytest.raises(ConfigError, match="actor_train.training_args.lr"):
-        check_changes(old, {**old, "actor_train": {"training_args": {"lr": 2}}}, "f.yaml")
+        check_changes(old, {**old, "actor_train": {"training_args": {"lr": 2}}}, "f.yaml",
+                      SAFE_KEYS)
 
 
 def test_records_cut_back_to_the_checkpoint(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from flywheel.pipelines.config import load_config
-from flywheel.platform.config import ConfigError
+from flywheel.platform.config.errors import ConfigError
 
 SCRIPT = Path(__file__).parents[2] / "bench" / "roll_check.py"
 

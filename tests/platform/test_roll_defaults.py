@@ -1,7 +1,7 @@
 """`platform convert --from roll` writes ROLL's defaults that differ from flywheel's and act
 in the converted file, and none that would be inert; a key the ROLL file writes that would
 do nothing here is dropped with the reason; the converted file always validates
-(roll_defaults.py). Config only."""
+(interop/roll/defaults.py). Config only."""
 
 from __future__ import annotations
 
@@ -176,7 +176,8 @@ def test_sequence_packing_acts_on_training_roles_whose_backend_packs(tmp_path):
     """ROLL's use_sequence_packing / max_packed_sequence_length_train become
     training_args.sequence_packing / max_packed_sequence_length (sequence_packing.py) on
     hf_train and deepspeed_train; on megatron_train and on the reference, where flywheel
-    runs padded (the same numbers), they are dropped with the reason (roll_packing.py)."""
+    runs padded (the same numbers), they are dropped with the reason
+    (interop/roll/fit/packing.py)."""
     packing = {"use_sequence_packing": True, "sequence_packing_args": {
         "algorithm": "load_balance", "max_packed_sequence_length_train": 2048,
         "max_packed_sequence_length_forward": 2048, "min_num_micro_batches_train": 1}}

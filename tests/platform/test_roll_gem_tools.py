@@ -1,7 +1,7 @@
 """`platform convert --from roll` on ROLL's GEM math and QA tags with their tool blocks
-(roll_envs.py, roll_tools.py): the hub datasets become the shipped local files, the tools
-are kept (python_code -> python, search -> local BM25, in GEM's call tags), mcp is refused,
-and the converted file builds its envs with their tools (fixture:
+(interop/roll/fit/envs.py, interop/roll/fit/tools.py): the hub datasets become the shipped local
+files, the tools are kept (python_code -> python, search -> local BM25, in GEM's call tags), mcp is
+refused, and the converted file builds its envs with their tools (fixture:
 tests/data/configs/roll/gem/)."""
 
 from __future__ import annotations

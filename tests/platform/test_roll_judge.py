@@ -1,5 +1,5 @@
 """ROLL's LLM judge, its rule rewards' model_args and its critic's model_type, converted
-(platform/config/roll_judge.py, roll_convert.py): what the files of ROLL's RLVR examples
+(interop/roll/fit/judge.py, interop/roll/convert.py): what the files of ROLL's RLVR examples
 write, and what a converted file then judges with."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flywheel.interop.roll.fit.judge import RLVR_MATCH_PROMPT
 from flywheel.pipelines.config import convert_roll, load_config_dict
-from flywheel.platform.config.roll_judge import RLVR_MATCH_PROMPT
 
 JUDGE = "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker"
 MATH = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"

@@ -1,7 +1,7 @@
 """ROLL's RLVR loss knobs through `platform convert --from roll`: the masks and the warmup
 ratio carry over under their own names; importance_sampling, the TOPR coefficients and the
 train_infer_correction block become flywheel's pg_variant and infer_is_correction
-(roll_loss.py), or are refused with what flywheel lacks. Config only."""
+(interop/roll/fit/loss.py), or are refused with what flywheel lacks. Config only."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""`platform convert --from roll` on ROLL's step-level agentic settings (roll_step_credit.py):
-env managers, step estimators, batch_adjust_mode, GEM env ids, ROLL's Sokoban variants, the
-rollout-only pipeline. Each case is a small ROLL-format file written here."""
+"""`platform convert --from roll` on ROLL's step-level agentic settings
+(interop/roll/fit/step_credit.py): env managers, step estimators, batch_adjust_mode, GEM env ids,
+ROLL's Sokoban variants, the rollout-only pipeline. Each case is a small ROLL-format file written
+here."""
 
 from __future__ import annotations
 

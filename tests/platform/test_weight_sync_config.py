@@ -2,9 +2,9 @@
 
 import pytest
 
+from flywheel.config.schema import RayConfig
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.schema import RayConfig
+from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.models.weight_size import checkpoint_numel, weight_bytes
 from flywheel.platform.ray_runtime import object_store_bytes
 

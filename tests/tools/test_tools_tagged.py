@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.config.schema import ToolConfig, ToolUseConfig
 from flywheel.envs import EnvManager, EnvManagerConfig, make
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.schema import ToolConfig, ToolUseConfig
+from flywheel.platform.config.errors import ConfigError
 from flywheel.tools import MalformedCall, ToolCall
 from flywheel.tools.from_config import template_tools, tool_box, with_tools
 from flywheel.tools.tagged_calls import parse_tagged_call, tagged_format

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from flywheel.algorithms import PolicyLossParams
+from flywheel.config.schema import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
 from flywheel.pipelines.roles.roles import join_process_group
 from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.schema import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch, pack_sequences

@@ -30,7 +30,7 @@ def engine(tiny_model_path):
     """A vllm strategy on the tiny model, one per test module (start ~3-9 s on CPU)."""
     import torch
 
-    from flywheel.platform.config.schema import WorkerConfig
+    from flywheel.config.schema import WorkerConfig
     from flywheel.workers.strategies.vllm_infer import VLLMInferStrategy
 
     set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it process-wide

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.result import RewardResult
 
 SECONDS = 0.25

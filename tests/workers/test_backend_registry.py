@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from flywheel.platform.config.schema import StrategyArgs, WorkerConfig
+from flywheel.config.schema import StrategyArgs, WorkerConfig
 from flywheel.workers.strategies.registry import (
     STRATEGIES,
     BackendMissing,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.workers.rewards.code_sandbox import last_code_block, outputs_match, parse_tests
 from flywheel.workers.rewards.registry import reward_fn
 

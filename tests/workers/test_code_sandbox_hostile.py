@@ -16,7 +16,7 @@ import pytest
 from sandbox_corpus import ESCAPED_REFERENCE, HOSTILE
 from test_reward_time_limit import leftover_sandbox_processes
 
-from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.sandbox.bwrap import UID_BASE, UID_SPAN
 from flywheel.workers.rewards.registry import reward_fn
 

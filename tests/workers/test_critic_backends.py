@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.critic_loss import CriticLoss
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import VALUE

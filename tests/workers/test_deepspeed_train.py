@@ -20,7 +20,7 @@ from ray import cloudpickle
 from safetensors.torch import load_file
 
 from flywheel.algorithms import MismatchCorrection
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.config.schema import ModelArgs
 from flywheel.workers.strategies import deepspeed_train
 from flywheel.workers.strategies.lora import ADAPTER_WEIGHTS
 from flywheel.workers.train_worker import TrainWorker

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.detection import (
     ROLL_IOU_THRESHOLDS,
     DetectionArgs,

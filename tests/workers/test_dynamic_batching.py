@@ -12,7 +12,7 @@ import pytest
 import torch
 from backend_cases import actor_loss, training_args, uneven
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.train_loop import split_to, token_budget_rows
 

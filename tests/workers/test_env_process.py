@@ -13,10 +13,10 @@ import time
 
 import pytest
 
+from flywheel.config.schema import ToolConfig, ToolUseConfig
 from flywheel.envs import EnvManager, EnvManagerConfig, aggregate_metrics
 from flywheel.pipelines.agentic.env_jobs import check_envs
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config.schema import ToolConfig, ToolUseConfig
 from flywheel.workers.env_process import EnvSpec, ProcessEnv
 
 FLAKY = "tests.pipelines.faulty_envs:FlakyEnv"

@@ -16,7 +16,7 @@ import torch
 from backend_cases import actor_loss, make_rl_batch, training_args, untimed
 
 from flywheel.algorithms import MismatchCorrection
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.train_worker import TrainWorker
 
 METRIC_REL = 1e-5  # fp32 tiny model: the two paths differ only in batch shapes' rounding

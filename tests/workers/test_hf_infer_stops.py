@@ -4,7 +4,7 @@ the segment's prompt), and the cut must find it there (stops.response_end `befor
 
 from __future__ import annotations
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
 

@@ -6,7 +6,7 @@ import torch
 from backend_cases import uneven
 
 from flywheel.algorithms import PolicyLossParams
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.platform.liveness import snapshot
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards import ifeval_checks
 from flywheel.workers.rewards.ifeval import IfevalArgs, score_with
 from flywheel.workers.rewards.registry import reward_fn

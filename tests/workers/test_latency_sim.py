@@ -12,7 +12,7 @@ from flywheel.workers.strategies.latency_sim import vocabulary
 
 PROBE = """
 import sys
-from flywheel.platform.config.schema import StrategyArgs, WorkerConfig
+from flywheel.config.schema import StrategyArgs, WorkerConfig
 import flywheel.workers.infer_worker
 from flywheel.workers.strategies.latency_sim import SimInferStrategy
 config = WorkerConfig(strategy_args=StrategyArgs(strategy_name="sim_infer"))

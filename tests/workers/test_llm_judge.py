@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from flywheel.config.derived import template_parts
+from flywheel.config.schema import LlmJudgeArgs, ModelArgs, RewardConfig, StrategyArgs
 from flywheel.pipelines.config import load_config_dict
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.derived import template_parts
-from flywheel.platform.config.schema import LlmJudgeArgs, ModelArgs, RewardConfig, StrategyArgs
+from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.rewards.llm_judge import parse_verdict, prompt_ids, render
 from flywheel.workers.rewards.time_limit import ScorerError, TimeLimitedScorer
 

@@ -16,8 +16,8 @@ import torch
 from backend_cases import dr_grpo_loss
 from safetensors.torch import load_file
 
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.strategies.hf_model import (
     batched_logprobs,
     distinct_state_tensors,

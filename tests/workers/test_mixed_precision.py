@@ -16,7 +16,7 @@ import pytest
 import torch
 from backend_cases import actor_loss, untimed
 
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.mixed_precision import LossScaler
 from flywheel.workers.strategies.train_loop import DivergenceError

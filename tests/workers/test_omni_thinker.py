@@ -16,10 +16,10 @@ from vl_cases import image
 
 from flywheel.algorithms import PolicyLossParams
 from flywheel.cli import main
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import QwenVLPieces, load_vl_processor
 from flywheel.platform.checkpoint import writing_checkpoint
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.image_inputs import RowImages
@@ -165,8 +165,8 @@ def test_frozen_towers_stay_bit_identical_and_the_checkpoint_reloads_and_exports
     torch.manual_seed(0)
     batch.advantages = torch.randn(len(batch))[:, None] * batch.response_mask
     loss = ActorLoss("ppo", PolicyLossParams(), "seq-mean-token-mean", norm_length=5)
-    # roll_vl.py's names for ROLL's prefix; the converted file's router loss ("model": the
-    # thinker's text_config.router_aux_loss_coef)
+    # interop/roll/fit/vl.py's names for ROLL's prefix; the converted file's router loss
+    # ("model": the thinker's text_config.router_aux_loss_coef)
     trainer = train(path, "visual,audio_tower", aux="model")
     before = {k: v.clone() for k, v in trainer.state_dict_for_sync().items()}
     assert trainer.train_step(batch, loss)[METRIC] > 0

@@ -20,9 +20,9 @@ from vl_cases import (
     sampled_batch,
 )
 
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.image_inputs import RowImages
 from flywheel.workers.strategies.base import SamplingParams

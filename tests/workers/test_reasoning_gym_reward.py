@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.config.schema import DataArgs, ReasoningGymArgs, ReasoningGymTask, RewardConfig
 from flywheel.pipelines.data.prompt_data import load_records
-from flywheel.platform.config.schema import (
-    DataArgs,
-    ReasoningGymArgs,
-    ReasoningGymTask,
-    RewardConfig,
-)
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.time_limit import TimeLimitedScorer
 

@@ -12,7 +12,7 @@ from backend_cases import PROMPTS, max_diff_on
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from flywheel.algorithms import kl_estimate
-from flywheel.platform.config.schema import (
+from flywheel.config.schema import (
     GeneratingArgs,
     ModelArgs,
     StrategyArgs,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from flywheel.algorithms.sampled_distribution import SampledDistribution
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.config.schema import ModelArgs
 from flywheel.workers.strategies.hf_model import load_causal_lm, sequence_logprobs
 
 TRUNCATED = SampledDistribution(0.7, 5, 0.9)

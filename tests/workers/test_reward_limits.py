@@ -20,13 +20,13 @@ import time
 
 import pytest
 
+from flywheel.config.checks.reward_limits import check_reward_limits
+from flywheel.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.pipelines.data.prompt_data import PromptRecord
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rlvr.generation import Group, ScoringJob
 from flywheel.pipelines.rlvr.reward_health import RewardHealth, RewardScoresNothing
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.reward_limit_checks import check_reward_limits
-from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.workers.rewards.python_reward import UserScorer
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.reward_limits import memory_limit_mb
@@ -139,7 +139,7 @@ def test_no_process_a_reward_started_outlives_a_killed_reward_worker(tmp_path):
     # hear of it (PR_SET_PDEATHSIG) and take the whole tree down
     pids = tmp_path / "pids"
     worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        from flywheel.platform.config.schema import RewardConfig
+        from flywheel.config.schema import RewardConfig
         from flywheel.workers.rewards.registry import Sample
         from flywheel.workers.rewards.time_limit import TimeLimitedScorer
         scorer = TimeLimitedScorer(RewardConfig(reward_type="python",

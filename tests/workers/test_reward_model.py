@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForSequenceClassification
 
+from flywheel.config.schema import ModelArgs, RewardConfig
 from flywheel.pipelines.roles.handles import RewardRole
-from flywheel.platform.config.schema import ModelArgs, RewardConfig
 from flywheel.platform.models.char_tokenizer import make_char_tokenizer
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.reward_worker import RewardWorker

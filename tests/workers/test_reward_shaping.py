@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from flywheel.config.schema import RewardConfig
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.data.prompt_data import PromptRecord
 from flywheel.pipelines.rlvr.generation import Group, ScoringJob
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.registry import Sample, reward_fn
 from flywheel.workers.rewards.response_length import response_length_reward
 from flywheel.workers.rewards.result import RewardResult
@@ -74,8 +74,8 @@ def roll_reward(worker: str, **keys) -> dict:
 def test_roll_rule_workers_convert(tmp_path):
     import yaml
 
+    from flywheel.interop.roll.convert import convert_roll
     from flywheel.pipelines.config import CATALOGS
-    from flywheel.platform.config.roll_convert import convert_roll
 
     path = tmp_path / "roll.yaml"
     path.write_text(yaml.safe_dump({"adv_estimator": "grpo", "rewards": {

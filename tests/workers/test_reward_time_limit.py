@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.sandbox.bwrap import UID_BASE, UID_SPAN
 from flywheel.workers.rewards.time_limit import ScorerError, TimeLimitedScorer
 

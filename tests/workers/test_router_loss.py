@@ -13,7 +13,7 @@ import torch
 from backend_cases import dr_grpo_loss
 
 from flywheel.algorithms.moe_balance import switch_load_balancing_loss
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.router_loss import METRIC
 

@@ -13,7 +13,7 @@ from transformers.generation.logits_process import (
 )
 
 from flywheel.algorithms.sampled_distribution import SampledDistribution
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy

@@ -12,7 +12,7 @@ import pytest
 import torch
 from backend_cases import PROMPTS, max_diff_on
 
-from flywheel.platform.config.schema import StrategyArgs, TrainingArgs, WorkerConfig
+from flywheel.config.schema import StrategyArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy

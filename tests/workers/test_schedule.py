@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from flywheel.algorithms import PolicyLossParams
+from flywheel.config.schema import PipelineConfig, TrainingArgs, WorkerConfig
 from flywheel.pipelines.roles.roles import schedule_horizon
-from flywheel.platform.config.schema import PipelineConfig, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
@@ -136,8 +136,8 @@ def test_agentic_step_rows_schedule_spans_the_run(tiny_model_path, backend, one_
     """Per-turn rows: the schedule counts train steps (roles.schedule_per_train_step), so
     warmup ends after warmup_ratio of them and the last step's rate is above 0; sized from
     the trajectory count, linear decay reached 0 a third of the way through."""
+    from flywheel.config.schema import StrategyArgs
     from flywheel.pipelines.roles.roles import schedule_per_train_step
-    from flywheel.platform.config.schema import StrategyArgs
     from flywheel.workers.train_worker import TrainWorker
 
     if backend == "deepspeed_train":

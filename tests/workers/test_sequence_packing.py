@@ -14,7 +14,7 @@ import pytest
 import torch
 from backend_cases import actor_loss, assert_same_step, stepped_grads, training_args, uneven
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_model import sequence_logprobs
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import VALUE
@@ -123,7 +123,7 @@ def test_a_model_that_attends_across_sequences_is_refused(model):
 ])
 def test_packing_values_that_cannot_act_are_refused(training, model, phrase):
     from flywheel.pipelines.config import load_config_dict
-    from flywheel.platform.config import ConfigError
+    from flywheel.platform.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match=phrase):
         load_config_dict({"actor_train": {"training_args": training, "model_args": model}},

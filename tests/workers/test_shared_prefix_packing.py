@@ -16,7 +16,7 @@ import pytest
 import torch
 from backend_cases import actor_loss, assert_same_step, stepped_grads, training_args, uneven
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_model import sequence_logprobs
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import VALUE
@@ -127,7 +127,7 @@ def test_a_model_that_ignores_the_mask_is_refused(model):
 
 def test_shared_prefix_packing_without_packing_is_refused():
     from flywheel.pipelines.config import load_config_dict
-    from flywheel.platform.config import ConfigError
+    from flywheel.platform.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match="shared_prefix_packing.*sequence_packing: true"):
         load_config_dict({"actor_train": {"training_args": {"shared_prefix_packing": True}}},

@@ -6,7 +6,7 @@ import torch
 from backend_cases import untimed
 
 from flywheel.algorithms import MismatchCorrection, PolicyLossParams
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.strategies.base import SamplingParams

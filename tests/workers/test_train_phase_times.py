@@ -14,7 +14,7 @@ import torch
 from backend_cases import actor_loss
 
 from flywheel.algorithms import MismatchCorrection
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.train_loop import (
     Counts,

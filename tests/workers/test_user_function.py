@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.python_reward import UserScorer, build
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.user_function import NotAScore, coerce, user_function

@@ -13,7 +13,7 @@ from backend_cases import cluster_weights
 from test_vl_hf import infer, prompts, sampled, train  # noqa: F401 (fixtures)
 
 from flywheel.algorithms import PolicyLossParams
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.config.schema import ModelArgs
 from flywheel.workers.actor_loss import ActorLoss
 
 

@@ -12,9 +12,9 @@ import torch
 from vl_cases import check_continuation, image, sampled_batch
 
 from flywheel.algorithms import PolicyLossParams
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig
 from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.image_inputs import RowImages

@@ -15,9 +15,9 @@ import pytest
 import torch
 from vl_cases import image, sampled_batch
 
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.batch import pack_sequences
 from flywheel.workers.image_inputs import RowImages
 from flywheel.workers.strategies.base import SamplingParams
@@ -129,7 +129,7 @@ def test_a_sync_without_the_frozen_tower_keeps_the_engines_and_takes_the_rest(
     """frozen_modules.py: the sync leaves the vision tower out; vLLM's in-place reload
     keeps the layers it is sent nothing for and loads the rest. The engine then samples
     as the moved model with the (kept) tower does. Runs last: it changes the engine."""
-    from flywheel.platform.config.schema import ModelArgs
+    from flywheel.config.schema import ModelArgs
     from flywheel.workers.strategies.vllm_infer import RELOAD_LOGGERS
 
     trainer = HFTrainStrategy(tiny_idefics3_path, WorkerConfig(

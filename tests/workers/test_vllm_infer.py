@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 from backend_cases import PARITY_ATOL, PROMPTS, actor_loss, hf_trainer, max_diff_on  # noqa: E402
 
-from flywheel.platform.config.schema import StrategyArgs, WorkerConfig  # noqa: E402
+from flywheel.config.schema import StrategyArgs, WorkerConfig  # noqa: E402
 from flywheel.workers.batch import pack_sequences  # noqa: E402
 from flywheel.workers.strategies.base import SamplingParams  # noqa: E402
 from flywheel.workers.strategies.strategy_config import StrategyConfigError  # noqa: E402

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 from backend_cases import PARITY_ATOL, PROMPTS  # noqa: E402
 
-from flywheel.platform.config.schema import ModelArgs, TrainingArgs, WorkerConfig  # noqa: E402
+from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig  # noqa: E402
 from flywheel.workers.strategies.base import SamplingParams  # noqa: E402
 from flywheel.workers.strategies.hf_infer import HFInferStrategy  # noqa: E402
 from flywheel.workers.strategies.hf_train import HFTrainStrategy  # noqa: E402

@@ -15,8 +15,8 @@ import pytest
 import torch
 from ray import cloudpickle
 
+from flywheel.config.schema import StrategyArgs, WorkerConfig
 from flywheel.pipelines.roles.handles import InferRole, TrainRole
-from flywheel.platform.config.schema import StrategyArgs, WorkerConfig
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.train_worker import TrainWorker

@@ -17,7 +17,7 @@ import pytest
 import torch
 from backend_cases import hf_trainer
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.weight_shm import (
     PREFIX,

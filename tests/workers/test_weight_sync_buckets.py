@@ -15,7 +15,7 @@ import torch
 from backend_cases import PROMPTS, actor_loss, hf_trainer
 from safetensors.torch import save_file
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
 from flywheel.workers.weight_buckets import buckets, gather_weights, put_weights, stream_weights

@@ -15,10 +15,11 @@ knobs are ROLL's keys, fields of `PolicyLossParams`.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
+
+from flywheel.platform.config.catalogs import IMPORT_PATH, import_object
 
 if TYPE_CHECKING:
     from flywheel.algorithms.policy_loss.params import PolicyLossFn
@@ -58,8 +59,7 @@ def register_policy_loss(name: str, spec: LossSpec) -> None:
 
 
 def _is_import_path(path: str) -> bool:
-    module, _, attr = path.partition(":")
-    return bool(module) and attr.isidentifier()
+    return isinstance(path, str) and IMPORT_PATH.fullmatch(path) is not None
 
 
 def policy_loss_spec(pg_variant: str) -> LossSpec:
@@ -78,6 +78,6 @@ def get_policy_loss(pg_variant: str) -> PolicyLossFn:
 
 @cache
 def load_policy_loss(path: str) -> PolicyLossFn:
-    """The function a "package.module:function" path names (imported once)."""
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    """The function a "package.module:function" path names (imported once, by platform's
+    one checked import-path loader)."""
+    return import_object(path)

@@ -43,10 +43,10 @@ from flywheel.algorithms.step_credit import (
     gigpo_advantages,
     normalize_within,
 )
+from flywheel.config.schema import PipelineConfig
 from flywheel.envs import aggregate_metrics, discounted_returns, to_step_samples
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
 from flywheel.pipelines.rlvr.train_batch import add_advantages, place_turn_rewards
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.batch import TokenBatch, pack_sequences
 
 EPS = 1e-6

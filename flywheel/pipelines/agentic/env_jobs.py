@@ -41,20 +41,15 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from flywheel.config.checks.import_allowlist import allowed_prefixes
+from flywheel.config.derived import context_length
+from flywheel.config.schema import CustomEnvConfig, EnvManagerArgs, GeneratingArgs, PipelineConfig
 from flywheel.envs import EnvManagerConfig, Trajectory
 from flywheel.pipelines.loop.seams import Completion, Scored
 from flywheel.pipelines.rlvr.generation import sampling_params
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import streams
 from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.derived import context_length
-from flywheel.platform.config.import_allowlist import allowed_prefixes
-from flywheel.platform.config.schema import (
-    CustomEnvConfig,
-    EnvManagerArgs,
-    GeneratingArgs,
-    PipelineConfig,
-)
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.env_process import (
     EnvCallError,

@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.config.derived import data_parallel_size
+from flywheel.config.schema import PipelineConfig, ValidationGeneratingArgs
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
     env_metrics,
@@ -56,8 +58,6 @@ from flywheel.pipelines.agentic.env_jobs import (
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import Roles
-from flywheel.platform.config.derived import data_parallel_size
-from flywheel.platform.config.schema import PipelineConfig, ValidationGeneratingArgs
 from flywheel.workers.batch import TokenBatch
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flywheel.config.schema import DataArgs
 from flywheel.pipelines.data.arithmetic_data import ensure_arithmetic_files
 from flywheel.pipelines.data.data_files import (
     OversizeRow,
@@ -53,7 +54,6 @@ from flywheel.pipelines.data.records import (
     json_images,
     json_row,
 )
-from flywheel.platform.config.schema import DataArgs
 from flywheel.platform.models.builtin import default_cache_dir
 from flywheel.platform.models.text_tokens import chat_ids, content_ids, fits_bytes, text_bytes
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.config.schema import ReasoningGymArgs
 from flywheel.pipelines.data.records import DataError, PromptRecord, json_row
 from flywheel.platform.config.errors import did_you_mean
-from flywheel.platform.config.schema import ReasoningGymArgs
 
 
 def reasoning_gym_records(args: ReasoningGymArgs, key: str) -> list[PromptRecord]:

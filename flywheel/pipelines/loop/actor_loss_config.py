@@ -6,9 +6,9 @@ from dataclasses import fields
 
 from flywheel.algorithms import PolicyLossParams, get_policy_loss
 from flywheel.algorithms.policy_loss.registry import policy_loss_spec
+from flywheel.config.derived import loss_norm_length
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.catalogs import entry_settings
-from flywheel.platform.config.derived import loss_norm_length
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.actor_loss import ActorLoss
 
 

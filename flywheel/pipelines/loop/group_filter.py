@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from flywheel.platform.config.schema import PipelineConfig
+from flywheel.config.schema import PipelineConfig
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ core in turn, can be faster than the overlap wins back. The run measures it
 
 from __future__ import annotations
 
-from flywheel.platform.config.schema import PipelineConfig
+from flywheel.config.schema import PipelineConfig
 
 # Steps measured: the first step carries start-up costs (engine warm-up, first sync).
 FIRST, LAST = 2, 4

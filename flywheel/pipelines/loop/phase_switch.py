@@ -1,7 +1,7 @@
 """The phase switch of a colocated (hybrid) run: actor_train and actor_infer take turns on
 the devices they share, each freeing its memory for the other.
 
-Synchronous runs may put both roles on the same devices (platform/config/checks.py
+Synchronous runs may put both roles on the same devices (config/checks/config.py
 check_async); without this, a real model would hold training's weights, gradients and
 optimizer state and the engine's weights and KV cache at once. The order per step, as
 verl's hybrid engine does it:
@@ -19,7 +19,7 @@ starts in the training phase with the engine awake for the first sync and the st
 validation; `start_generation` then enters the generation phase before the generator
 starts.
 
-Whether it acts is decided once (platform/config/derived.py offloads_between_phases)
+Whether it acts is decided once (config/derived.py offloads_between_phases)
 and printed at start. Inactive, every method returns at once and nothing is called.
 On CPU every call still runs, in order, and each worker records it and says it freed
 nothing (workers/role_worker.py `phase_events`). On a GPU, bench/gpu_checks.py measures

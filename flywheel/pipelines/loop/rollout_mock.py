@@ -30,9 +30,9 @@ from typing import Generic
 
 import ray
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.loop.seams import Completion, G, RolloutSource, Scored, Taken, W
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
 
 TRAIN_DIR = "train"
 

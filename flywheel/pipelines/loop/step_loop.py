@@ -43,6 +43,12 @@ from flywheel.algorithms import (
     MismatchCorrection,
     TrainInferFilter,
 )
+from flywheel.config.derived import (
+    infer_is_correction,
+    offloads_between_phases,
+    shared_actor_devices,
+)
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.group_filter import group_filter
@@ -56,15 +62,10 @@ from flywheel.pipelines.loop.sample_ledger import SampleLedger
 from flywheel.pipelines.loop.seams import G, Rollout, W
 from flywheel.pipelines.loop.step_metrics import rollout_metrics, staleness_metrics
 from flywheel.pipelines.roles.roles import Roles
+from flywheel.pipelines.run.metric_views import PANELS
 from flywheel.platform.checkpoint import PIPELINE_STATE, prune_checkpoints, writing_checkpoint
 from flywheel.platform.checkpoint_state import read_pipeline_state
 from flywheel.platform.cluster import WorkerError
-from flywheel.platform.config.derived import (
-    infer_is_correction,
-    offloads_between_phases,
-    shared_actor_devices,
-)
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.timing import StepTimer
 from flywheel.platform.tracking import Tracker
 from flywheel.workers.actor_loss import ActorLoss
@@ -357,7 +358,7 @@ class StepLoop(Generic[W, G]):
         """Pause generation so the checkpoint holds every finished group: a resumed run
         continues with exactly the batches the uninterrupted one would have trained."""
         with (generator.paused(), self.switch.training(),
-              writing_checkpoint(self.output_dir, self.step) as tmp):
+              writing_checkpoint(self.output_dir, self.step, plots=PANELS) as tmp):
             self.roles.actor_train.save(str(tmp / "actor_train"))
             if self.roles.critic is not None:
                 self.roles.critic.save(str(tmp / "critic"))

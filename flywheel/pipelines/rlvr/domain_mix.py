@@ -21,7 +21,7 @@ prefetch generator, a resumed run (the checkpoint's next batch) and a regenerate
 see the same prompts, like `PromptOrder` without domains. The counts before batch b are
 recomputed from batch 0 when asked out of order (O(b) small steps, on resume).
 
-Not here: the config rules (values >= 0, summing to 1; platform/config/reward_checks.py)
+Not here: the config rules (values >= 0, summing to 1; config/checks/rewards.py)
 and what is measured per domain (`reward/<tag>/mean`, loop/step_metrics.py).
 """
 
@@ -31,9 +31,9 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.prompt_data import DataError, PromptOrder, PromptRecord
 from flywheel.pipelines.rlvr.reward_routing import check_routes, rewards_for_tag
-from flywheel.platform.config.schema import PipelineConfig
 
 KEY = "actor_train.data_args.domain_interleave_probs"
 

@@ -36,13 +36,13 @@ from dataclasses import asdict, dataclass, field, replace
 
 import ray
 
+from flywheel.config.schema import GeneratingArgs, RewardConfig
 from flywheel.pipelines.data.prompt_data import PromptRecord, prompt_messages, reward_prompt
 from flywheel.pipelines.loop.seams import Completion
 from flywheel.pipelines.rlvr.reward_health import UNSCORED, why_unscored
 from flywheel.pipelines.rlvr.reward_routing import merged_metadata, route_rewards
 from flywheel.pipelines.roles.handles import InferRole, RewardRole
 from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.schema import GeneratingArgs, RewardConfig
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.infer_worker import GenerateResult
 from flywheel.workers.rewards.registry import Sample

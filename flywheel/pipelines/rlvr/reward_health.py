@@ -22,9 +22,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from flywheel.config.schema import RewardConfig
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rlvr.reward_routing import rewards_for_tag
-from flywheel.platform.config.schema import RewardConfig
 
 log = logging.getLogger(__name__)
 

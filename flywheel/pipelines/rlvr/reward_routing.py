@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from flywheel.config.schema import PipelineConfig, RewardConfig
 from flywheel.pipelines.data.prompt_data import DataError, PromptRecord
-from flywheel.platform.config.schema import PipelineConfig, RewardConfig
 
 
 def rewards_for_tag(tag: str, rewards: dict[str, RewardConfig],

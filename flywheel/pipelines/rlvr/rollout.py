@@ -21,6 +21,8 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.config.derived import IMAGE_INFER_BACKENDS, takes_images
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.prompt_data import (
     DataError,
@@ -58,8 +60,6 @@ from flywheel.pipelines.rlvr.reward_health import RewardHealth
 from flywheel.pipelines.rlvr.sample_masks import apply_sample_masks
 from flywheel.pipelines.rlvr.train_batch import add_advantages, pack_groups
 from flywheel.pipelines.roles.roles import Roles, streams
-from flywheel.platform.config.derived import IMAGE_INFER_BACKENDS, takes_images
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages, RowImages

@@ -6,7 +6,7 @@ reward and length metrics were taken over every sample: a masked sample's rows o
 advantage whitening and the loss's token and sequence counts all leave it out, as ROLL's
 `final_response_mask` does; its score still enters its group's GRPO baseline. The rules
 themselves are algorithms/sample_masks.py. Agentic runs have no such masks (their keys
-are refused there: acts_when_table.py).
+are refused there: config/acts_when/table.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from flywheel.algorithms import difficulty_keep, mask_samples
-from flywheel.platform.config.schema import PipelineConfig
+from flywheel.config.schema import PipelineConfig
 from flywheel.workers.batch import TokenBatch
 
 

@@ -28,8 +28,8 @@ from flywheel.algorithms import (
     scores_to_token_rewards,
     whiten_advantages,
 )
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.rlvr.generation import Group
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.workers.batch import TokenBatch, pack_sequences
 
 

@@ -22,9 +22,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from flywheel.pipelines.roles.handles import InferRole, Pending, RewardRole, TrainRole
-from flywheel.platform.cluster import Cluster
-from flywheel.platform.config.derived import (
+from flywheel.config.derived import (
     context_length,
     data_parallel_size,
     loads_model,
@@ -33,7 +31,9 @@ from flywheel.platform.config.derived import (
     served_adapter,
     shared_actor_devices,
 )
-from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.config.schema import PipelineConfig, WorkerConfig
+from flywheel.pipelines.roles.handles import InferRole, Pending, RewardRole, TrainRole
+from flywheel.platform.cluster import Cluster
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.checkpoint import MARKER, complete_checkpoints
-from flywheel.platform.config.schema import PipelineConfig
 
 ROLE = "actor_train"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")

@@ -20,6 +20,9 @@ from typing import Any, Protocol
 
 import yaml
 
+from flywheel.config.length_defaults import loadable_config_data
+from flywheel.config.persisted import written_config
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.agentic import rollout as agentic
 from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
@@ -27,18 +30,17 @@ from flywheel.pipelines.loop.seams import Rollout
 from flywheel.pipelines.loop.step_loop import StepLoop
 from flywheel.pipelines.rlvr import rollout as rlvr
 from flywheel.pipelines.roles.roles import Roles, actor_train_model, num_slots, start_roles
+from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
+from flywheel.pipelines.run.resume_rules import SAFE_KEYS, schedule_steps
 from flywheel.pipelines.run.sample_texts import SampleTextLog
 from flywheel.pipelines.sft.run import run_sft
 from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
-from flywheel.platform.config.length_defaults import loadable_config_data
-from flywheel.platform.config.persisted import written_config
-from flywheel.platform.config.schema import PipelineConfig
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.ray_runtime import cluster_address, start_ray, stop_ray
-from flywheel.platform.resume import check_changes, cut_back, find_checkpoint, schedule_steps
+from flywheel.platform.resume import check_changes, cut_back, find_checkpoint
 from flywheel.platform.run_folder import check_fresh_folder, unused_folder
 from flywheel.platform.run_status import write_status
 from flywheel.platform.stop_signals import RunInterrupted, StopRequest, stop_on_signals
@@ -97,7 +99,7 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
     # both sides as written (a saved config.yaml from before loadable_config_data too)
     for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
                               loadable_config_data(written_config(cfg, config_path)),
-                              config_path or str(saved)):
+                              config_path or str(saved), SAFE_KEYS):
         print(f"resume: changed {line}", flush=True)
     step = checkpoint_step(checkpoint)
     cut_back(output_dir, step)
@@ -153,7 +155,8 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         write_status(output_dir, "running", nodes=role_nodes(roles))
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default),
-                               resumed_at=checkpoint_step(checkpoint) if checkpoint else None)
+                               resumed_at=checkpoint_step(checkpoint) if checkpoint else None,
+                               progress_keys=PROGRESS_KEYS)
         rollout = kind.start(cfg, roles, tokenizer, data, model_path, log_dir)
         pipeline = StepLoop(cfg, roles, rollout, tracker, output_dir, recorded=recorded)
         pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
@@ -187,7 +190,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
                 stop_ray()
         finally:
             write_status(output_dir, status)
-            refresh_run_plots(output_dir)
+            refresh_run_plots(output_dir, PANELS)
             if log_dir is not None:
                 _print_report(digest.report("during the run"))
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "

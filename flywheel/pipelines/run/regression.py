@@ -38,9 +38,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.config import load_config_with_section
-from flywheel.platform.config import ConfigError
-from flywheel.platform.config.schema import PipelineConfig
+from flywheel.platform.config.errors import ConfigError
 
 SECTION = "expectations"
 REDUCTIONS = ("first", "last", "min", "max", "mean", "median", "gain")

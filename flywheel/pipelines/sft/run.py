@@ -28,7 +28,7 @@ Metrics go to the run's tracker (metrics.jsonl, the configured backends, the con
 progress line), status.json and plots.png as for RL runs.
 
 In process: actor_train runs as `HFTrainStrategy` in the driver (no Ray, no roles), on one
-device (CUDA when present). The config checks (platform/config/sft_checks.py) refuse other
+device (CUDA when present). The config checks (config/checks/sft.py) refuse other
 backends, several devices and every RL-only key.
 """
 
@@ -42,6 +42,8 @@ from pathlib import Path
 
 import torch
 
+from flywheel.config.persisted import written_config
+from flywheel.config.schema import DataArgs, PipelineConfig
 from flywheel.pipelines.data.data_files import (
     OversizeRow,
     oversize_record,
@@ -58,11 +60,10 @@ from flywheel.pipelines.data.prompt_data import (
     resolve_data_file,
 )
 from flywheel.pipelines.data.records import json_images
+from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
-from flywheel.platform.config.persisted import written_config
-from flywheel.platform.config.schema import DataArgs, PipelineConfig
 from flywheel.platform.models.text_tokens import content_ids, fits_bytes, text_bytes
 from flywheel.platform.plots import refresh_run_plots
 from flywheel.platform.run_status import write_status
@@ -199,7 +200,7 @@ def save_checkpoint(output_dir: Path, step: int, strategy: HFTrainStrategy, toke
     """checkpoint-<step>/: the model and tokenizer as one HF folder (a `pretrain`); with
     LoRA the adapter (`adapter/`, a PEFT folder: an RL run's `adapter_name_or_path`, or
     `platform export` merges it into the run's pretrain) and the tokenizer."""
-    with writing_checkpoint(output_dir, step) as tmp:
+    with writing_checkpoint(output_dir, step, plots=PANELS) as tmp:
         if strategy.adapter is not None:
             save_adapter(strategy.adapter, str(tmp / SFT_ADAPTER))
         else:
@@ -232,7 +233,8 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
             torch.set_num_threads(threads)
         tracker = Tracker.open(output_dir, cfg, output_dir.name,
                                params=written_config(cfg, config_path),
-                               mlflow_uri=default_mlflow_uri(output_dir, is_default))
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default),
+                               progress_keys=PROGRESS_KEYS)
         train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir)
         status = "finished"
     except KeyboardInterrupt:
@@ -246,7 +248,7 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
                                "interrupted": "KILLED"}[status])
         finally:
             write_status(output_dir, status)
-            refresh_run_plots(output_dir)
+            refresh_run_plots(output_dir, PANELS)
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, model in "
           f"{output_dir / f'checkpoint-{cfg.max_steps}'}", flush=True)
     return output_dir

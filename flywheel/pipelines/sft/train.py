@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from flywheel.platform.config.schema import TrainingArgs, WorkerConfig
+from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.train_loop import Counts

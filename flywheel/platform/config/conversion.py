@@ -1,4 +1,4 @@
-"""Strict conversion of merged config data into `schema.PipelineConfig`.
+"""Strict conversion of merged config data into a schema's root dataclass.
 
 Two passes. `normalize` walks the data beside the schema's type hints and either returns
 data that matches them exactly or raises a `ConfigError` naming the full key path; then
@@ -29,7 +29,7 @@ import functools
 import re
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import dacite
 
@@ -42,7 +42,8 @@ from flywheel.platform.config.errors import (
     format_key_path,
 )
 from flywheel.platform.config.field_bounds import check_bounds
-from flywheel.platform.config.schema import PipelineConfig
+
+T = TypeVar("T")
 
 FLOAT_TEXT = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 # Fields parsed by the device_mapping grammar rather than by their declared type alone.
@@ -58,11 +59,12 @@ TRUE_MEANS_LATEST = frozenset({"resume_from_checkpoint"})
 _LIST_KEYS_UP_TO = 12
 
 
-def to_config(data: dict[str, Any]) -> PipelineConfig:
-    """A `PipelineConfig` from merged, interpolated data, checked strictly."""
-    normalized = normalize(data, PipelineConfig, ())
+def to_config(data: dict[str, Any], schema: type[T]) -> T:
+    """The root dataclass `schema` (the run's: `flywheel.config.PipelineConfig`) from
+    merged, interpolated data, checked strictly."""
+    normalized = normalize(data, schema, ())
     try:
-        return dacite.from_dict(PipelineConfig, normalized, dacite.Config(strict=True))
+        return dacite.from_dict(schema, normalized, dacite.Config(strict=True))
     except dacite.DaciteFieldError as error:  # the walk should have caught it first
         raise ConfigError("", error.field_path or "", str(error)) from None
     except dacite.DaciteError as error:
@@ -76,9 +78,10 @@ def field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def field_type_at(path: KeyPath) -> Any:
-    """The schema type at a key path, or ConfigError for a path through an unknown key."""
-    type_: Any = PipelineConfig
+def field_type_at(path: KeyPath, schema: type) -> Any:
+    """The type at a key path of the root dataclass `schema`, or ConfigError for a path
+    through an unknown key."""
+    type_: Any = schema
     for depth, key in enumerate(path):
         inner = _strip_optional(type_)
         if inner is Any:
@@ -107,7 +110,7 @@ def _field_or_error(cls: type, key: Any, parent: KeyPath) -> Any:
     raise ConfigError("", where, f"unknown key '{key}'{hint}")
 
 
-def check_keys(value: Any, type_: Any = PipelineConfig, path: KeyPath = ()) -> None:
+def check_keys(value: Any, type_: Any, path: KeyPath = ()) -> None:
     """Raise for the first unknown key in `value`, before any value is interpreted.
 
     Run before `${...}` resolution, so a misspelt key is reported as such rather than as a

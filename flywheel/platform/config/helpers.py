@@ -9,7 +9,7 @@ The rule keeps the strict loader strict: a top-level key that is not a schema fi
 helper only if some value in the merged config references it (`${name}` or `${name.x}`).
 A misspelt field is referenced by nothing, so it is still "unknown key 'max_step' (did you
 mean 'max_steps'?)". Helpers take part in `${...}` resolution, then are dropped before the
-typed conversion: they never reach `PipelineConfig`, `show-config` or the run's config.yaml.
+typed conversion: they never reach the config, `show-config` or the run's config.yaml.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from flywheel.platform.config.conversion import field_types
-from flywheel.platform.config.schema import PipelineConfig
 
 # The first key of a `${a.b}` / `${a[0]}` reference; resolver calls (`${oc.env:X}`) have
 # a colon after the name and are no reference to a key.
 _REFERENCED_ROOT = re.compile(r"\$\{\s*([A-Za-z_][\w-]*)(?=\s*[.\[}])")
 
 
-def helper_keys(data: dict[str, Any]) -> set[str]:
-    """Top-level keys of `data` that are not schema fields and are referenced somewhere."""
-    unknown = {k for k in data if isinstance(k, str)} - set(field_types(PipelineConfig))
+def helper_keys(data: dict[str, Any], schema: type) -> set[str]:
+    """Top-level keys of `data` that are not fields of the root dataclass `schema` and are
+    referenced somewhere."""
+    unknown = {k for k in data if isinstance(k, str)} - set(field_types(schema))
     if not unknown:
         return set()
     referenced = {m.group(1) for text in _strings(data) for m in _REFERENCED_ROOT.finditer(text)}

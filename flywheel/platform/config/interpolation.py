@@ -41,16 +41,19 @@ _PATH = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
 _MISSING = object()
 
 
-def resolve_references(data: dict[str, Any],
-                       context: ResolverContext | None = None) -> dict[str, Any]:
-    """A copy of `data` with every `${...}` replaced; ConfigError naming the key otherwise."""
-    return _Resolver(data, context or ResolverContext()).resolve(data, ())
+def resolve_references(data: dict[str, Any], context: ResolverContext | None = None, *,
+                       schema: type) -> dict[str, Any]:
+    """A copy of `data` with every `${...}` replaced; ConfigError naming the key otherwise.
+    A reference to a key the data leaves out reads the default of the root dataclass
+    `schema`."""
+    return _Resolver(data, context or ResolverContext(), schema).resolve(data, ())
 
 
 class _Resolver:
-    def __init__(self, data: dict[str, Any], context: ResolverContext) -> None:
+    def __init__(self, data: dict[str, Any], context: ResolverContext, schema: type) -> None:
         self.data = data
         self.context = context
+        self.schema = schema
         self.done: dict[KeyPath, Any] = {}  # fully resolved values by key path
         self.stack: list[KeyPath] = []  # paths being resolved, outermost first
 
@@ -122,7 +125,8 @@ class _Resolver:
             depth += 1
         node = self._raw(target[:depth])
         try:
-            parent_type = field_type_at(target[:depth]) if isinstance(node, dict) else None
+            parent_type = (field_type_at(target[:depth], self.schema) if isinstance(node, dict)
+                           else None)
         except ConfigError:
             parent_type = None
         candidates = list(node) if isinstance(node, dict) else []

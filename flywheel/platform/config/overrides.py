@@ -54,14 +54,15 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
     return path, copy_tree(value, SOURCE, path)
 
 
-def apply_overrides(layered: Layered, overrides: Iterable[str]) -> None:
-    """Set each override in `layered`, in order, after checking its path against the schema."""
-    helpers = helper_keys(layered.data)
+def apply_overrides(layered: Layered, overrides: Iterable[str], schema: type) -> None:
+    """Set each override in `layered`, in order, after checking its path against the root
+    dataclass `schema`."""
+    helpers = helper_keys(layered.data, schema)
     for text in overrides:
         path, value = parse_override(text)
         try:
             if path[0] not in helpers:
-                field_type_at(path)
+                field_type_at(path, schema)
         except ConfigError as error:
             raise ConfigError(SOURCE, error.key_path,
                               f"override {text!r}: {error.message}") from None

@@ -4,12 +4,13 @@ Why: a fresh machine has no model hub, yet every example and test needs a real H
 `resolve_pretrain` turns a built-in name into a directory built on first use and cached;
 anything else (a hub id, a local path) passes through unchanged for transformers to handle.
 
-Registry. `BUILTIN_MODELS` maps a name to a `BuiltinModel`: either an architecture (with its
-init seed), built here in a second, or a `shipped` folder of weights that came with the
-package (`shipped/<name>/`: the warm-started models, whose SFT would come out differently on
-different CPUs, so they are trained once by `flywheel.workshop.sft_recipes --write-shipped`
-and shipped; `warm_start.json` beside the weights records how and with what accuracy). A new
-built-in model is one new registry entry.
+Registry. `BUILTIN_MODELS` (catalog.py) maps a name to a `BuiltinModel`: an architecture
+(with its init seed), built here in a second; a `shipped` folder of weights that came with
+the package (`shipped/<name>/`: trained once elsewhere, because training would come out
+differently on different CPUs; `warm_start.json` beside the weights records how and with
+what accuracy); or a model trained on first use by a function its entry names by import
+path, registered from above platform (`register_builtin_model`). A new built-in model is
+one new registry entry.
 
 Cache. `<cache>/<name>-<spec hash>/` (cache.py: where, and how a folder is built once and
 atomically). The spec hash covers everything that shapes the weights (architecture, seeds,
@@ -29,83 +30,24 @@ import hashlib
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from flywheel.platform.config.catalogs import import_object
 from flywheel.platform.models.cache import BUILTIN_PREFIX, build_once, default_cache_dir
+from flywheel.platform.models.catalog import (
+    BUILTIN_MODELS,
+    SHIPPED_FILES,
+    BuiltinModel,
+)
 from flywheel.platform.models.char_tokenizer import char_vocab_and_merges
 from flywheel.platform.models.sources import converted_source
-from flywheel.platform.models.tiny_qwen2 import TinyQwen2Spec, build_tiny_qwen2
+from flywheel.platform.models.tiny_qwen2 import build_tiny_qwen2
 
 logger = logging.getLogger(__name__)
 
-GRID_ARCH = TinyQwen2Spec(num_attention_heads=4, num_key_value_heads=2)
 RECIPE_VERSION = 1
 SHIPPED_DIR = Path(__file__).parent / "shipped"
-SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json", "warm_start.json")
-# a vision-language model also ships its processor: the image processor's settings and the
-# image token count (processor_config.json) and the chat template that writes image parts
-VL_SHIPPED_FILES = SHIPPED_FILES + ("processor_config.json", "chat_template.jinja")
-
-
-@dataclass(frozen=True)
-class BuiltinModel:
-    """How to build one built-in checkpoint: from `arch`, or a copy of `shipped/<shipped>`."""
-
-    description: str
-    arch: TinyQwen2Spec = field(default_factory=TinyQwen2Spec)
-    shipped: str | None = None  # folder under SHIPPED_DIR holding the weights
-    files: tuple[str, ...] = SHIPPED_FILES  # the shipped folder's files (copied, hashed)
-    # "module:function" that trains it into a folder on first use, and "module:function"
-    # of the dict its cache key covers (a model too large to ship, trained from another)
-    trained: tuple[str, str] | None = None
-
-
-BUILTIN_MODELS: dict[str, BuiltinModel] = {
-    "tiny-qwen2": BuiltinModel(
-        description="Qwen2 architecture, 4 layers, hidden 128, char tokenizer; random init."
-    ),
-    "tiny-qwen2-arith": BuiltinModel(
-        description="tiny-qwen2 after a short SFT warm start on 2-digit addition "
-        "(~15-35% greedy accuracy: RL has room to improve it); shipped weights.",
-        shipped="tiny-qwen2-arith",
-    ),
-    # Reading a grid means looking a fixed number of characters away from `P` in several
-    # directions at once: with 4 heads per layer instead of 2 the SFT below learns to avoid
-    # holes in ~1200 steps (measured: the 2-head model still fell in 20-30% of sampled
-    # episodes after 1500).
-    "tiny-qwen2-h4": BuiltinModel(
-        description="tiny-qwen2 with 4 attention heads of 32 (2 key/value heads); random init.",
-        arch=GRID_ARCH,
-    ),
-    "tiny-qwen2-frozenlake": BuiltinModel(
-        description="tiny-qwen2-h4 after a cached SFT warm start on a cautious random walker's "
-        "FrozenLake play (3x3 maps, bare action-name replies): it avoids holes but has no "
-        "plan (low greedy success), so RL has the goal-directed play to learn: see "
-        "flywheel/workshop/frozen_lake_warm_start.py. Shipped weights.",
-        arch=GRID_ARCH,
-        shipped="tiny-qwen2-frozenlake",
-    ),
-    "tiny-idefics3-shapes": BuiltinModel(
-        description="Idefics3 vision-language model (64 px images, 16 image tokens; Llama "
-        "text model of 4 layers, hidden 64; SmolLM2's tokenizer) after a short SFT warm start "
-        "on synthetic shape images (count, colour, position, box): greedy count/colour "
-        "accuracy well above chance and well below the ceiling, so RL has room: see "
-        "flywheel/workshop/tiny_vl_warm_start.py. Shipped weights (bf16).",
-        shipped="tiny-idefics3-shapes",
-        files=VL_SHIPPED_FILES,
-    ),
-    "smollm2-135m-times-rm": BuiltinModel(
-        description="SmolLM2-135M-Instruct with a scalar head (sequence classification) "
-        "trained on synthetic times-table preferences, a reward model for reward_type "
-        "reward_model; trained on first use (minutes): "
-        "flywheel/workshop/times_reward_model.py.",
-        trained=("flywheel.workshop.times_reward_model:build_times_reward_model",
-                 "flywheel.workshop.times_reward_model:recipe_key"),
-    ),
-}
 
 
 def spec_hash(model: BuiltinModel) -> str:
@@ -134,8 +76,8 @@ def shipped_digest(folder: Path, files: tuple[str, ...] = SHIPPED_FILES) -> str:
         if not path.is_file():
             raise FileNotFoundError(
                 f"shipped built-in model {folder.name}: {name} is missing from {folder} "
-                f"(package data not installed? its recipe's `--write-shipped` makes it: "
-                f"flywheel.workshop.sft_recipes, or tiny_vl_warm_start for a VL model)")
+                f"(package data not installed? reinstall the package, or rebuild the folder "
+                f"with its recipe's `--write-shipped`)")
         digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 

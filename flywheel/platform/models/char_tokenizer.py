@@ -27,7 +27,7 @@ of `<unk>`: Qwen2Tokenizer has no unk token, and losing text silently would be w
 model that writes "<eos>" cannot forge a special token. No bos/eos is added by `encode`: the
 pipeline decides where bos goes (see flywheel/pipelines/data/arithmetic_data.py). Appending a
 character to the alphabet changes the vocab and so the model's spec hash: cached models
-rebuild (and the shipped warm-started models must be re-made: workshop/sft_recipes.py).
+rebuild (and the shipped warm-started models must be re-made: their warm_start.json says how).
 """
 
 from __future__ import annotations

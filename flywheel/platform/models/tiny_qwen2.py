@@ -16,14 +16,14 @@ caller's RNG is untouched and the same seed gives byte-identical `model.safetens
 same torch version). The tokenizer is saved beside the model, so the directory is a complete
 HF checkpoint: `AutoTokenizer` / `AutoModelForCausalLM` / vLLM load it by path.
 
-Not here: caching and names (`builtin.py`), training (`warm_start.py`).
+Not here: the spec itself (`tiny_qwen2_spec.py`, importable without torch), caching and
+names (`builtin.py`, `catalog.py`), training (`warm_start.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,28 +38,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from flywheel.platform.models.char_tokenizer import make_char_tokenizer
-
-
-@dataclass(frozen=True)
-class TinyQwen2Spec:
-    """Architecture and init seed of the tiny model. Every field enters the cache key."""
-
-    hidden_size: int = 128
-    intermediate_size: int = 256
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 2  # head_dim = hidden_size / heads = 64 (vLLM CPU needs 32/64)
-    num_key_value_heads: int = 1
-    max_position_embeddings: int = 512
-    seed: int = 0
-
-    @property
-    def head_dim(self) -> int:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} must be divisible by "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
-        return self.hidden_size // self.num_attention_heads
+from flywheel.platform.models.tiny_qwen2_spec import TinyQwen2Spec
 
 
 def qwen2_config(spec: TinyQwen2Spec, tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
@@ -115,7 +94,10 @@ def load_causal_lm(model_dir: str | Path) -> PreTrainedModel:
         return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
 
 
-def build_tiny_qwen2(out_dir: str | Path, spec: TinyQwen2Spec = TinyQwen2Spec()) -> Path:
+DEFAULT_SPEC = TinyQwen2Spec()  # frozen: one shared default is safe
+
+
+def build_tiny_qwen2(out_dir: str | Path, spec: TinyQwen2Spec = DEFAULT_SPEC) -> Path:
     """Initialise the model from `spec.seed` and save a complete HF checkpoint to `out_dir`."""
     tokenizer = make_char_tokenizer()
     config = qwen2_config(spec, tokenizer)

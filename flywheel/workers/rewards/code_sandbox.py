@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flywheel.platform.config.schema import CodeSandboxArgs, RewardConfig
+from flywheel.config.schema import CodeSandboxArgs, RewardConfig
 from flywheel.sandbox.bwrap import LANGUAGES, check_sandbox, run_sandboxed
 from flywheel.workers.rewards.result import RewardResult
 

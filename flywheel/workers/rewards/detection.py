@@ -48,8 +48,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import settings_from
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.detection_ap import coco_ap
 from flywheel.workers.rewards.registry import Sample, SampleReward
 from flywheel.workers.rewards.result import RewardResult

@@ -11,7 +11,7 @@ when it carries a ROLL file's pattern over). Metadata `format_ok` says whether i
 Applied where the reward is built (registry.reward_fn), so it runs in the scoring process
 under the per-sample time limit like the reward: a pattern that backtracks badly on some
 response costs that sample (timed out, 0), never the worker. The pattern is compiled when
-the config loads (reward_checks.py).
+the config loads (config/checks/rewards.py).
 """
 
 from __future__ import annotations

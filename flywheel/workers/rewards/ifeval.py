@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import settings_from
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.ifeval_checks import (
     ARGUMENT_TYPES,
     CHECKS,

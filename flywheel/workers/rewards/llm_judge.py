@@ -36,8 +36,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from flywheel.platform.config.derived import template_parts
-from flywheel.platform.config.schema import LlmJudgeArgs, RewardConfig
+from flywheel.config.derived import template_parts
+from flywheel.config.schema import LlmJudgeArgs, RewardConfig
 from flywheel.workers.rewards.result import RewardResult
 
 Parts = list[tuple[str, str | None]]  # (literal text, placeholder or None)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from fractions import Fraction
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.result import RewardResult
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import settings_from
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.repetition_penalty import check_penalty_args, repetition_penalty
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.rewards.thinking import after_last_think

@@ -25,8 +25,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import import_object
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards import user_function as forms
 from flywheel.workers.rewards.registry import Sample, SampleReward
 from flywheel.workers.rewards.result import RewardResult

@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import settings_from
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.python_reward import UserScorer
 from flywheel.workers.rewards.registry import SampleReward
 from flywheel.workers.rewards.thinking import after_last_think

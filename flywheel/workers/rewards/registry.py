@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import check_import_path, import_object, register_entry
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.platform.models.catalog import BuiltinModel, register_builtin_model
 from flywheel.workers.rewards.format_pattern import format_check, plus_format, with_format_pattern
 from flywheel.workers.rewards.result import RewardResult
 
@@ -147,3 +148,16 @@ def _format_pattern_on_samples(reward: SampleReward, pattern: str | None) -> Sam
                 for sample, result in zip(samples, reward.score(samples))]
 
     return SampleReward(score, reward.batched)
+
+
+# The reward model reward_type reward_model's examples score with, `builtin://NAME`: trained
+# on first use by the workshop (too large to ship). Registered here, the module both the
+# driver (through the reward catalog) and every reward worker import, so each resolves it.
+register_builtin_model("smollm2-135m-times-rm", BuiltinModel(
+    description="SmolLM2-135M-Instruct with a scalar head (sequence classification) "
+    "trained on synthetic times-table preferences, a reward model for reward_type "
+    "reward_model; trained on first use (minutes): "
+    "flywheel/workshop/times_reward_model.py.",
+    trained=("flywheel.workshop.times_reward_model:build_times_reward_model",
+             "flywheel.workshop.times_reward_model:recipe_key"),
+))

@@ -18,9 +18,9 @@ their checks are config/reward_limit_checks.py's.
 
 from __future__ import annotations
 
-from flywheel.platform.config.derived import loads_model
-from flywheel.platform.config.reward_limit_checks import DEFAULT_MEMORY_MB, SANDBOX_HEADROOM_MB
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.checks.reward_limits import DEFAULT_MEMORY_MB, SANDBOX_HEADROOM_MB
+from flywheel.config.derived import loads_model
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.registry import reward_spec
 
 

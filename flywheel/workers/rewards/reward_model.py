@@ -33,8 +33,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.config.catalogs import settings_from
-from flywheel.platform.config.schema import RewardConfig
 from flywheel.workers.rewards.registry import Sample, SampleReward
 from flywheel.workers.rewards.result import RewardResult
 

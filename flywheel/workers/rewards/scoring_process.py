@@ -22,7 +22,7 @@ import json
 import os
 import sys
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.workers.rewards.process_tree import supervised
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.time_limit import read_frame, write_frame

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from flywheel.platform.config.schema import RewardConfig
+from flywheel.config.schema import RewardConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.rewards.process_tree import CLEANUP_S
 from flywheel.workers.rewards.registry import Sample, reward_spec

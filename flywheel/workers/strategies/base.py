@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.strategies.model_head import ModelHead
@@ -99,7 +99,7 @@ class TrainStrategy(ABC):
 
     def forward_base_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of the policy the LoRA run started from, the reference policy of a
-        LoRA run (platform/config/derived.py `reference_from_actor`): the frozen base with
+        LoRA run (config/derived.py `reference_from_actor`): the frozen base with
         the adapter disabled, or base + the starting adapter when the run loaded one
         (`adapter_name_or_path`; lora.py keeps a frozen copy of it).
         """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.strategies.strategy_config import checked_config, require
 
 DEFAULTS = {"zero_stage": 2, "offload_optimizer": False, "offload_param": False,

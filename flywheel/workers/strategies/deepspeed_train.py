@@ -56,8 +56,8 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
-from flywheel.platform.config.derived import lora_on
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.derived import lora_on
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies import deepspeed_options
 from flywheel.workers.strategies.base import TrainStrategy
@@ -239,7 +239,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         if self.zero_stage == 0 or self.optimizer is None:
             return offload_torch(self.engine.module, self.optimizer, part, self.device)
         if self.zero_stage == 3 and type(self.optimizer).__name__ != "FusedAdam":
-            raise RuntimeError(  # platform/config/checks.py refuses the config that leads here
+            raise RuntimeError(  # config/checks/config.py refuses the config that leads here
                 "deepspeed_train: ZeRO-3 offloads optimizer state only for DeepSpeed's "
                 "FusedAdam (strategy_config.torch_adam: false); "
                 f"this rank has {type(self.optimizer).__name__}")

@@ -10,8 +10,8 @@ outside a role (`validation.`).
 
 from __future__ import annotations
 
-from flywheel.platform.config.derived import served_adapter, truncated_sampling
-from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
+from flywheel.config.derived import served_adapter, truncated_sampling
+from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.strategies.strategy_config import StrategyConfigError, refuse_owned
 
 VLLM_OWNED = {"model": "the role's model_args.model_name_or_path (or pretrain)",

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flywheel.algorithms import MismatchCorrection
-from flywheel.platform.config.schema import TrainingArgs
+from flywheel.config.schema import TrainingArgs
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.train_loop import (
     Counts,

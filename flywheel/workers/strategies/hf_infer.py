@@ -36,7 +36,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch, pack_sequences
 from flywheel.workers.image_inputs import PromptImages, RowImages, token_types

@@ -21,7 +21,7 @@ from flywheel.algorithms.sampled_distribution import (
     entropy_of_logits,
     picked_logits,
 )
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.config.schema import ModelArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import token_types

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 import torch
 
-from flywheel.platform.config.derived import lora_on
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.derived import lora_on
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.frozen_modules import freeze_modules, unfrozen

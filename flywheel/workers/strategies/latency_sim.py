@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import (

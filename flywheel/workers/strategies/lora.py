@@ -3,7 +3,7 @@
 LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", arXiv
 2106.09685, eq. 3) freezes a weight W0 [d, k] and trains h = W0 x + (alpha / r) B A x with
 A [r, k] (random) and B [d, r] (zeros at the start, so the adapted model starts as the
-base). What the keys mean is `platform/config/lora_args.py`; PEFT builds the layers.
+base). What the keys mean is `config/lora_args.py`; PEFT builds the layers.
 
 Precision: the frozen base stays in `model_args.dtype` (bf16 holds half of fp32's bytes
 and needs no master copy: it never changes), while A, B and every module trained in
@@ -56,9 +56,9 @@ from peft.utils import (
 )
 from safetensors.torch import load_file
 
+from flywheel.config.lora_args import lora_alpha, lora_targets, module_names
+from flywheel.config.schema import ModelArgs
 from flywheel.platform.config.errors import ConfigError
-from flywheel.platform.config.lora_args import lora_alpha, lora_targets, module_names
-from flywheel.platform.config.schema import ModelArgs
 from flywheel.workers.strategies.hf_model import distinct_state_tensors
 
 ADAPTER = "default"  # PEFT's name for a model's one adapter

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.config.errors import MissingMemorySaving
-from flywheel.platform.config.schema import PipelineConfig, WorkerConfig
 from flywheel.workers.strategies.strategy_config import checked_config, require
 
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,

@@ -60,7 +60,7 @@ from megatron.core.transformer import TransformerConfig
 from safetensors.torch import save_file
 from transformers import AutoConfig
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies import megatron_options
 from flywheel.workers.strategies.base import TrainStrategy

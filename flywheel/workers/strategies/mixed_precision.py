@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.config.schema import ModelArgs
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES
 from flywheel.workers.strategies.train_loop import DivergenceError, OptimizerStep
 

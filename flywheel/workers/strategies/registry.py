@@ -22,7 +22,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Literal
 
-# Role kinds (platform/config/derived.py `Role.kind`) a backend of each kind can run.
+# Role kinds (config/derived.py `Role.kind`) a backend of each kind can run.
 TRAINS = ("actor_train", "critic", "reference", "rewards")
 GENERATES = ("actor_infer", "rewards")
 

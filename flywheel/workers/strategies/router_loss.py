@@ -2,7 +2,7 @@
 
 ROLL trains its MoE examples on Megatron, which adds the router's load-balancing loss
 (algorithms/moe_balance.py) to every micro-batch's gradient; `platform convert` moves those
-files onto deepspeed_train (platform/config/roll_megatron.py), which then must add it too.
+files onto deepspeed_train (interop/roll/fit/megatron.py), which then must add it too.
 
 How the router logits are taken: transformers' MoE models declare the module whose first
 output is a layer's router logits (`_can_record_outputs["router_logits"]`, the TopKRouter
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 import torch
 
 from flywheel.algorithms.moe_balance import switch_load_balancing_loss
-from flywheel.platform.config.schema import ModelArgs
+from flywheel.config.schema import ModelArgs
 
 METRIC = "actor/moe_aux_loss"
 

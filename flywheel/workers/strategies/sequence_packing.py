@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flywheel.platform.config.schema import TrainingArgs
+from flywheel.config.schema import TrainingArgs
 
 
 @dataclass(frozen=True)

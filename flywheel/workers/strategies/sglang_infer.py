@@ -42,7 +42,7 @@ import sglang
 import torch
 from sglang.srt.server_args import ServerArgs
 
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.schema import WorkerConfig
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams

@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 
 from flywheel.algorithms import count_seqs, count_tokens
-from flywheel.platform.config.schema import TrainingArgs
+from flywheel.config.schema import TrainingArgs
 from flywheel.platform.liveness import tick
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.router_loss import METRIC as ROUTER_METRIC

@@ -78,8 +78,8 @@ from safetensors.torch import save_file
 from transformers import AutoConfig
 from vllm.inputs import TokensPrompt
 
-from flywheel.platform.config.derived import engine_memory_fraction
-from flywheel.platform.config.schema import WorkerConfig
+from flywheel.config.derived import engine_memory_fraction
+from flywheel.config.schema import WorkerConfig
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages
 from flywheel.workers.strategies.base import Generation, InferStrategy, SamplingParams

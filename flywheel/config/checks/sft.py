@@ -1,0 +1,72 @@
+"""Cross-field rules of `pipeline_type: sft`, run by `checks.check_config` for SFT only.
+
+SFT trains actor_train alone, in the driver process (pipelines/sft/run.py): no generation
+role, no rewards, no advantages, no env pools. A key that only RL reads would do nothing
+here, so a value other than its default is refused with one line naming the key (a YAML
+copied from an RL run must drop its RL keys; nothing is silently ignored). Pure: each rule
+raises `ConfigError` with the key path and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from flywheel.config.schema import ActorTrainConfig, PipelineConfig, ValidationGeneratingArgs
+from flywheel.platform.config.errors import ConfigError
+
+# Top-level keys SFT reads (schema.PipelineConfig's pipeline_type comment says how); every
+# other top-level key is RL's and must stay at its default.
+SFT_KEYS = frozenset({
+    "pipeline_type", "exp_name", "seed", "output_dir", "logging_dir", "track_with",
+    "tracker_kwargs", "pretrain", "val_batch_size", "prompt_length", "response_length",
+    "max_steps", "save_steps", "save_total_limit", "logging_steps", "eval_steps",
+    "actor_train", "validation", "tracking", "ray",
+})
+# actor_train keys SFT reads; the rest (the policy loss, sampling, devices) must stay unset.
+SFT_ACTOR_KEYS = frozenset({
+    "name", "model_args", "training_args", "data_args", "strategy_args", "device_mapping",
+    "num_gpus_per_worker", "infer_batch_size", "num_threads",
+})
+
+
+def check_sft(cfg: PipelineConfig) -> None:
+    if cfg.pipeline_type != "sft":
+        return
+    defaults = PipelineConfig()
+    for f in fields(PipelineConfig):
+        if f.name not in SFT_KEYS and getattr(cfg, f.name) != getattr(defaults, f.name):
+            raise ConfigError("", f.name, "SFT does not use it (an RL key: it would do "
+                                          "nothing in pipeline_type: sft); remove it")
+    actor = ActorTrainConfig()
+    for f in fields(ActorTrainConfig):
+        if f.name not in SFT_ACTOR_KEYS and getattr(cfg.actor_train, f.name) != getattr(
+                actor, f.name):
+            raise ConfigError("", f"actor_train.{f.name}", "SFT does not use it (it trains "
+                                                            "with cross-entropy on response "
+                                                            "tokens); remove it")
+    if cfg.resume_from_checkpoint:
+        raise ConfigError("", "resume_from_checkpoint", "SFT runs do not resume yet; start "
+                                                        "a new run (pretrain: a checkpoint "
+                                                        "folder continues from its weights)")
+    strategy = cfg.actor_train.strategy_args.strategy_name
+    if strategy != "hf_train":
+        raise ConfigError("", "actor_train.strategy_args.strategy_name",
+                          f"SFT runs actor_train in process on hf_train (one device), not "
+                          f"{strategy}; write hf_train or leave strategy_args out")
+    mapping = cfg.actor_train.device_mapping
+    if (mapping is not None and len(mapping) > 1) or cfg.actor_train.num_gpus_per_worker != 1:
+        raise ConfigError("", "actor_train.device_mapping",
+                          "SFT trains on one device (hf_train in process): leave "
+                          "device_mapping and num_gpus_per_worker unset")
+    if cfg.validation is not None and cfg.validation.generating_args != (
+            ValidationGeneratingArgs()):
+        raise ConfigError("", "validation.generating_args",
+                          "SFT validation decodes greedily up to response_length tokens; "
+                          "remove generating_args")
+    if cfg.eval_steps and cfg.validation is None:
+        raise ConfigError("", "eval_steps", f"is {cfg.eval_steps} but there is no validation "
+                                            f"block: add validation.data_args.file_name, or "
+                                            f"set eval_steps: 0")
+    if cfg.validation is not None and not cfg.eval_steps:
+        raise ConfigError("", "validation", "is set but eval_steps is 0, so it would never "
+                                            "run: set eval_steps, or remove validation")

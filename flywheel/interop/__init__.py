@@ -1,0 +1,2 @@
+"""Converters from other frameworks' configs to flywheel's. A leaf: only the CLI's path
+(`flywheel.pipelines.config`, `flywheel.cli`) imports it."""
