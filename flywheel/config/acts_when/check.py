@@ -131,8 +131,8 @@ def table_markdown() -> list[str]:
     out = ["## Keys that act only under a condition {#acts-when}", "",
            "Written where their condition is off (in the file, a `defaults:` file or an "
            "override, even at the default value), these keys are refused with the reason; "
-           "left unwritten they are never refused (`flywheel/platform/config/"
-           "acts_when/table.py`). `*` stands for any name.", "",
+           "left unwritten they are never refused (`flywheel/config/acts_when/table.py`). "
+           "`*` stands for any name.", "",
            "| keys | act only | what they do there |", "|---|---|---|"]
     for (says, does), keys in merged.items():
         out.append(f"| {', '.join(keys)} | {says} | {does} |")
