@@ -21,6 +21,7 @@ import ray
 
 from flywheel.platform.config.schema import RayConfig
 from flywheel.platform.resources import SLOT_RESOURCE
+from flywheel.platform.user_code import USER_CODE_DIR_ENV, record_user_code_dir
 
 log = logging.getLogger(__name__)
 MIN_OBJECT_STORE_BYTES = 512 << 20
@@ -48,6 +49,7 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
     """
     if ray.is_initialized():
         return False
+    record_user_code_dir()  # workers import user code from the driver's working folder
     address = cluster_address(cfg, address)
     if address:  # other nodes' workers get the environment through the job's runtime env
         log.info("joining Ray cluster at %s", address)
@@ -104,7 +106,8 @@ def _token_auth_as_for_auto() -> None:
 
 def _passthrough_env() -> dict[str, str]:
     """Variables the driver has that workers need too (caches, debug switches)."""
-    names = ("FLYWHEEL_CACHE", "FLYWHEEL_DEBUG", "HF_HOME", "HF_HUB_OFFLINE", "PYTHONPATH")
+    names = ("FLYWHEEL_CACHE", "FLYWHEEL_DEBUG", "HF_HOME", "HF_HUB_OFFLINE", "PYTHONPATH",
+             USER_CODE_DIR_ENV)
     return {k: os.environ[k] for k in names if k in os.environ}
 
 
