@@ -176,6 +176,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flywheel.pipelines.config import check_environment, load_config
 
     cfg = load_config(args.config, overrides)
+    from flywheel.pipelines.data.column_checks import check_data_columns
+    from flywheel.pipelines.user_code_checks import check_user_code
+
+    try:  # user code that cannot import, a column the data lacks: now, not after Ray starts
+        check_user_code(cfg)
+        check_data_columns(cfg)
+    except ConfigError as error:
+        raise error.with_file(args.config) from None
     _print_warnings(check_environment(cfg))
     _show_info_logs()
     from flywheel.pipelines.run.launch import run  # here, not at the top: it imports Ray, torch
@@ -195,9 +203,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"ok: {args.config} (regression config: {len(full)} run(s), "
               f"{len(fast)} in its fast form)")
         return 0
-    from flywheel.pipelines.config import check_environment, load_config
+    from flywheel.pipelines.config import check_environment, config_errors
+    from flywheel.pipelines.data.column_checks import check_data_columns
+    from flywheel.pipelines.user_code_checks import check_user_code
 
-    cfg = load_config(args.config, args.overrides)
+    cfg, errors, hint = config_errors(args.config, args.overrides)
+    for check in (check_user_code, check_data_columns) if cfg is not None else ():
+        try:
+            check(cfg)
+        except ConfigError as error:
+            errors.append(error.with_file(args.config))
+    for error in errors:  # every error of the file, not the first alone
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
+        if hint:
+            print(f"note: {hint}", file=sys.stderr)
+        if len(errors) > 1:
+            print(f"{args.config}: {len(errors)} errors", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     _print_warnings(check_environment(cfg))
     print(f"ok: {args.config} ({cfg.pipeline_type}, {_count_roles(cfg)} roles)")
     return 0

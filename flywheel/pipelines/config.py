@@ -19,7 +19,14 @@ from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES
 from flywheel.envs import registered_envs
 from flywheel.envs.env_manager import TURN_PLACEHOLDERS
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
-from flywheel.platform.config import checks, environment_checks, loader, roll_convert, roll_report
+from flywheel.platform.config import (
+    all_errors,
+    checks,
+    environment_checks,
+    loader,
+    roll_convert,
+    roll_report,
+)
 from flywheel.platform.config.catalogs import Catalog, Catalogs, EnvCatalog
 from flywheel.tools.registry import TOOLS
 from flywheel.workers.rewards.registry import REWARDS
@@ -40,6 +47,7 @@ load_config = partial(loader.load_config, catalogs=CATALOGS)
 load_config_dict = partial(loader.load_config_dict, catalogs=CATALOGS)
 load_config_with_section = partial(loader.load_config_with_section, catalogs=CATALOGS)
 load_config_layers = partial(loader.load_config_layers, catalogs=CATALOGS)
+config_errors = partial(all_errors.config_errors, catalogs=CATALOGS)
 check_config = partial(checks.check_config, catalogs=CATALOGS)
 check_environment = partial(environment_checks.check_environment, catalogs=CATALOGS)
 convert_roll = partial(roll_convert.convert_roll, catalogs=CATALOGS)

@@ -17,7 +17,7 @@ The stages, in order, each in its own module:
    this config is refused (what was written is recorded before stage 4 fills anything in).
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
-the layer that set the offending key (`layering.origin_of`). An unknown key in a file that
+the layer that set the offending key (`layering.origin_of`). Any error in a file that
 looks like one of ROLL's points at `platform convert --from roll`. Loading reads the YAML
 files and, only where a config uses `${oc.env:...}` or `${now:...}`, the environment and the
 clock (`resolvers.py`: why, and how a run records the values); no model or data access, no
@@ -69,10 +69,12 @@ def load_config_with_section(path: str | os.PathLike, section: str,
 
 
 def load_config_layers(layered: Layered, overrides: Iterable[str] = (), *,
-                       catalogs: Catalogs) -> PipelineConfig:
+                       catalogs: Catalogs, roll_hint: bool = True) -> PipelineConfig:
     """`load_config` for files already read and merged (`yaml_source.load_layers`), e.g. by
-    a tool that edits the merged data before the strict checks (bench/roll_check.py)."""
-    return _build(layered, overrides, catalogs)
+    a tool that edits the merged data before the strict checks (bench/roll_check.py).
+    `roll_hint=False`: an error leaves out the `platform convert` hint (`roll_hint`), for
+    a caller that says it once for many errors (all_errors.py)."""
+    return _build(layered, overrides, catalogs, roll_hint=roll_hint)
 
 
 def load_config_dict(data: dict[str, Any], source: str = "<dict>",
@@ -90,7 +92,7 @@ def load_config_dict(data: dict[str, Any], source: str = "<dict>",
 
 
 def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
-           context: ResolverContext | None = None) -> PipelineConfig:
+           context: ResolverContext | None = None, roll_hint: bool = True) -> PipelineConfig:
     apply_overrides(layered, overrides)
     helpers = helper_keys(layered.data)
     try:
@@ -105,19 +107,23 @@ def _build(layered: Layered, overrides: Iterable[str], catalogs: Catalogs,
         check_written_keys(cfg, written_paths(as_written, resolved))  # acts_when.py
     except ConfigError as error:
         error = error.with_file(origin_of(layered.origins, parse_key_path(error.key_path)))
-        raise _with_roll_hint(error, layered.data) from None
+        hint = roll_hint and convert_hint(error.file, layered.data)
+        raise (ConfigError(error.file, error.key_path, f"{error.message}; {hint}") if hint
+               else error) from None
     return cfg
 
 
-def _with_roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
-    """An unknown key in a ROLL-shaped file: say which command maps ROLL's keys to ours."""
-    if not error.message.startswith("unknown key") or not looks_like_roll(data):
-        return error
-    source = error.file if error.file and error.file != "command line" else "ROLL.yaml"
-    return ConfigError(error.file, error.key_path,
-                       f"{error.message}; this looks like a ROLL config: `platform convert "
-                       f"--from roll {source} -o flywheel.yaml` maps ROLL's keys to "
-                       f"flywheel's and reports what it cannot")
+def convert_hint(file: str, data: dict[str, Any]) -> str | None:
+    """For a ROLL-shaped file, whatever its error: the command that maps ROLL's keys to
+    ours and writes a file that validates; None for any other file (a key flywheel reads
+    too, such as track_with, is no sign of ROLL)."""
+    ours = {f.name for f in dataclasses.fields(PipelineConfig)} - {"rewards"}
+    if not looks_like_roll({k: v for k, v in data.items() if k not in ours}):
+        return None
+    source = file if file and file != "command line" else "ROLL.yaml"
+    return (f"this looks like a ROLL config: `platform convert --from roll {source} -o "
+            f"flywheel.yaml` maps ROLL's keys to flywheel's, writes a file that validates and "
+            f"reports what it cannot map")
 
 
 def config_to_dict(cfg: PipelineConfig) -> dict[str, Any]:
