@@ -25,7 +25,7 @@ A user sees one line per problem, never a traceback: a config mistake is
 raising at run time, a bug) is `error: <type>: <first line>` and exit status 1; a run's
 full traceback (a worker's own included) is in `<output_dir>/error.log`, which the line
 names. SIGINT / SIGTERM stop a run after its current step with a checkpoint and print the
-resume command (`error: interrupted: ...`, exit status 130).
+resume command (`stopped: ...`, exit status 130: the user's stop is not an error).
 `FLYWHEEL_DEBUG=1` prints the traceback as well. Warnings (`warning: ...`) and errors go to
 stderr, so `show-config` output on stdout is always loadable YAML.
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -276,8 +275,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", "127.0.0.1", "--port", str(args.port),
                "--workers", "1"]  # one reader on this machine: 4 processes start slowly
-    return subprocess.call(command, env={**os.environ,
-                                         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    from flywheel.platform.server_group import run_server_group
+
+    return run_server_group(command, {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION":
+                                      "false"}, "mlflow UI")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -385,9 +386,9 @@ def _report_errors(handler: Callable[[argparse.Namespace], int],
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    except KeyboardInterrupt as error:
+    except KeyboardInterrupt as error:  # the user's stop: said, not an error
         said = str(error) if isinstance(error, RunInterrupted) else ""
-        print(f"error: interrupted{': ' + said if said else ''}", file=sys.stderr)
+        print(f"stopped{': ' + said if said else ''}", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 (the user gets one line; FLYWHEEL_DEBUG=1 for more)
         if debug:
