@@ -96,7 +96,7 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
     # both sides as written (a saved config.yaml from before loadable_config_data too)
     for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
                               loadable_config_data(config_to_dict(cfg)),
-                              config_path or str(saved)):
+                              config_path or str(saved), output_dir):
         print(f"resume: changed {line}", flush=True)
     step = checkpoint_step(checkpoint)
     cut_back(output_dir, step)
