@@ -25,6 +25,9 @@ from flywheel.platform.user_code import USER_CODE_DIR_ENV, record_user_code_dir
 
 log = logging.getLogger(__name__)
 MIN_OBJECT_STORE_BYTES = 512 << 20
+# Ray's logger for token authentication, and its warning on every local start
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_AUTH_ON = "Token authentication is enabled for this Ray cluster"
 
 # Environment every worker process inherits: quiet tokenizers, no hub access attempts.
 WORKER_ENV = {
@@ -62,6 +65,7 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
     # send every worker through Ray's runtime-env setup instead (measured: 4 actors
     # 3.5-3.8 s with one, 1.9-2.3 s without), so the variables are set here.
     os.environ.update(WORKER_ENV)
+    quiet_token_auth_enabled()
     ray.init(
         # "local": a new Ray of its own. Without it ray.init joins whatever cluster
         # /tmp/ray/ray_current_cluster names (a `ray start --head` on this machine), and
@@ -75,6 +79,20 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
         log_to_driver=forward_worker_output,
     )
     return True
+
+
+def quiet_token_auth_enabled() -> None:
+    """Leave out Ray's warning that token authentication is on (it turns it on for every
+    new local cluster and warns each time: good news, not the user's business). Its warning
+    that authentication is off still shows."""
+    logger = logging.getLogger(TOKEN_AUTH_LOGGER)
+    if not any(isinstance(f, _DropTokenAuthOn) for f in logger.filters):
+        logger.addFilter(_DropTokenAuthOn())
+
+
+class _DropTokenAuthOn(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(TOKEN_AUTH_ON)
 
 
 def object_store_bytes(cfg: RayConfig, weight_bytes: int | None) -> int:

@@ -125,7 +125,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     recorded = recorded_for(cfg)  # rollout_mock: the dump is read before workers start
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
-    owns_ray, roles, tracker, log_dir = False, None, None, None
+    owns_ray, roles, tracker, log_dir, digest = False, None, None, None, None
     status = "failed"
     stop = StopRequest()
     try:
@@ -133,16 +133,17 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         # a cluster, whose other nodes cannot write here (platform/backend_logs.py).
         log_dir = None if cluster_address(cfg.ray, address) else output_dir / LOG_FOLDER
         train_model = actor_train_model(cfg, model_path)
+        # before Ray starts: the report at the end must not hide a failure to start it
+        digest = WarningDigest(log_dir) if log_dir is not None else None
         owns_ray = start_ray(cfg.ray, num_slots(cfg), address,
                              forward_worker_output=log_dir is None,
                              weight_bytes=weight_bytes(train_model,
                                                        cfg.actor_train.model_args.dtype))
         if log_dir is not None:
             log_dir.mkdir(exist_ok=True)
-            digest = WarningDigest(log_dir)
         roles = start_roles(cfg, model_path, total_steps=horizon,
                             log_dir=log_dir)
-        if log_dir is not None:
+        if digest is not None:
             _print_report(digest.report("at start-up"))
         write_status(output_dir, "running", nodes=role_nodes(roles))
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
@@ -179,7 +180,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         finally:
             write_status(output_dir, status)
             refresh_run_plots(output_dir)
-            if log_dir is not None:
+            if digest is not None and digest.log_dir.is_dir():
                 _print_report(digest.report("during the run"))
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
           f"{output_dir / 'plots.png'}", flush=True)
