@@ -20,15 +20,16 @@ Tab completion of subcommands, options and config key paths (`max_st<TAB>` gives
 `max_steps=`) comes from argcomplete: `eval "$(register-python-argcomplete platform)"`
 in a bash or zsh profile turns it on.
 
-A user sees one line per problem, never a traceback: a config mistake is
-`error: <file>: <key.path>: <message>` and exit status 2 (`validate` prints every mistake
-of the file, a line each, then a `note:` naming `platform convert` for a ROLL-shaped
-file); any other failure (the pipeline raising at run time, a bug) is `error: <type>: <first line>` and exit status 1; a run's
-full traceback (a worker's own included) is in `<output_dir>/error.log`, which the line
-names. SIGINT / SIGTERM stop a run after its current step with a checkpoint and print the
-resume command (`stopped: ...`, exit status 130: the user's stop is not an error).
-`FLYWHEEL_DEBUG=1` prints the traceback as well. Warnings (`warning: ...`) and errors go to
-stderr, so `show-config` output on stdout is always loadable YAML.
+A user sees one line per problem, never a traceback: a config mistake is `error: <file>:
+<key.path>: <message>` and exit status 2 (`validate` prints every mistake of the file, a
+line each, then a `note:` naming `platform convert` for a ROLL-shaped file); any other
+failure (the pipeline raising at run time, a bug) is `error: <type>: <first line>` and
+exit status 1; a run's full traceback (a worker's own included) is in
+`<output_dir>/error.log`, which the line names. SIGINT / SIGTERM stop a run after its
+current step with a checkpoint and print the resume command (`stopped: ...`, exit status
+130: the user's stop is not an error). `FLYWHEEL_DEBUG=1` prints the traceback as well.
+Warnings (`warning: ...`) and errors go to stderr, so `show-config` output on stdout is
+always loadable YAML.
 
 This module only parses arguments and reports; what `run` does lives in
 `flywheel.pipelines.run.launch`, imported when `run` is chosen so that `validate` and
