@@ -5,6 +5,7 @@ item 1); a user tool configured by import path alone is accepted (issue 54 item 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -132,3 +133,21 @@ def test_a_user_tool_by_import_path_alone_is_configurable(user_folder):
 
     tool = build_tool("reverse", {}, "my_envs.tools:Reverse", cfg.import_allowlist, "t")
     assert tool.run({"text": "ab"}) == "ba"
+
+
+@pytest.mark.long
+def test_platform_run_plays_an_env_of_the_working_folder(user_folder):
+    """The docs' walk: `platform run` from the folder that holds my_envs/ (it failed ~45 s
+    in with "No module named 'my_envs'"); one step on the tiny model, real Ray workers."""
+    raw = copy.deepcopy(AGENTIC)
+    raw.update(max_steps=1, eval_steps=0, tracking={"mlflow": False},
+               output_dir=str(user_folder / "run"))
+    raw["actor_train"] = {"training_args": {"per_device_train_batch_size": 8}}
+    (user_folder / "count.yaml").write_text(yaml.safe_dump(raw))
+    platform = Path(sys.executable).with_name("platform")
+    result = subprocess.run([str(platform), "run", "--config", "count.yaml"], cwd=user_folder,
+                            capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    rows = [json.loads(line) for line in (user_folder / "run" / "metrics.jsonl").open()]
+    assert rows[-1]["step"] == 1 and "env/success" in rows[-1]
