@@ -143,8 +143,9 @@ def check(root: Path) -> dict:
             row.update(roll_loads=False, reason=str(error))
             rows.append(row)
             continue
-        row.update(roll_loads=True, converted=not conversion.missing,
-                   missing=conversion.missing, ignored=conversion.ignored,
+        row.update(roll_loads=True, converted=not conversion.missing and not conversion.typos,
+                   missing=conversion.missing, typos=conversion.typos,
+                   ignored=conversion.ignored,
                    vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data,
                                                                      schema=PipelineConfig)))
         if row["file"] in EXCEPTED and not row["converted"]:

@@ -20,14 +20,16 @@ Tab completion of subcommands, options and config key paths (`max_st<TAB>` gives
 `max_steps=`) comes from argcomplete: `eval "$(register-python-argcomplete platform)"`
 in a bash or zsh profile turns it on.
 
-A user sees one line per problem, never a traceback: a config mistake is
-`error: <file>: <key.path>: <message>` and exit status 2; any other failure (the pipeline
-raising at run time, a bug) is `error: <type>: <first line>` and exit status 1; a run's
-full traceback (a worker's own included) is in `<output_dir>/error.log`, which the line
-names. SIGINT / SIGTERM stop a run after its current step with a checkpoint and print the
-resume command (`error: interrupted: ...`, exit status 130).
-`FLYWHEEL_DEBUG=1` prints the traceback as well. Warnings (`warning: ...`) and errors go to
-stderr, so `show-config` output on stdout is always loadable YAML.
+A user sees one line per problem, never a traceback: a config mistake is `error: <file>:
+<key.path>: <message>` and exit status 2 (`validate` prints every mistake of the file, a
+line each, then a `note:` naming `platform convert` for a ROLL-shaped file); any other
+failure (the pipeline raising at run time, a bug) is `error: <type>: <first line>` and
+exit status 1; a run's full traceback (a worker's own included) is in
+`<output_dir>/error.log`, which the line names. SIGINT / SIGTERM stop a run after its
+current step with a checkpoint and print the resume command (`stopped: ...`, exit status
+130: the user's stop is not an error). `FLYWHEEL_DEBUG=1` prints the traceback as well.
+Warnings (`warning: ...`) and errors go to stderr, so `show-config` output on stdout is
+always loadable YAML.
 
 This module only parses arguments and reports; what `run` does lives in
 `flywheel.pipelines.run.launch`, imported when `run` is chosen so that `validate` and
@@ -39,7 +41,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -178,6 +179,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flywheel.pipelines.config import check_environment, load_config
 
     cfg = load_config(args.config, overrides)
+    from flywheel.pipelines.data.column_checks import check_data_columns
+    from flywheel.pipelines.user_code_checks import check_user_code
+
+    try:  # user code that cannot import, a column the data lacks: now, not after Ray starts
+        check_user_code(cfg)
+        check_data_columns(cfg)
+    except ConfigError as error:
+        raise error.with_file(args.config) from None
     _print_warnings(check_environment(cfg))
     _show_info_logs()
     from flywheel.pipelines.run.launch import run  # here, not at the top: it imports Ray, torch
@@ -197,9 +206,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"ok: {args.config} (regression config: {len(full)} run(s), "
               f"{len(fast)} in its fast form)")
         return 0
-    from flywheel.pipelines.config import check_environment, load_config
+    from flywheel.pipelines.config import check_environment, config_errors
+    from flywheel.pipelines.data.column_checks import check_data_columns
+    from flywheel.pipelines.user_code_checks import check_user_code
 
-    cfg = load_config(args.config, args.overrides)
+    cfg, errors, hint = config_errors(args.config, args.overrides)
+    for check in (check_user_code, check_data_columns) if cfg is not None else ():
+        try:
+            check(cfg)
+        except ConfigError as error:
+            errors.append(error.with_file(args.config))
+    for error in errors:  # every error of the file, not the first alone
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
+        if hint:
+            print(f"note: {hint}", file=sys.stderr)
+        if len(errors) > 1:
+            print(f"{args.config}: {len(errors)} errors", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     _print_warnings(check_environment(cfg))
     print(f"ok: {args.config} ({cfg.pipeline_type}, {_count_roles(cfg)} roles)")
     return 0
@@ -257,8 +281,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", "127.0.0.1", "--port", str(args.port),
                "--workers", "1"]  # one reader on this machine: 4 processes start slowly
-    return subprocess.call(command, env={**os.environ,
-                                         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    from flywheel.platform.server_group import run_server_group
+
+    return run_server_group(command, {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION":
+                                      "false"}, "mlflow UI")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -367,9 +393,9 @@ def _report_errors(handler: Callable[[argparse.Namespace], int],
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    except KeyboardInterrupt as error:
+    except KeyboardInterrupt as error:  # the user's stop: said, not an error
         said = str(error) if isinstance(error, RunInterrupted) else ""
-        print(f"error: interrupted{': ' + said if said else ''}", file=sys.stderr)
+        print(f"stopped{': ' + said if said else ''}", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 (the user gets one line; FLYWHEEL_DEBUG=1 for more)
         if debug:

@@ -18,7 +18,7 @@ The stages, in order, each in its own module:
 
 Every stage raises `ConfigError`; errors from stages that only see values get the name of
 the layer that set the offending key (`layering.origin_of`). A caller's `hint` may add to an
-error (`flywheel.pipelines.config` passes the ROLL converter's: an unknown key in a file that
+error (`flywheel.pipelines.config` passes the ROLL converter's: any error in a file that
 looks like one of ROLL's points at `platform convert --from roll`). Loading reads the YAML
 files and, only where a config uses `${oc.env:...}` or `${now:...}`, the environment and the
 clock (`resolvers.py`: why, and how a run records the values); no model or data access, no

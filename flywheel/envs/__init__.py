@@ -33,7 +33,13 @@ from flywheel.envs.gem_adapter import GEM_ENVS, GemEnv
 from flywheel.envs.guess_number import GuessNumberEnv
 from flywheel.envs.multiply import MultiplyEnv
 from flywheel.envs.question_envs import QuestionEnv, roll_math, roll_qa
-from flywheel.envs.registry import make, register, register_from_import_path, registered_envs
+from flywheel.envs.registry import (
+    check_env_config,
+    make,
+    register,
+    register_from_import_path,
+    registered_envs,
+)
 from flywheel.envs.sokoban import SokobanEnv
 from flywheel.envs.trajectory import (
     StepSample,
@@ -72,6 +78,7 @@ __all__ = [
     "Tokenizer",
     "Trajectory",
     "aggregate_metrics",
+    "check_env_config",
     "compile_action_pattern",
     "discounted_returns",
     "episode_metrics",

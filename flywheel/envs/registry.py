@@ -21,6 +21,7 @@ from typing import Any
 
 from flywheel.envs.base import TextEnv
 from flywheel.platform.config.catalogs import IMPORT_PATH, MissingAttribute, import_object
+from flywheel.platform.user_code import make_user_code_importable
 
 EnvFactory = Callable[..., TextEnv]
 
@@ -91,6 +92,7 @@ def register_from_import_path(
             f"env import path {import_path!r} is not allowed: module {module_name!r} is not "
             f"under an allowed prefix ({', '.join(allowed_prefixes) or 'none allowed'})"
         )
+    make_user_code_importable()  # the run's working folder, as for every import path
     try:
         cls = import_object(import_path)
     except MissingAttribute:
@@ -105,6 +107,15 @@ def register_from_import_path(
         )
     register(name, cls)
     return cls
+
+
+def check_env_config(env_type: str, env_config: dict[str, Any]) -> None:
+    """What `make` checks before building: the name is registered and every env_config key
+    is one of its factory's arguments (ValueError / TypeError with a did-you-mean). Builds
+    nothing, so `platform validate` can run it."""
+    if env_type not in _REGISTRY:
+        make(env_type, **env_config)  # raises the same unknown-env_type error as a run
+    _check_config_keys(env_type, _REGISTRY[env_type], env_config)
 
 
 def _parameters(factory: EnvFactory) -> list[inspect.Parameter]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import partial
 
 from flywheel.algorithms.policy_loss.registry import POLICY_LOSSES
-from flywheel.config import loader
+from flywheel.config import all_errors, loader
 from flywheel.config.catalogs import Catalogs, EnvCatalog
 from flywheel.config.checks import config as checks
 from flywheel.config.checks import environment as environment_checks
@@ -24,7 +24,7 @@ from flywheel.envs import registered_envs
 from flywheel.envs.env_manager import TURN_PLACEHOLDERS
 from flywheel.interop.roll import convert as roll_convert
 from flywheel.interop.roll import report as roll_report
-from flywheel.interop.roll.keys import roll_hint
+from flywheel.interop.roll.keys import convert_hint, roll_hint
 from flywheel.pipelines.data.prompt_templates import TEMPLATES
 from flywheel.platform.config.catalogs import Catalog
 from flywheel.tools.registry import TOOLS
@@ -47,6 +47,7 @@ load_config_dict = partial(loader.load_config_dict, catalogs=CATALOGS, hint=roll
 load_config_with_section = partial(loader.load_config_with_section, catalogs=CATALOGS,
                                    hint=roll_hint)
 load_config_layers = partial(loader.load_config_layers, catalogs=CATALOGS, hint=roll_hint)
+config_errors = partial(all_errors.config_errors, catalogs=CATALOGS, convert_hint=convert_hint)
 check_config = partial(checks.check_config, catalogs=CATALOGS)
 check_environment = partial(environment_checks.check_environment, catalogs=CATALOGS)
 convert_roll = partial(roll_convert.convert_roll, catalogs=CATALOGS)

@@ -44,6 +44,9 @@ EXPECTED = (
     ("doesn't allow to use `torch.set_num_threads` after the thread binding",
      "the worker set its threads before vLLM started (role_worker.py)"),
     ("is set; leaving Torch threads at", "the worker's num_threads, set by flywheel"),
+    # one line per weight (120 for SmolLM2-135M) when the checkpoint's dtype is not the
+    # engine's: vLLM casts each, as the config's model_args.dtype asks
+    ("Attempted to load weight", "vLLM casts the checkpoint's weights to model_args.dtype"),
 )
 # "path/to/file.py:12: UserWarning: text" -> "UserWarning: text"
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: (\w*Warning: .*)$")
@@ -95,7 +98,8 @@ class WarningDigest:
         if not shown:
             return None
         expected = len(found) - len(shown)
-        lines = [f"backend warnings {when}: {len(shown)} distinct"
+        lines = [f"backend warnings {when} (the backends' own: vLLM, DeepSpeed, "
+                 f"transformers, torch): {len(shown)} distinct"
                  + (f" (+{expected} expected on this setup)" if expected else "")
                  + f", full logs in {self.log_dir}/:"]
         lines += [f"  {line}" for line in shown[:MAX_SHOWN]]

@@ -60,9 +60,15 @@ def config_changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, ob
     return changes
 
 
-def check_changes(old: dict, new: dict, source: str, safe_keys: frozenset[str]) -> list[str]:
+def check_changes(old: dict, new: dict, source: str, safe_keys: frozenset[str],
+                  run_dir: Path | None = None) -> list[str]:
     """Lines saying what changed (changes under `safe_keys`, top-level keys a resumed run may
-    change); a ConfigError for the first unsafe one."""
+    change); a ConfigError for the first unsafe one.
+    `run_dir`: the directory the run continues in; an output_dir on either side that names
+    it (`platform run --resume RUN_DIR` writes output_dir=RUN_DIR for the user, where the
+    run's own config has none: the default layout) is no change of the user's."""
+    if run_dir is not None:
+        old, new = (_without_run_dir(side, run_dir) for side in (old, new))
     changes = config_changes(old, new)
     unsafe = [c for c in changes if c[0].split(".")[0] not in safe_keys]
     if unsafe:
@@ -71,6 +77,15 @@ def check_changes(old: dict, new: dict, source: str, safe_keys: frozenset[str]) 
                           f"differs from the run being resumed and would change what it "
                           f"trains: {keys}; start a new run (another output_dir) instead")
     return [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume_from_checkpoint"]
+
+
+def _without_run_dir(data: dict, run_dir: Path) -> dict:
+    """`data` with an output_dir that is `run_dir` (or unset: the default layout, which
+    the resumed run continues in) left out."""
+    value = data.get("output_dir")
+    if value is None or Path(value).resolve() == run_dir.resolve():
+        return {k: v for k, v in data.items() if k != "output_dir"}
+    return data
 
 
 def cut_back(run_dir: Path, step: int) -> None:

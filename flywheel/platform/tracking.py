@@ -5,9 +5,10 @@ written, so a killed run keeps every finished step; plots and `platform runs` re
 Every step is also handed to the backends `tracking.backends` names (mlflow by default;
 tensorboard, wandb offline; see `platform/trackers/`), with the same metric names and
 only finite numbers. The console gets one line per `logging_steps` with step, the metrics
-the caller names (`progress_keys`), rate and ETA. Sample texts (prompt, response, reward) go
-to `sample_texts.jsonl` in the run directory and to every backend, every
-`tracking.sample_text_steps` steps.
+the caller names (`progress_keys`), the average rate since the run (or its resume) started
+("avg", where metrics' time/step is each step's own) and ETA. Sample texts (prompt,
+response, reward) go to `sample_texts.jsonl` in the run directory and to every backend,
+every `tracking.sample_text_steps` steps and at the first and last step.
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ class Tracker:
             print(self.progress_line(step, metrics), flush=True, file=sys.stdout)
 
     def wants_texts(self, step: int) -> bool:
-        return step > 0 and self.sample_text_steps > 0 and step % self.sample_text_steps == 0
+        """Every sample_text_steps steps, and at the first and the last step, so a short
+        trial shows what the model wrote (0 turns them off)."""
+        return step > 0 and self.sample_text_steps > 0 and (
+            step % self.sample_text_steps == 0 or step in (1, self.total_steps))
 
     def log_texts(self, step: int, samples: list[SampleText]) -> None:
         """The first `sample_text_count` samples, to sample_texts.jsonl and every backend."""
@@ -132,9 +136,10 @@ class Tracker:
         eta = (self.total_steps - step) / rate if rate > 0 else float("nan")
         parts = [f"step {step}/{self.total_steps}"]
         parts += [f"{k} {metrics[k]:.3f}" for k in self.progress_keys if k in metrics]
-        # a real model takes seconds per step: "0.01 step/s" would say nothing
-        speed = f"{rate:.2f} step/s" if rate >= 1 else (f"{1 / rate:.1f} s/step" if rate > 0
-                                                          else "- s/step")
+        # a real model takes seconds per step: "0.01 step/s" would say nothing. "avg": the
+        # mean since this process's first step (metrics' time/step is each step's own)
+        speed = f"avg {rate:.2f} step/s" if rate >= 1 else (
+            f"avg {1 / rate:.1f} s/step" if rate > 0 else "avg - s/step")
         parts += [speed, f"ETA {_duration(eta)}"]
         return " | ".join(parts)
 

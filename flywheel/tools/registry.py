@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flywheel.platform.config.catalogs import entry_settings, import_object
+from flywheel.platform.user_code import import_user_object
 from flywheel.tools.base import Tool
 
 
@@ -50,7 +51,7 @@ def build_tool(tool_id: str, tool_args: dict[str, Any], import_path: str | None,
     if not any(module == p or module.startswith(p + ".") for p in allowlist):
         raise ValueError(f"{key_path}.tool_import_path: {import_path} is not under the "
                          f"import_allowlist {list(allowlist)}")
-    tool = import_object(import_path)(**tool_args)
+    tool = import_user_object(import_path)(**tool_args)
     if not isinstance(tool, Tool):
         raise ValueError(f"{key_path}.tool_import_path: {import_path} built a "
                          f"{type(tool).__name__}, which lacks name, description, parameters "

@@ -50,7 +50,8 @@ def test_each_distinct_warning_is_reported_once(tmp_path):
     digest = WarningDigest(tmp_path)
     report = digest.report("at start-up")
     assert report.splitlines() == [
-        f"backend warnings at start-up: 1 distinct, full logs in {tmp_path}/:",
+        f"backend warnings at start-up (the backends' own: vLLM, DeepSpeed, transformers, "
+        f"torch): 1 distinct, full logs in {tmp_path}/:",
         "  actor_infer-0: Slow."]
     assert digest.report("during the run") is None
     with (tmp_path / "actor_infer-1.log").open("a") as log:
@@ -64,8 +65,9 @@ def test_each_distinct_warning_is_reported_once(tmp_path):
         log.write("WARNING 11-25 13:02:01 [a.py:1] Triton is not installed.\n"
                   "WARNING 11-25 13:02:01 [a.py:1] Pin memory is not supported.\n")
     assert digest.report("at the end").splitlines() == [
-        f"backend warnings at the end: 1 distinct (+1 expected on this setup), "
-        f"full logs in {tmp_path}/:", "  actor_infer-1: Pin memory is not supported."]
+        f"backend warnings at the end (the backends' own: vLLM, DeepSpeed, transformers, "
+        f"torch): 1 distinct (+1 expected on this setup), full logs in {tmp_path}/:",
+        "  actor_infer-1: Pin memory is not supported."]
 
 
 def test_worker_output_lands_in_its_file_not_on_the_console(ray_session, tmp_path, capfd):
@@ -86,3 +88,14 @@ def test_worker_output_lands_in_its_file_not_on_the_console(ray_session, tmp_pat
             "actor_infer-0: UserWarning: a deprecated knob"]
     finally:
         cluster.shutdown()
+
+
+def test_vllms_per_weight_cast_warnings_are_expected_not_printed(tmp_path):
+    """SmolLM2's start printed "127 distinct": 120 were this line, one per weight."""
+    (tmp_path / "actor_infer-0.log").write_text("".join(
+        f"(MainProcess pid=1) WARNING 12-02 03:50:51 [utils.py:333] Attempted to load weight "
+        f"layers.{i}.mlp.down_proj.weight with dtype torch.float32 into parameter with dtype "
+        f"torch.bfloat16\n" for i in range(30)) + "WARNING 12-02 03:50:52 [a.py:1] Slow.\n")
+    report = WarningDigest(tmp_path).report("at start-up").splitlines()
+    assert "1 distinct (+30 expected on this setup)" in report[0]
+    assert report[1:] == ["  actor_infer-0: Slow."]

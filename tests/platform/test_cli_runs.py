@@ -7,8 +7,10 @@ test_two_node_cluster.py runs a real pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -141,8 +143,14 @@ def test_examples_lists_every_shipped_config(capsys):
     assert lines[-1].startswith("run one: platform run --config ")
 
 
-def test_ui_serves_mlflow_on_localhost(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, pytest.param(signal.SIGINT,
+                                                                 marks=pytest.mark.long)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_ui_serves_mlflow_on_localhost_and_a_stop_leaves_no_process(tmp_path, stop):
+    """Stopped by SIGTERM or SIGINT sent to the platform process alone, `platform ui`
+    stops mlflow's server and its uvicorn children too, and says so without `error:`."""
     import mlflow
+    import psutil
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -160,8 +168,17 @@ def test_ui_serves_mlflow_on_localhost(tmp_path):
             except OSError:
                 time.sleep(0.5)
         assert answer == 200, proc.stdout.read1().decode() if proc.poll() is not None else ""
+        server = psutil.Process(proc.pid).children(recursive=True)
+        assert server, "mlflow runs in child processes"
+        proc.send_signal(stop)  # the platform process only, as a shell's kill or Ctrl-C
+        assert proc.wait(timeout=60) == 0
+        output = proc.stdout.read().decode()
+        gone, alive = psutil.wait_procs(server, timeout=5)
+        assert not alive, [p.cmdline() for p in alive]
+        assert f"mlflow UI stopped ({stop.name})" in output and "error:" not in output, output
     finally:
-        os.killpg(proc.pid, 15)  # mlflow's server and its workers, in the group it started
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)  # whatever the platform group still holds
         proc.wait(timeout=30)
 
 
@@ -215,3 +232,16 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_a_users_stop_of_a_run_is_not_printed_as_an_error(capsys):
+    from flywheel.cli import _report_errors
+    from flywheel.platform.stop_signals import RunInterrupted
+
+    def stopped_run(_):
+        raise RunInterrupted("SIGINT at step 3, checkpoint runs/x/checkpoint-3; resume: "
+                             "platform run --resume runs/x")
+
+    assert _report_errors(stopped_run, None) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("stopped: SIGINT at step 3") and "error" not in err

@@ -91,3 +91,29 @@ def test_schedule_keeps_the_first_starts_horizon(tmp_path):
         steps(9)
     assert steps(9, "constant") == 9  # a flat rate has no end to run past
     assert schedule_steps(load_config_dict({"max_steps": 4}), None) == 4  # a fresh run
+
+
+def test_resume_by_run_dir_reports_only_what_the_user_changed(tmp_path, monkeypatch, capsys):
+    """`platform run --resume RUN` sets output_dir=RUN for the user; the run's own config
+    (the default layout) has none: no "changed output_dir" line, a real change still said."""
+    import yaml
+
+    from flywheel.config import config_to_dict
+    from flywheel.config.length_defaults import loadable_config_data
+    from flywheel.pipelines.run.launch import prepare_resume
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "exp" / "20260101-000000"
+    save(run, 2)
+    first = load_config_dict({"exp_name": "exp", "max_steps": 4})
+    (run / "config.yaml").write_text(yaml.safe_dump(loadable_config_data(config_to_dict(first))))
+    resumed = load_config_dict({"exp_name": "exp", "max_steps": 6, "output_dir": str(run),
+                                "resume_from_checkpoint": str(run)})
+    assert prepare_resume(resumed, None) == (run / "checkpoint-2", run)
+    assert capsys.readouterr().out.splitlines() == ["resume: changed max_steps: 4 -> 6"]
+    moved = load_config_dict({"exp_name": "exp", "max_steps": 4,
+                              "output_dir": str(tmp_path / "elsewhere"),
+                              "resume_from_checkpoint": str(run)})
+    assert check_changes(loadable_config_data(config_to_dict(first)),
+                         loadable_config_data(config_to_dict(moved)), "f.yaml", run) == [
+        f"output_dir: None -> '{tmp_path / 'elsewhere'}'"]

@@ -37,7 +37,7 @@ def test_rlvr_groups_every_n_steps_first_samples_only(tmp_path):
                     prompt_ids=[0, *map(ord, f"{i}+1=")], responses=[], version=0,
                     scores=[1.0, 0.0],
                     texts=[f"{i + 1}", "9"]) for i in range(3)]
-    log.trained(groups, step=1)  # not a logging step
+    log.trained(groups, step=3)  # not a logging step (nor the first or last)
     assert read(tmp_path) == []
     log.trained(groups, step=2)
     assert read(tmp_path) == [

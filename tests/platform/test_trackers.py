@@ -75,8 +75,21 @@ def test_jsonl_metrics_and_sample_texts(tmp_path):
     assert [r["step"] for r in records] == [0, 1, 2]
     assert records[1]["pass@1"] == 0.5  # the run's own record keeps the original name
     texts = [json.loads(line) for line in (out / "sample_texts.jsonl").read_text().splitlines()]
-    assert texts == [{"step": 2, "prompt": "12+34=", "response": "046", "reward": 1.0},
-                     {"step": 2, "prompt": "1+2=", "response": "04|", "reward": 0.0}]
+    assert texts == [{"step": step, **row} for step in (1, 2) for row in (
+        {"prompt": "12+34=", "response": "046", "reward": 1.0},
+        {"prompt": "1+2=", "response": "04|", "reward": 0.0})]  # the first and last step
+
+
+def test_sample_texts_at_the_first_and_the_last_step_and_every_n(tmp_path):
+    """A 3-step trial shows what the model wrote (issue 44 item 7)."""
+    tracker = Tracker(output_dir=tmp_path, total_steps=25, sample_text_steps=10)
+    assert [s for s in range(26) if tracker.wants_texts(s)] == [1, 10, 20, 25]
+    assert not Tracker(tmp_path, 25, sample_text_steps=0).wants_texts(1)  # 0: never
+
+
+def test_the_progress_line_says_its_rate_is_an_average(tmp_path):
+    line = Tracker(output_dir=tmp_path, total_steps=4).progress_line(1, {"time/step": 2.0})
+    assert "avg 2.0 s/step" in line
 
 
 def test_mlflow_read_back(tmp_path):
@@ -108,7 +121,7 @@ def test_tensorboard_read_back(tmp_path):
     got = {tag: {e.step: pytest.approx(e.value) for e in events.Scalars(tag)}
            for tag in events.Tags()["scalars"]}
     assert got == EXPECTED
-    text = events.Tensors("sample_texts/text_summary")[0]
+    text = events.Tensors("sample_texts/text_summary")[-1]  # step 1 (the first) too
     assert text.step == 2
     cell = text.tensor_proto.string_val[0].decode()
     assert "| 12+34= | 046 | 1 |" in cell and "| 1+2= | 04\\| | 0 |" in cell
@@ -130,7 +143,7 @@ def test_wandb_offline_read_back(tmp_path):
     core_log = Path(run_file).parent / "logs" / "debug-internal.log"
     assert got == EXPECTED, (kinds, core_log.read_text()[-3000:] if core_log.exists() else "")
     texts = [row for row in history if "sample_texts/_type" in row]
-    assert texts and texts[0]["_step"] == 2 and texts[0]["sample_texts/nrows"] == 2
+    assert texts and texts[-1]["_step"] == 2 and texts[-1]["sample_texts/nrows"] == 2
     [run] = [r.run for r in records if r.HasField("run")]
     assert run.project == "flywheel-test" and list(run.tags) == ["ci"]
 

@@ -172,15 +172,18 @@ MLFLOW = Condition("when mlflow is a tracking backend", _mlflow_tracks)
 
 
 def _names_user_code(cfg: PipelineConfig, _: KeyPath) -> bool:
-    """A path the allowlist checks (checks/import_allowlist.py) is written where it is read."""
+    """A path the allowlist checks (checks/import_allowlist.py) is written where it is read:
+    every import-path extension point counts (a user tool alone is configurable)."""
     if cfg.pipeline_type == "rlvr":
         return any(r.reward_import_path for r in cfg.rewards.values())
     return cfg.pipeline_type == "agentic" and any(
-        e.env_import_path for e in cfg.custom_envs.values())
+        e.env_import_path or (e.tool_use and any(t.tool_import_path for t in e.tool_use.tools))
+        for e in cfg.custom_envs.values())
 
 
 USER_CODE = Condition("when the config names user code by import path "
-                      "(rewards.*.reward_import_path, custom_envs.*.env_import_path)",
+                      "(rewards.*.reward_import_path, custom_envs.*.env_import_path, "
+                      "custom_envs.*.tool_use.tools[*].tool_import_path)",
                       _names_user_code)
 PYTHON_REWARD = Condition("with reward_type python",
                           lambda cfg, path: cfg.rewards[str(path[1])].reward_type == "python")

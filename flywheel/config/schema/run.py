@@ -65,9 +65,10 @@ class TrackingConfig:
     mlflow_uri: str | None = None
     # mlflow experiment / wandb project; unset: exp_name.
     experiment_name: str | None = None
-    # Every N train steps, the texts of a few trained samples (prompt, response, reward)
-    # go to sample_texts.jsonl in the run directory and to the backends that show text
-    # (mlflow table, tensorboard text, wandb table). 0 = never.
+    # Every N train steps, and at the first and the last step, the texts of a few trained
+    # samples (prompt, response, reward) go to sample_texts.jsonl in the run directory and
+    # to the backends that show text (mlflow table, tensorboard text, wandb table).
+    # 0 = never.
     sample_text_steps: int = 10
     # How many samples per logging of sample texts (the first of the step's batch).
     sample_text_count: int = 4

@@ -12,7 +12,8 @@ from flywheel.config.catalogs import Catalogs
 
 @dataclass
 class Conversion:
-    """The converted data (valid when `missing` is empty) and what the report says."""
+    """The converted data (valid when `missing` and `typos` are empty) and what the report
+    says."""
 
     source: str
     catalogs: Catalogs = field(repr=False, compare=False)  # the names flywheel has
@@ -20,6 +21,7 @@ class Conversion:
     vl: bool = False  # ROLL runs it with its VL pipeline (roll_vl.is_vl, as first read)
     data: dict[str, Any] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # keys ROLL ignores too
+    typos: list[str] = field(default_factory=list)  # unknown to ROLL, near a key it reads
     helpers: list[str] = field(default_factory=list)  # referenced by ${...}, then dropped
     mapped: list[str] = field(default_factory=list)  # "roll.key -> flywheel.key (note)"
     dropped: list[str] = field(default_factory=list)  # "key: why it makes no difference"

@@ -38,6 +38,7 @@ from flywheel.interop.roll.fit.tools import fit_tool_wrapper
 from flywheel.interop.roll.fit.val_lengths import KEYS as VAL_LENGTHS
 from flywheel.interop.roll.fit.val_lengths import fit_val_lengths
 from flywheel.interop.roll.fit.vl import data_function, detection_reward_args, is_vl
+from flywheel.interop.roll.typos import near, unknown_key
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
@@ -66,6 +67,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     out.pipeline_type = "agentic" if agentic else "rlvr"
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
+    _default_reward(data, out)
     _global_template(data.get("global_template"), out)
     _tag_to_template(data.get("tag_to_template"), out)
     _eval_steps_without_validation(out)
@@ -75,7 +77,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     step_credit.fit_rollout_only(data, out)
     finish(data, out)  # ROLL's defaults written, inert keys dropped
     step_credit.fit_batch_adjust(data, out)
-    if not out.missing:
+    if not out.missing and not out.typos:
         _validate(out)
     return out
 
@@ -85,8 +87,11 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
     for key, value in data.items():
         if key in out.helpers:
             continue
-        if key not in keys.TOP or (key == "rewards" and agentic) or (
-                key in AGENTIC_MARKERS and not agentic):
+        if key in keys.ROLL_ONLY_TOP_KEYS and key not in keys.TOP:
+            out.ignored.append(str(key))  # a key ROLL's own files carry, dead there too
+        elif key not in keys.TOP:
+            unknown_key(str(key), key, keys.TOP, out)
+        elif (key == "rewards" and agentic) or (key in AGENTIC_MARKERS and not agentic):
             out.ignored.append(str(key))
         elif key in ROLE_BLOCKS:
             table = rules.ACTOR_TRAIN if key == "actor_train" else rules.WORKER
@@ -121,6 +126,16 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
         else:
             _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
+
+
+def _default_reward(data: dict[str, Any], out: Conversion) -> None:
+    """An RLVR file without rewards: ROLL starts no reward worker (its `rewards` defaults
+    to {}), flywheel's default is one math_rule reward (schema.py). Said, not silent."""
+    if out.pipeline_type != "rlvr" or data.get("rewards"):
+        return
+    out.mapped.append("rewards: none in the file (ROLL starts no reward worker without "
+                      "one) -> flywheel's default rewards.math_rule (reward_type math_rule, "
+                      "every tag); write a rewards block to choose another")
 
 
 def _eval_steps_without_validation(out: Conversion) -> None:
@@ -187,7 +202,10 @@ def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tup
             out.mapped.append(f"{where}: null, flywheel's default used")
             return
         _put(out.data, target, converted)
-        note = f" ({rule.note})" if rule.note else ""
+        # a conversion's note only where it changed the value ("a string is a one-file
+        # list" is not said of a list)
+        note = f" ({rule.note})" if rule.note and (rule.convert is None
+                                                    or converted != value) else ""
         out.mapped.append(f"{where} -> {'.'.join(p for p in target if p)}{note}")
     elif isinstance(rule, rules.Drop):
         out.dropped.append(f"{where}: {rule.reason}")
@@ -203,7 +221,7 @@ def _block(value: Any, table: dict[str, rules.Rule], known: dict[str, Any],
     for key, item in (value or {}).items():
         child = f"{where}.{key}"
         if key not in known:
-            out.ignored.append(child)
+            unknown_key(child, key, known, out)
         else:
             _apply(table.get(key, rules.Missing(key)), key, item, known.get(key), block,
                    child, out)
@@ -222,7 +240,7 @@ def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
     for key, item in value.items():
         where = f"{name}.{key}"
         if key not in known:
-            out.ignored.append(where)
+            unknown_key(where, key, known, out)
         elif key == "strategy_args":
             _strategy(item or {}, block, where, out)
         elif key in roll_packing.KEYS:  # converted once backends are final (finish)
@@ -253,14 +271,19 @@ def _critic_value_head(value: dict[str, Any], name: str, out: Conversion) -> dic
 def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Conversion) -> None:
     for key in value:
         if key not in keys.STRATEGY_ARGS:
-            out.ignored.append(f"{where}.{key}")
+            unknown_key(f"{where}.{key}", key, keys.STRATEGY_ARGS, out)
     name = value.get("strategy_name")
     if name is None:
         return
     same = (name, "") if name in out.catalogs.backends else (None, "")  # a flywheel name already
     flywheel_name, note = rules.STRATEGY_NAMES.get(name, same)
     if flywheel_name is None:
-        out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
+        close = near(name, [*rules.STRATEGY_NAMES, *out.catalogs.backends])
+        if close is not None:
+            out.typos.append(f"{where}.strategy_name: {name} is no backend of ROLL's or "
+                             f"flywheel's; did you mean '{close}'?")
+        else:
+            out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
         return
     strategy: dict[str, Any] = {"strategy_name": flywheel_name}
     if not note and value.get("strategy_config"):
@@ -324,7 +347,7 @@ def _validation(value: Any, out: Conversion) -> None:
     for key, item in value.items():
         where = f"validation.{key}"
         if key not in keys.WORKER:
-            out.ignored.append(where)
+            unknown_key(where, key, keys.WORKER, out)
         elif key in ("data_args", "generating_args"):
             _block(item, *SUB_BLOCKS[key], ("validation", key), where, out)
         else:
@@ -337,7 +360,7 @@ def _env_manager(value: Any, name: str, out: Conversion) -> None:
     for key, item in (value or {}).items():
         where = f"{name}.{key}"
         if key not in known:
-            out.ignored.append(where)
+            unknown_key(where, key, known, out)
         elif key == "generating_args" and name == "train_env_manager":
             _block(item, rules.GENERATING_ARGS, keys.GENERATING_ARGS,
                    ("actor_infer", "generating_args"), where, out)

@@ -13,8 +13,10 @@ at commit 8eb27cc2: field names and literal defaults only, as facts about its fi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
 
 _NO_DEFAULT: Any = object()
@@ -159,14 +161,24 @@ def looks_like_roll(data: dict[str, Any]) -> bool:
         isinstance(r, dict) and "worker_cls" in r for r in rewards.values())
 
 
+def convert_hint(file: str, data: dict[str, Any]) -> str | None:
+    """For a ROLL-shaped file, whatever its error: the command that maps ROLL's keys to
+    ours and writes a file that validates; None for any other file (a key flywheel reads
+    too, such as track_with, is no sign of ROLL)."""
+    ours = {f.name for f in dataclasses.fields(PipelineConfig)} - {"rewards"}
+    if not looks_like_roll({k: v for k, v in data.items() if k not in ours}):
+        return None
+    source = file if file and file != "command line" else "ROLL.yaml"
+    return (f"this looks like a ROLL config: `platform convert --from roll {source} -o "
+            f"flywheel.yaml` maps ROLL's keys to flywheel's, writes a file that validates and "
+            f"reports what it cannot map")
+
+
 def roll_hint(error: ConfigError, data: dict[str, Any]) -> ConfigError:
-    """An unknown key in a ROLL-shaped file: say which command maps ROLL's keys to ours.
-    The loader's `hint` (flywheel.pipelines.config passes it), so the loader imports
-    nothing of the converter."""
-    if not error.message.startswith("unknown key") or not looks_like_roll(data):
+    """Any error in a ROLL-shaped file: say which command maps ROLL's keys to ours
+    (`convert_hint`). The loader's `hint` (flywheel.pipelines.config passes it), so the
+    loader imports nothing of the converter."""
+    hint = convert_hint(error.file, data)
+    if hint is None:
         return error
-    source = error.file if error.file and error.file != "command line" else "ROLL.yaml"
-    return ConfigError(error.file, error.key_path,
-                       f"{error.message}; this looks like a ROLL config: `platform convert "
-                       f"--from roll {source} -o flywheel.yaml` maps ROLL's keys to "
-                       f"flywheel's and reports what it cannot")
+    return ConfigError(error.file, error.key_path, f"{error.message}; {hint}")

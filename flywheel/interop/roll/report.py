@@ -18,6 +18,8 @@ from flywheel.interop.roll.convert import Conversion, convert_roll
 from flywheel.platform.config.errors import ConfigError
 
 SECTIONS = (
+    ("typos", "typos: keys ROLL does not read either, each near one it reads (fix them; "
+              "the config is not converted)"),
     ("missing", "flywheel does not have (the config needs it, so it is not converted)"),
     ("ignored", "ROLL ignores these keys too (they never did anything)"),
     ("helpers", "helper variables (resolved into the keys that reference them, then dropped)"),
@@ -50,6 +52,11 @@ def convert_file(source: str | os.PathLike, output: str | os.PathLike | None,
     raise ConfigError (one line, exit 2 from the CLI) when something is."""
     conversion = convert_roll(source, catalogs)
     report = format_report(conversion)
+    if conversion.typos:
+        print(report)
+        raise ConfigError(os.fspath(source), "",
+                          f"not converted: {len(conversion.typos)} key(s) ROLL does not read "
+                          f"either look like typos (listed above, each with the near key)")
     if conversion.missing:
         print(report)
         raise ConfigError(os.fspath(source), "",

@@ -99,7 +99,7 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
     # both sides as written (a saved config.yaml from before loadable_config_data too)
     for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
                               loadable_config_data(written_config(cfg, config_path)),
-                              config_path or str(saved), SAFE_KEYS):
+                              config_path or str(saved), SAFE_KEYS, output_dir):
         print(f"resume: changed {line}", flush=True)
     step = checkpoint_step(checkpoint)
     cut_back(output_dir, step)
@@ -133,7 +133,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     recorded = recorded_for(cfg)  # rollout_mock: the dump is read before workers start
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
-    owns_ray, roles, tracker, log_dir = False, None, None, None
+    owns_ray, roles, tracker, log_dir, digest = False, None, None, None, None
     status = "failed"
     stop = StopRequest()
     try:
@@ -141,16 +141,17 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         # a cluster, whose other nodes cannot write here (platform/backend_logs.py).
         log_dir = None if cluster_address(cfg.ray, address) else output_dir / LOG_FOLDER
         train_model = actor_train_model(cfg, model_path)
+        # before Ray starts: the report at the end must not hide a failure to start it
+        digest = WarningDigest(log_dir) if log_dir is not None else None
         owns_ray = start_ray(cfg.ray, num_slots(cfg), address,
                              forward_worker_output=log_dir is None,
                              weight_bytes=weight_bytes(train_model,
                                                        cfg.actor_train.model_args.dtype))
         if log_dir is not None:
             log_dir.mkdir(exist_ok=True)
-            digest = WarningDigest(log_dir)
         roles = start_roles(cfg, model_path, total_steps=horizon,
                             log_dir=log_dir)
-        if log_dir is not None:
+        if digest is not None:
             _print_report(digest.report("at start-up"))
         write_status(output_dir, "running", nodes=role_nodes(roles))
         tracker = Tracker.open(output_dir, cfg, output_dir.name, params=config_dict,
@@ -191,7 +192,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         finally:
             write_status(output_dir, status)
             refresh_run_plots(output_dir, PANELS)
-            if log_dir is not None:
+            if digest is not None and digest.log_dir.is_dir():
                 _print_report(digest.report("during the run"))
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
           f"{output_dir / 'plots.png'}", flush=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.config.schema import RewardConfig
-from flywheel.platform.config.catalogs import import_object
+from flywheel.platform.user_code import import_user_object
 from flywheel.workers.rewards import user_function as forms
 from flywheel.workers.rewards.registry import Sample, SampleReward
 from flywheel.workers.rewards.result import RewardResult
@@ -43,7 +43,7 @@ def build(cfg: RewardConfig) -> SampleReward:
         raise ValueError("reward_type python needs reward_import_path: "
                          "'package.module:function'")
     try:
-        fn = import_object(path)
+        fn = import_user_object(path)
     except Exception as e:  # the module's own import may raise anything
         raise ValueError(f"reward_import_path {path!r} cannot be imported: "
                          f"{type(e).__name__}: {e}") from None

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flywheel.interop.roll.typos import unknown_key
+
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
 
@@ -39,7 +41,7 @@ def fit_tool_wrapper(value: Any, where: str, max_steps: Any, out: Conversion
     value = value or {}
     for key in value:
         if key not in ("wrapper_args", "tool_configs"):
-            out.ignored.append(f"{where}.{key}")
+            unknown_key(f"{where}.{key}", key, ("wrapper_args", "tool_configs"), out)
     tool_use: dict[str, Any] = {"call_format": "tags"}
     ok = _wrapper_args(value.get("wrapper_args") or {}, f"{where}.wrapper_args", max_steps,
                        tool_use, out)
