@@ -115,5 +115,6 @@ def test_resume_by_run_dir_reports_only_what_the_user_changed(tmp_path, monkeypa
                               "output_dir": str(tmp_path / "elsewhere"),
                               "resume_from_checkpoint": str(run)})
     assert check_changes(loadable_config_data(config_to_dict(first)),
-                         loadable_config_data(config_to_dict(moved)), "f.yaml", run) == [
+                         loadable_config_data(config_to_dict(moved)), "f.yaml", SAFE_KEYS,
+                         run) == [
         f"output_dir: None -> '{tmp_path / 'elsewhere'}'"]
