@@ -180,10 +180,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, overrides)
     from flywheel.pipelines.data.column_checks import check_data_columns
-    from flywheel.pipelines.user_code_checks import check_user_code
+    from flywheel.pipelines.user_code_checks import check_user_code_isolated
 
     try:  # user code that cannot import, a column the data lacks: now, not after Ray starts
-        check_user_code(cfg)
+        check_user_code_isolated(cfg)
         check_data_columns(cfg)
     except ConfigError as error:
         raise error.with_file(args.config) from None
@@ -208,10 +208,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     from flywheel.pipelines.config import check_environment, config_errors
     from flywheel.pipelines.data.column_checks import check_data_columns
-    from flywheel.pipelines.user_code_checks import check_user_code
+    from flywheel.pipelines.user_code_checks import check_user_code_isolated
 
     cfg, errors, hint = config_errors(args.config, args.overrides)
-    for check in (check_user_code, check_data_columns) if cfg is not None else ():
+    for check in (check_user_code_isolated, check_data_columns) if cfg is not None else ():
         try:
             check(cfg)
         except ConfigError as error:

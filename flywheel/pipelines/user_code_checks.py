@@ -15,11 +15,15 @@ and checks what can be checked without building anything of the user's:
 - a reward function (rewards.<name>.reward_import_path): it imports and has one of the
   forms workers/rewards/user_function.py reads.
 
-Each problem is a ConfigError at the key to change. Nothing is constructed or called.
+Each problem is a ConfigError at the key to change. Nothing is constructed or called, and
+the imports run in a child process (`check_user_code_isolated`): a module that exits,
+crashes or hangs while it imports is one line naming its key, not the end of the command.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,9 +34,69 @@ from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.user_code import import_user_object
 from flywheel.workers.rewards.user_function import user_function
 
+IMPORT_TIMEOUT_S = 120.0  # a module still importing after this is reported as hanging
 
-def check_user_code(cfg: PipelineConfig) -> None:
-    """Import and check the user code `cfg` names (see the module docstring)."""
+
+def check_user_code_isolated(cfg: PipelineConfig, timeout_s: float = IMPORT_TIMEOUT_S
+                             ) -> None:
+    """`check_user_code` in a forked child process. Its ConfigError comes back as one; a
+    child that dies or hangs is a ConfigError at the key whose import it was doing."""
+    context = multiprocessing.get_context("fork")  # before Ray and torch: nothing to break
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_check_in_child, args=(cfg, sender), daemon=True)
+    child.start()
+    sender.close()
+    at, deadline = "", time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if not receiver.poll(0.2):
+                if child.is_alive():
+                    continue
+                if not receiver.poll(0):  # exited without a last word
+                    break
+            try:
+                kind, key, message = receiver.recv()
+            except EOFError:
+                break
+            if kind == "at":
+                at = key
+            elif kind == "error":
+                raise ConfigError("", key, message)
+            else:
+                return
+        else:
+            raise ConfigError("", at, f"still importing after {timeout_s:g}s (a module that "
+                                      f"hangs on import)")
+        child.join(5)
+        raise ConfigError("", at, f"importing it ended the process (exit code "
+                                  f"{child.exitcode})")
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+        receiver.close()
+
+
+def _check_in_child(cfg: PipelineConfig, sender: Any) -> None:
+    try:
+        check_user_code(cfg, lambda key: sender.send(("at", key, "")))
+    except ConfigError as error:
+        sender.send(("error", error.key_path, error.message))
+    except BaseException as error:  # noqa: BLE001 (user code: reported as one line)
+        sender.send(("error", "", f"{type(error).__name__}: {error}"))
+    else:
+        sender.send(("ok", "", ""))
+    sender.close()
+
+
+def check_user_code(cfg: PipelineConfig,
+                    announce: Callable[[str], None] = lambda key: None) -> None:
+    """Import and check the user code `cfg` names (see the module docstring); `announce`
+    hears each key before its import."""
+    def _imports(key_path: str, load: Callable[..., Any], *args: Any) -> Any:
+        announce(key_path)
+        return _import_at(key_path, load, *args)
+
     if cfg.pipeline_type == "agentic":
         for tag, env in cfg.custom_envs.items():
             key = f"custom_envs.{tag}"
@@ -62,7 +126,7 @@ def check_user_code(cfg: PipelineConfig) -> None:
                     raise ConfigError("", at, str(error)) from None
 
 
-def _imports(key_path: str, load: Callable[..., Any], *args: Any) -> Any:
+def _import_at(key_path: str, load: Callable[..., Any], *args: Any) -> Any:
     """`load(*args)`, its failure (any: a module's own import may raise anything) a
     ConfigError at `key_path`."""
     try:

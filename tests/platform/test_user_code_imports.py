@@ -114,6 +114,18 @@ def test_validate_names_an_env_module_that_does_not_import(user_folder, capsys):
             capsys.readouterr().err)
 
 
+def test_validate_survives_an_env_module_that_exits_on_import(user_folder, capsys):
+    """The imports run in a child process: a module that ends its process is one line
+    naming the key, and validate itself goes on to report it."""
+    (user_folder / "my_envs" / "exits.py").write_text("import os\nos._exit(3)\n")
+    raw = copy.deepcopy(AGENTIC)
+    raw["custom_envs"]["Count"]["env_import_path"] = "my_envs.exits:CountTo"
+    (user_folder / "count.yaml").write_text(yaml.safe_dump(raw))
+    assert cli.main(["validate", "--config", "count.yaml"]) == 2
+    assert ("count.yaml: custom_envs.Count.env_import_path: importing it ended the process "
+            "(exit code 3)" in capsys.readouterr().err)
+
+
 def test_validate_passes_the_env_of_the_docs(user_folder, capsys):
     (user_folder / "count.yaml").write_text(yaml.safe_dump(AGENTIC))
     assert cli.main(["validate", "--config", "count.yaml"]) == 0, capsys.readouterr().err
