@@ -32,6 +32,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from flywheel.workers.strategies.wrapped_model import hf_core
+
 # key -> rank of a per-sample tensor with an image axis (Idefics3 family)
 BATCHED = {"pixel_values": 5, "pixel_attention_mask": 4}
 
@@ -110,8 +112,9 @@ def token_types(model: torch.nn.Module, input_ids: torch.Tensor) -> Features:
     vLLM, which places the image patches by their grid). `input_ids`: the ids the model
     embeds, with sampled image tokens already read as text (hf_model.py
     `generated_image_tokens_as_text`): only a prompt's image tokens are images."""
-    image_id = getattr(model.config, "image_token_id", None)
+    core = hf_core(model)  # a DeepSpeed engine's config and forward are not the model's
+    image_id = getattr(core.config, "image_token_id", None)
     if image_id is None or "mm_token_type_ids" not in inspect.signature(
-            model.forward).parameters:
+            core.forward).parameters:
         return {}
     return {"mm_token_type_ids": (input_ids == image_id).int()}

@@ -120,3 +120,25 @@ def test_freezing_visual_takes_the_vision_tower_and_the_sync_leaves_it_out(qwen_
     sent = {n for n, _ in model.weights_for_sync()}
     assert sent and not [n for n in sent if n.startswith("model.visual.")]
     assert "lm_head.weight" in sent
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_deepspeed_train_reads_the_image_token_of_the_model_inside_its_engine(
+        qwen_vl, infer, prompts, sampled, one_rank_group, stage):
+    """deepspeed_train (ZeRO 1) scores the sampled image rows as the sampler did (3-D
+    positions: `mm_token_type_ids` given) and reads a sampled `<|image_pad|>` as text. Both
+    read the HF config and forward through the engine (hf_model.hf_core): the engine's own
+    `config` is DeepSpeed's dict (no image_token_id) and its `forward` takes **kwargs, so the
+    positions were 1-D and a sampled image token was looked up as an image."""
+    pytest.importorskip("deepspeed")
+    from flywheel.platform.config.schema import StrategyArgs
+    from flywheel.workers.strategies.deepspeed_train import DeepSpeedTrainStrategy
+
+    ds = DeepSpeedTrainStrategy(qwen_vl, WorkerConfig(
+        training_args=TrainingArgs(per_device_train_batch_size=6),
+        strategy_args=StrategyArgs(strategy_name="deepspeed_train",
+                                   strategy_config={"zero_stage": stage})), seed=0, total_steps=1)
+    mask = sampled.response_mask.bool()
+    scored = ds.forward_logprobs(sampled)
+    assert torch.allclose(scored[mask], sampled.infer_log_probs[mask], atol=1e-5)
+    check_continuation(infer, ds, prompts)

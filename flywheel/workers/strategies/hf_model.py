@@ -27,6 +27,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import token_types
 from flywheel.workers.strategies.omni_thinker import is_omni, load_thinker
 from flywheel.workers.strategies.sequence_packing import PackingPlan
+from flywheel.workers.strategies.wrapped_model import hf_core
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ATTN_NAMES = {"fa2": "flash_attention_2"}
@@ -208,13 +209,6 @@ def own_logits(model: torch.nn.Module) -> bool:
             or any(getattr(config, k, None) not in (None, 1.0) for k in SCALED_LOGITS))
 
 
-def hf_core(model: torch.nn.Module) -> torch.nn.Module:
-    """The Hugging Face model inside a DeepSpeed engine (its `module`) and a PEFT wrapper
-    (its base model); `model` itself otherwise. Its `config` is the HF config."""
-    core = getattr(model, "module", model)  # a DeepSpeed engine's model
-    return core.get_base_model() if hasattr(core, "get_base_model") else core  # PEFT
-
-
 @contextlib.contextmanager
 def generated_image_tokens_as_text(model: torch.nn.Module, batch: TokenBatch,
                                    input_ids: torch.Tensor, images: dict
@@ -227,7 +221,7 @@ def generated_image_tokens_as_text(model: torch.nn.Module, batch: TokenBatch,
     both engines; the full-sequence forward (the trainer, hf_infer's log-prob pass) puts
     image features at every `<image>` id instead, and fails or scores another sequence.
     Here those response positions get another id for the model's image-token lookup, and
-    a hook on the input embedding puts the placeholder's own embedding back there."""
+    a pre-hook on the input embedding gives it the placeholder's id back there."""
     generated = batch.response_mask.to(input_ids.device).bool() if images else None
     with image_tokens_as_text(model, input_ids, generated) as model_ids:
         yield model_ids
@@ -240,7 +234,7 @@ def image_tokens_as_text(model: torch.nn.Module, input_ids: torch.Tensor,
     ([B, L] bool, or None: none) are embedded as the text token they are. hf_infer's
     `generate` uses it for a partial rollout's continuation, whose prompt holds the
     response so far (hf_infer.py)."""
-    image_id = getattr(model.config, "image_token_id", None)
+    image_id = getattr(hf_core(model).config, "image_token_id", None)  # not DeepSpeed's
     generated = None
     if text is not None and image_id is not None:
         generated = (input_ids == image_id) & text
@@ -248,18 +242,19 @@ def image_tokens_as_text(model: torch.nn.Module, input_ids: torch.Tensor,
         yield input_ids
         return
     embedding = model.get_input_embeddings()
-    placeholder = torch.full((), image_id, dtype=torch.long, device=input_ids.device)
 
-    def as_text(module, inputs, output):  # output [B, L, H]
+    # The embedding looks the placeholder id up again at those positions (a pre-hook on
+    # its input ids, not a read of its weight: under ZeRO-3 the weight is gathered only
+    # inside the embedding's own forward, and its gradient flows as for any token).
+    def as_text(module, inputs):  # inputs[0]: the ids [B, L]
         rows, width = inputs[0].shape
         if width != generated.shape[1] or rows % generated.shape[0]:
-            return output  # a decoding step of `generate`, not the full ids
+            return None  # a decoding step of `generate`, not the full ids
         # `generate` repeats each row for its num_return_sequences (repeat_interleave)
         mask = generated.repeat_interleave(rows // generated.shape[0], dim=0)
-        return torch.where(mask[..., None], module.weight[placeholder].to(output.dtype),
-                           output)
+        return (inputs[0].masked_fill(mask, image_id), *inputs[1:])
 
-    handle = embedding.register_forward_hook(as_text)
+    handle = embedding.register_forward_pre_hook(as_text)
     try:
         yield input_ids.masked_fill(generated, 0 if image_id != 0 else 1)
     finally:
