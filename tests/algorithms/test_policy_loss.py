@@ -219,3 +219,36 @@ def test_params_defaults_and_overrides(hand):
 def test_params_validation(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         PolicyLossParams(**bad)
+
+
+@pytest.mark.parametrize("variant", sorted(POLICY_LOSSES))
+def test_a_token_outside_the_old_policys_kept_set_takes_no_part_and_is_counted(variant):
+    """ℓ_old = OUTSIDE_LOGIT at a sampled token (a bf16 old-log-prob pass that puts an edge
+    token of the top-p set outside it): r would be exp(1e4) = inf. The token adds nothing
+    to the loss or its gradient, the others train as before, and the fraction is reported."""
+    from flywheel.algorithms.policy_loss.compute import takes_response_mask
+    from flywheel.algorithms.policy_loss.registry import get_policy_loss
+    from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT
+
+    torch.manual_seed(0)
+    log_probs = (-torch.rand(2, 4) - 0.1).requires_grad_()
+    old = log_probs.detach() + 0.05 * torch.randn(2, 4)
+    advantages = torch.tensor([[1.0, -1.0, 0.5, -2.0], [-1.0, 2.0, -0.5, 1.0]])
+    mask = torch.ones(2, 4)
+    scores = torch.tensor([1.0, -1.0])
+    outside_old = old.clone()
+    outside_old[0, 1] = OUTSIDE_LOGIT  # a negative-advantage token: PPO's loss would be inf
+    loss, metrics = compute_policy_loss(variant, log_probs, outside_old, advantages, mask,
+                                        scores=scores, loss_agg_mode="seq-mean-token-sum")
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(log_probs.grad).all()
+    assert log_probs.grad[0, 1] == 0
+    assert metrics["pg/outside_old_support"] == pytest.approx(1 / 8)
+    if takes_response_mask(get_policy_loss(variant)):
+        return  # a sequence ratio's length still counts the token (with log-ratio 0)
+    # the other tokens: the loss of the batch with that token masked out
+    kept = mask.clone()
+    kept[0, 1] = 0
+    expected, _ = compute_policy_loss(variant, log_probs, old, advantages, kept,
+                                      scores=scores, loss_agg_mode="seq-mean-token-sum")
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)

@@ -9,6 +9,7 @@ train/infer mismatch correction), aggregates, and reports metrics under `pg/`:
     pg/ratio_mean   mean of r = exp(ℓ - ℓ_old) over valid tokens; also pg/ratio_max, _min
     pg/approx_kl    k3 estimate of KL(π_old ‖ π_θ): mean of (r - 1) - log r (Schulman 2020)
     pg/clipfrac     fraction of valid tokens whose ratio/weight was clipped or truncated
+    pg/outside_old_support  fraction of valid tokens π_old gives probability 0 (below)
     pg/...          variant-specific fractions (pg/dual_clipfrac, pg/cispo_masked_frac, ...)
 
 Metrics are local to the micro-batch (token means over its valid tokens).
@@ -25,6 +26,7 @@ from torch import Tensor
 
 from flywheel.algorithms.aggregation import Count, aggregate_loss, masked_mean
 from flywheel.algorithms.policy_loss.params import PolicyLossFn, PolicyLossParams
+from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT
 from flywheel.algorithms.policy_loss.registry import get_policy_loss
 
 
@@ -88,10 +90,20 @@ def compute_policy_loss(
                          f"{tuple(scores.shape)}")
 
     valid = response_mask.bool()  # [B, T]
+    # A sampled token outside π_old's top-k / top-p kept set (ℓ_old = OUTSIDE_LOGIT,
+    # algorithms/sampled_distribution.py): the sampler kept it, so this is the old pass and
+    # the sampler disagreeing at the edge of the set (bf16 rounding of a separate old-log-
+    # prob pass), and r = π_θ/π_old = exp(~1e4) = inf. No ratio exists there: the token
+    # takes no part in the loss (r = 1 and A = 0, like padding; it still counts in the
+    # token means' denominators, as the global counts do) and is counted.
+    outside_old = valid & (old_log_probs < OUTSIDE_LOGIT / 2)  # [B, T]
+    neutral = ~valid | outside_old  # [B, T]
     # Constants, and neutral values at masked positions (r = 1, A = 0) so garbage in the
     # padding of old_log_probs / advantages cannot become inf/NaN in the loss or gradient.
-    old_log_probs = torch.where(valid, old_log_probs, log_probs).detach()  # [B, T]
-    advantages = torch.where(valid, advantages, torch.zeros_like(advantages)).detach()  # [B, T]
+    old_log_probs = torch.where(neutral, log_probs, old_log_probs).detach()  # [B, T]
+    advantages = torch.where(neutral, torch.zeros_like(advantages), advantages).detach()
+    # and no gradient through it (a sequence-level ratio would otherwise carry one)
+    log_probs = torch.where(outside_old, log_probs.detach(), log_probs)  # [B, T]
     scores = None if scores is None else scores.detach()  # [B]
 
     # a sequence-level variant (gspo) declares `response_mask` to learn each row's length
@@ -103,6 +115,7 @@ def compute_policy_loss(
     loss = aggregate_loss(loss_mat, valid, loss_agg_mode, global_num_tokens=global_num_tokens,
                           global_num_seqs=global_num_seqs,
                           norm_length=norm_length)
+    flags = {**flags, "pg/outside_old_support": outside_old}
     return loss, _metrics(loss, log_probs, old_log_probs, valid, flags)
 
 
