@@ -26,8 +26,8 @@ from torch import Tensor
 
 from flywheel.algorithms.aggregation import Count, aggregate_loss, masked_mean
 from flywheel.algorithms.policy_loss.params import PolicyLossFn, PolicyLossParams
-from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT
 from flywheel.algorithms.policy_loss.registry import get_policy_loss
+from flywheel.algorithms.sampled_distribution import OUTSIDE_LOGIT
 
 
 def compute_policy_loss(
