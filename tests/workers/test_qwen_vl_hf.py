@@ -131,8 +131,7 @@ def test_deepspeed_train_reads_the_image_token_of_the_model_inside_its_engine(
     `config` is DeepSpeed's dict (no image_token_id) and its `forward` takes **kwargs, so the
     positions were 1-D and a sampled image token was looked up as an image."""
     pytest.importorskip("deepspeed")
-    from flywheel.platform.config.schema import StrategyArgs
-
+    from flywheel.config.schema import StrategyArgs
     from flywheel.workers.strategies.deepspeed_train import DeepSpeedTrainStrategy
 
     ds = DeepSpeedTrainStrategy(qwen_vl, WorkerConfig(
