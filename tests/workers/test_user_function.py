@@ -156,7 +156,8 @@ def test_a_batched_failure_costs_the_whole_batch():
 @pytest.mark.parametrize("path, message", [
     (None, "reward_type python needs reward_import_path"),
     ("no_such_module_here:fn", "cannot be imported: ModuleNotFoundError"),
-    ("tests.workers.user_rewards:missing", "cannot be imported: MissingAttribute: .*has no attribute missing"),
+    ("tests.workers.user_rewards:missing",
+     "cannot be imported: MissingAttribute: .*has no attribute missing"),
 ])
 def test_a_function_that_cannot_be_imported_is_refused_at_build(path, message):
     with pytest.raises(ValueError, match=message):
