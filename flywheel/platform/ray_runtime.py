@@ -73,7 +73,13 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
         if address != "auto":
             _token_auth_as_for_auto()
         runtime_env = {"env_vars": {**WORKER_ENV, **_passthrough_env()}}
-        ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
+        # A cluster on this machine's loopback (another flywheel run's or a test session's
+        # local Ray, `loopback_only`): joined on loopback too, or Ray swaps 127.0.0.1 for
+        # the routable address, where nothing listens.
+        join = loopback_only if _is_loopback(address) else contextlib.nullcontext
+        with join():
+            ray.init(address=address, runtime_env=runtime_env,
+                     logging_level=logging.WARNING)
         return True
     # A local Ray's processes inherit this one's environment. A job runtime env would
     # send every worker through Ray's runtime-env setup instead (measured: 4 actors
@@ -95,6 +101,12 @@ def start_ray(cfg: RayConfig, num_slots: int, address: str | None = None,
             log_to_driver=forward_worker_output,
         )
     return True
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether a host:port cluster address names this machine's loopback."""
+    host = address.removeprefix("ray://").rsplit(":", 1)[0]
+    return host == "localhost" or host.startswith("127.")
 
 
 @contextlib.contextmanager
