@@ -6,8 +6,9 @@ worker, an env that calls `os._exit` or segfaults killed the worker (and the run
 and one that hung past `step_timeout_s` could only be abandoned, still spinning. Here a
 `ProcessEnv` builds its env from an `EnvSpec` in a child (the user's module is imported
 there, never in the worker or the driver) and forwards reset / step to it over a pipe:
-- a call with no answer within `timeout_s` gets the child's process group SIGKILLed (its
-  work really stops, children included) and a TimeoutError;
+- a call with no answer within `timeout_s` gets the child stopped with every process it
+  started, `setsid` ones included (it runs under a subreaper supervisor,
+  workers/process_tree.py; its work really stops) and a TimeoutError;
 - a child that dies (os._exit, a segfault, the OOM killer) is an `EnvProcessDied` naming
   its exit code or signal;
 - an exception in the env comes back as `EnvCallError` with the env's own type name;
@@ -16,8 +17,9 @@ there, never in the worker or the driver) and forwards reset / step to it over a
 Each of these ends only that episode (the env manager records it; its group is dropped and
 counted) and a fresh child is started for the next call. Children come from a forkserver
 that preloads this module (flywheel.envs and flywheel.tools), so one starts in
-milliseconds and shares those pages; each puts itself in its own process group and asks
-the kernel to kill it when the forkserver goes (which goes with the worker).
+milliseconds and shares those pages; each puts itself in its own process group, splits
+into a supervisor and the env's server (`supervised`), and the supervisor asks the kernel
+to stop it when the forkserver goes (which goes with the worker).
 
 `start_call` / `finish_call` let the env manager start one call on every env of a turn
 before it waits for any (envs/env_manager.py `call_all`), so a turn costs the slowest env,
@@ -40,6 +42,7 @@ from typing import Any
 from flywheel.config.schema import ToolUseConfig
 from flywheel.envs import TextEnv, make, register_from_import_path
 from flywheel.tools.from_config import tool_box, with_tools
+from flywheel.workers.process_tree import CLEANUP_S, supervised
 
 _PRELOAD = ["flywheel.workers.env_process"]
 _context: multiprocessing.context.BaseContext | None = None
@@ -131,10 +134,14 @@ def _error(exc: BaseException) -> tuple[str, tuple[str, str]]:
 
 
 def _serve(conn: Any, spec: EnvSpec) -> None:
-    """The child: build the env, then answer (method, args, kwargs) until closed."""
+    """The child: build the env, then answer (method, args, kwargs) until closed. It runs
+    under a supervisor (process_tree.supervised, the pid the worker holds) that kills
+    every process the env starts, a `setsid` one included, when the env's process ends
+    or is stopped."""
     with contextlib.suppress(OSError):
         os.setsid()
     _die_with_parent()
+    supervised(None, close_fds=(conn.fileno(),))
     try:
         env = build_env(spec)
     except BaseException as exc:  # noqa: BLE001 - sent to the worker, which reports it
@@ -256,15 +263,21 @@ class ProcessEnv(TextEnv):
                                  f"({_exit_text(code)})") from None
 
     def _stop(self) -> int | None:
-        """Kill the child's process group; its exit code (negative: the signal)."""
+        """Stop the child and everything it started; its exit code (negative: the signal).
+        SIGTERM asks its supervisor to kill the whole tree (setsid children included);
+        its process group is SIGKILLed after that, or if the supervisor does not exit."""
         proc, conn = self._proc, self._conn
         self._proc, self._conn, self._replace_at_reset = None, None, False
         if conn is not None:
             conn.close()
         if proc is None:
             return None
-        proc.join(0.2)  # a child that exited by itself: its own code, not our SIGKILL
-        with contextlib.suppress(OSError):  # its group: whatever it started goes too
+        proc.join(0.2)  # a child that exited by itself: its own code, not our SIGTERM
+        if proc.exitcode is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+            proc.join(CLEANUP_S + 1)
+        with contextlib.suppress(OSError):  # its group: whatever is left of it goes too
             os.killpg(proc.pid, signal.SIGKILL)
         if proc.exitcode is None:
             with contextlib.suppress(OSError):

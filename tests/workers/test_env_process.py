@@ -7,8 +7,10 @@ driver alive; a NaN reward from a real env process fails its episode naming the 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import signal
 import time
 
 import pytest
@@ -98,6 +100,29 @@ def test_a_hung_step_is_killed_with_its_process_and_one_turn_waits_one_limit():
         assert not any(_alive(pid) for pid in pids)  # the sleeping steps were stopped
     finally:
         envs.close()
+
+
+def test_a_stopped_env_takes_every_process_it_started_with_it_setsid_ones_included(tmp_path):
+    pid_file = tmp_path / "pids"
+    spec = EnvSpec("Flaky", "flaky", {"mode": "orphans", "every_seed": True,
+                                      "pid_file": str(pid_file)}, FLAKY,
+                   ("tests.pipelines", "tests.tools"))
+    env = ProcessEnv(spec, timeout_s=2.0)
+    try:
+        env.reset(seed=1)
+        with pytest.raises(TimeoutError, match="the env's process was killed"):
+            env.step("<answer>Down</answer>")
+        started = [int(pid) for pid in pid_file.read_text().split()]
+        assert len(started) == 2
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in started if _alive(pid)]  # the setsid orphan too
+    finally:
+        env.close()
+        for pid in pid_file.read_text().split() if pid_file.exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:

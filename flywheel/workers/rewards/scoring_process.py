@@ -23,7 +23,7 @@ import os
 import sys
 
 from flywheel.config.schema import RewardConfig
-from flywheel.workers.rewards.process_tree import supervised
+from flywheel.workers.process_tree import supervised
 from flywheel.workers.rewards.registry import Sample
 from flywheel.workers.rewards.time_limit import read_frame, write_frame
 

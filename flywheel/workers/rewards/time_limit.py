@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from flywheel.config.schema import RewardConfig
 from flywheel.platform.liveness import tick
-from flywheel.workers.rewards.process_tree import CLEANUP_S
+from flywheel.workers.process_tree import CLEANUP_S
 from flywheel.workers.rewards.registry import Sample, reward_spec
 from flywheel.workers.rewards.result import RewardResult
 from flywheel.workers.rewards.reward_limits import memory_limit_mb

@@ -1,20 +1,23 @@
-"""A scoring process's whole process tree dies with it, and its memory is bounded (issue 53).
+"""A user-code process's whole process tree dies with it, and its memory is bounded.
 
-Reward code may start processes of its own (a user's function that forks, with or without
-`setsid`; code_sandbox's bubblewrap). Killing the scoring process's process group does not
+User code may start processes of its own (a reward function or an env that forks, with or
+without `setsid`; code_sandbox's bubblewrap). Killing the process's process group does not
 reach a child that called `setsid`, and a child whose parent died is handed to init, out
-of anyone's reach. So the scoring process splits in two at start (`supervised`):
+of anyone's reach. So a reward's scoring process (rewards/scoring_process.py) and an env's
+process (env_process.py) split in two at start (`supervised`):
 
-- the *supervisor* (the pid the reward worker started) asks the kernel to make it a child
+- the *supervisor* (the pid the worker started) asks the kernel to make it a child
   subreaper (prctl PR_SET_CHILD_SUBREAPER): every orphaned descendant, a `setsid` one
-  included, becomes its child instead of init's. It only waits. When the scorer exits (a
-  crash, the end of its input) or the supervisor gets SIGTERM (the worker's kill at a
-  timeout or at close, or PR_SET_PDEATHSIG when the worker dies), it SIGKILLs every
+  included, becomes its child instead of init's. It only waits. When the user-code side
+  exits (a crash, the end of its input) or the supervisor gets SIGTERM (the worker's kill
+  at a timeout or at close, or PR_SET_PDEATHSIG when the worker dies), it SIGKILLs every
   descendant it can find (by parent links in /proc, again until none is left, since each
-  kill hands the victim's children to it), then exits.
-- the *scorer* (its child) builds the reward and scores, under an address-space limit
-  (RLIMIT_AS, hard = soft, so reward code cannot raise it; inherited by whatever it
-  starts), and dies with the supervisor (PR_SET_PDEATHSIG SIGKILL).
+  kill hands the victim's children to it), then exits the way its child did (the same
+  code, or the same signal), so the worker reports the child's end.
+- the *scorer* (its child: the reward's scorer, the env's server) runs the user code, under
+  an address-space limit if one is given (RLIMIT_AS, hard = soft, so user code cannot
+  raise it; inherited by whatever it starts), and dies with the supervisor
+  (PR_SET_PDEATHSIG SIGKILL).
 
 Why not a cgroup: creating one needs a delegated cgroup tree, which a container or a Ray
 worker seldom has; the subreaper needs nothing. Why the limit is per process (RLIMIT_AS,
@@ -50,10 +53,12 @@ def _stop(signum, frame) -> None:
     raise _Stop
 
 
-def supervised(memory_mb: int | None) -> None:
+def supervised(memory_mb: int | None, close_fds: tuple[int, ...] = ()) -> None:
     """Split this process as the module docstring says. Returns only in the scorer, with
     `memory_mb` (MiB; None: no limit) as its address-space limit; the supervisor never
-    returns (it exits once the tree is gone)."""
+    returns (it exits once the tree is gone). `close_fds`: the scorer's ends of pipes the
+    worker talks over; the supervisor closes its copies, so the worker sees end of file
+    as soon as the scorer is gone."""
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGTERM, _stop)
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -74,6 +79,9 @@ def supervised(memory_mb: int | None) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
+    for fd in close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
     code = 1
     try:
         code = _wait_for(scorer)
@@ -82,15 +90,20 @@ def supervised(memory_mb: int | None) -> None:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         kill_descendants()
+    if code < 0:  # the scorer was killed by a signal: end by the same one
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        code = 128 - code
     os._exit(code)
 
 
 def _wait_for(scorer: int) -> int:
-    """Reap children until the scorer exits; its exit code (128 + signal if killed)."""
+    """Reap children until the scorer exits; its exit code (minus the signal if killed)."""
     while True:
         pid, status = os.waitpid(-1, 0)
         if pid == scorer:
-            return os.waitstatus_to_exitcode(status) % 256
+            return os.waitstatus_to_exitcode(status)
 
 
 def descendants(root: int) -> list[int]:
