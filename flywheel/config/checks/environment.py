@@ -12,7 +12,8 @@ What is checked, and how (no network, nothing imported beyond `find_spec` and to
 - backend packages, by `importlib.util.find_spec`, naming what to pip install (the backend
   catalog says which module each backend needs and how to install it);
 - devices: with CUDA, indices beyond `torch.cuda.device_count()`; without CUDA, an index is a
-  logical slot, so only backends that cannot run without a GPU are reported;
+  logical slot, so only backends that cannot run without a GPU are reported (torch is
+  imported only where a GPU driver is: without one it sees no GPU either);
 - data files (`data_args.file_name`) that do not exist (relative to the working directory).
 
 Rule rewards load no model and start no backend, so they are skipped.
