@@ -1,20 +1,25 @@
 """Runs that survive: SIGKILL of the driver at random moments, and SIGTERM mid-step.
 
 Each run is `platform run` in a child process (chaos_runs.py) joining the test session's
-Ray; `make chaos` runs the longer version (more seeds, 3 kills a run, each run its own Ray).
+Ray (the suite's SIGTERM and last resume run here, through cli.main); `make chaos` runs the
+longer version (more seeds, 3 kills a run, each run its own Ray).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
+from flywheel import cli
 from flywheel.pipelines.config import load_config
 from flywheel.pipelines.run.launch import run
 from tests.pipelines.chaos_runs import (
@@ -56,7 +61,43 @@ def sigterm_after_a_step(tmp_path, ratio: float, address: str):
         rc = proc.wait(timeout=60)
     finally:
         kill_run(proc)
-    text = log.read_text()
+    return out, log, check_stopped(rc, log.read_text(), out, config)
+
+
+def sigterm_after_a_step_here(tmp_path, capsys) -> tuple[Path, int]:
+    """sigterm_after_a_step at r=0 with the run in this process: `cli.main`, which the
+    `platform` command exits with, gets SIGTERM through the same handler (the run's, on
+    the main thread), without a driver's start (~10 s of imports on an idle machine, 40 s
+    loaded). The run's directory and the last step it logged."""
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", out, 0.0, max_steps=STEPS)
+    sent = threading.Event()
+
+    def send_sigterm_after_step_1() -> None:
+        deadline = time.monotonic() + 120
+        while steps_logged(out) < 1 or not (out / "checkpoint-1" / "COMPLETE").exists():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sent.set()
+
+    # should the run end first, a late SIGTERM must not end the test session
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    sender = threading.Thread(target=send_sigterm_after_step_1, daemon=True)
+    sender.start()
+    try:
+        rc = cli.main(["run", "--config", str(config)])
+    finally:
+        sender.join(timeout=130)
+        signal.signal(signal.SIGTERM, previous)
+    captured = capsys.readouterr()
+    assert sent.is_set(), "step 1 was never checkpointed"
+    return out, check_stopped(rc, captured.out + captured.err, out, config)
+
+
+def check_stopped(rc: int, text: str, out: Path, config: Path) -> int:
+    """What a SIGTERM'd run leaves (module doc); the last step it logged."""
     assert rc == 130, text[-2000:]
     assert f"resume: platform run --resume {out}" in text
     step = steps_logged(out)
@@ -65,14 +106,16 @@ def sigterm_after_a_step(tmp_path, ratio: float, address: str):
     # the resume reads RUN_DIR/config.yaml, which this config wrote with max_new_tokens
     # only (no response_length), and takes an override on top
     assert "response_length" not in yaml.safe_load(config.read_text())
-    return out, log, step
+    return step
 
 
-def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
+def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address, capsys):
     """One synchronous run stopped twice: SIGTERM mid-step, then, resumed, SIGKILL at a
     seeded random moment; resumed again with an override, it equals the uninterrupted run
-    number for number and trains every group once."""
-    out, log, step = sigterm_after_a_step(tmp_path, 0.0, address)
+    number for number and trains every group once. The SIGKILL'd segment is a `platform
+    run` process of its own (it takes the driver); the others run here (cli.main)."""
+    out, step = sigterm_after_a_step_here(tmp_path, capsys)
+    log = tmp_path / "run.log"
     proc = start(["--resume", str(out)], log, address)
     try:
         wait_for_step(proc, out, step + 1, 120)
@@ -82,8 +125,8 @@ def test_sigterm_then_sigkill_lose_and_repeat_nothing(tmp_path, address):
     assert steps_logged(out) < STEPS, "the run finished before it could be killed"
 
     # constant learning rate: a longer horizon changes no number of steps 1..STEPS
-    proc = start(["--resume", str(out), f"max_steps={STEPS + 1}"], log, address)
-    assert proc.wait(timeout=120) == 0, log.read_text()[-2000:]
+    rc = cli.main(["run", "--resume", str(out), f"max_steps={STEPS + 1}"])
+    assert rc == 0, capsys.readouterr().err[-2000:]
     check_ledger(out, STEPS + 1)
     whole = tmp_path / "whole"
     run(load_config(write_config(tmp_path / "whole.yaml", whole, 0.0, max_steps=STEPS + 1)))

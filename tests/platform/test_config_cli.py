@@ -1,9 +1,11 @@
 """`platform` / `python -m flywheel`: one-line errors, exit codes, show-config round trip."""
 
+import logging
 import os
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,53 @@ MALFORMED = sorted((CONFIGS / "malformed").glob("*.yaml"))
 
 
 def platform(*args, **env):
+    """`platform ARGS` as a user runs it: its own interpreter, the real exit status."""
     environment = {k: v for k, v in os.environ.items() if k != "FLYWHEEL_DEBUG"} | env
     return subprocess.run([sys.executable, "-m", "flywheel", *map(str, args)], check=False,
                           cwd=REPO, env=environment, capture_output=True, text=True, timeout=120)
+
+
+# Warnings Python shows by default (the others it ignores outside __main__).
+SILENT_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+class _Logged(logging.Handler):
+    """What Python's last-resort handler prints to a process's stderr (a WARNING or worse
+    record, no handler configured): pytest's own logging handlers would swallow it here."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.getMessage()}\n")
+
+
+def platform_here(monkeypatch, capsys, *args):
+    """`platform ARGS` in this process: `cli.main`, which `python -m flywheel` exits with,
+    from the repo root without FLYWHEEL_DEBUG; argparse's SystemExit is the exit status,
+    and a warning or log record the process would print is a line of stderr. It saves an
+    interpreter start a case (seconds under load); the tests that run `platform` itself
+    keep the real process."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("FLYWHEEL_DEBUG", raising=False)
+    capsys.readouterr()
+    logged = _Logged()
+    logging.getLogger().addHandler(logged)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            try:
+                code = cli.main([str(a) for a in args])
+            except SystemExit as stop:
+                code = stop.code
+    finally:
+        logging.getLogger().removeHandler(logged)
+    out, err = capsys.readouterr()
+    err += "".join(logged.lines) + "".join(
+        warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
+        for w in caught if not issubclass(w.category, SILENT_WARNINGS))
+    return subprocess.CompletedProcess(["platform", *args], code, out, err)
 
 
 def expected_message(path: Path) -> str:
@@ -35,15 +81,32 @@ def test_there_are_many_malformed_examples():
     assert len(MALFORMED) >= 15
 
 
-@pytest.mark.parametrize("path", MALFORMED, ids=[p.stem for p in MALFORMED])
-def test_malformed_config_gives_one_line_and_exit_2(path):
-    result = platform("validate", "--config", path.relative_to(REPO))
+def assert_one_error_line_and_exit_2(result, path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stderr
     assert expected_message(path) in lines[0]
+
+
+@pytest.mark.parametrize("path", MALFORMED, ids=[p.stem for p in MALFORMED])
+def test_malformed_config_gives_one_line_and_exit_2(monkeypatch, capsys, path):
+    result = platform_here(monkeypatch, capsys, "validate", "--config", path.relative_to(REPO))
+    assert_one_error_line_and_exit_2(result, path)
+
+
+# One of each stage that refuses a file: the YAML reader, the interpolation, the schema, a
+# check across keys; each in its own `platform` process.
+IN_A_PROCESS = ["yaml_syntax", "interpolation_env_unset", "unknown_top_key",
+                "async_shared_devices"]
+
+
+@pytest.mark.parametrize("name", IN_A_PROCESS)
+def test_malformed_config_in_a_real_process_gives_one_line_and_exit_2(name):
+    path = CONFIGS / "malformed" / f"{name}.yaml"
+    assert_one_error_line_and_exit_2(
+        platform("validate", "--config", path.relative_to(REPO)), path)
 
 
 def test_validate_ok():
@@ -60,8 +123,36 @@ ROLL_RLVR_FITS = ["actor_train.strategy_args.strategy_config.sequence_parallel=f
                   "actor_infer.generating_args.top_k=-1", "actor_infer.generating_args.top_p=1.0"]
 
 
-def test_validate_roll_seed_prints_warnings_then_ok():
-    result = platform("validate", "--config", ROLL_RLVR, *ROLL_RLVR_FITS)
+# `validate`, `show-config` and `convert` a user runs before anything else; torch,
+# transformers, Ray and vLLM are seconds to import (a `platform validate` took 9 s under
+# load), so none is imported. Counting GPUs imports torch where a GPU driver is, by design:
+# the probe hides the driver.
+FAST_COMMANDS_PROBE = """
+import sys
+from flywheel import cli
+from flywheel.config.checks import environment
+environment.GPU_DRIVER_PATHS = ()
+codes = [cli.main(["validate", "--config", "tests/data/configs/valid/tiny_cpu.yaml"]),
+         cli.main(["validate", "--config", "tests/data/configs/roll/rlvr_config_async.yaml",
+                   *sys.argv[2:]]),
+         cli.main(["show-config", "--config", "tests/data/configs/valid/tiny_cpu.yaml"]),
+         cli.main(["convert", "--from", "roll", "tests/data/configs/roll/rlvr_config_async.yaml",
+                   "-o", sys.argv[1]])]
+heavy = [m for m in ("torch", "transformers", "ray", "vllm") if m in sys.modules]
+print("RESULT", codes, heavy, file=sys.stderr)
+"""
+
+
+def test_validate_show_config_and_convert_import_no_torch(tmp_path):
+    result = subprocess.run([sys.executable, "-c", FAST_COMMANDS_PROBE, tmp_path / "out.yaml",
+                             *ROLL_RLVR_FITS], cwd=REPO, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "RESULT [0, 0, 0, 0] []", result.stderr
+
+
+def test_validate_roll_seed_prints_warnings_then_ok(monkeypatch, capsys):
+    result = platform_here(monkeypatch, capsys, "validate", "--config", ROLL_RLVR, *ROLL_RLVR_FITS)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok: ") and "(rlvr, 3 roles)" in result.stdout
     warnings = result.stderr.splitlines()
@@ -69,14 +160,15 @@ def test_validate_roll_seed_prints_warnings_then_ok():
     assert any("Qwen2.5-7B" in w for w in warnings)
 
 
-def test_override_errors_name_the_command_line():
-    result = platform("validate", "--config", TINY, "max_steps=abc")
+def test_override_errors_name_the_command_line(monkeypatch, capsys):
+    result = platform_here(monkeypatch, capsys, "validate", "--config", TINY, "max_steps=abc")
     assert result.returncode == 2
     assert result.stderr == "error: command line: max_steps: expected int, got str 'abc'\n"
 
 
-def test_override_with_unknown_key_suggests():
-    result = platform("validate", "--config", TINY, "actor_train.training_args.learnig_rate=1e-5")
+def test_override_with_unknown_key_suggests(monkeypatch, capsys):
+    result = platform_here(monkeypatch, capsys, "validate",
+                           "--config", TINY, "actor_train.training_args.learnig_rate=1e-5")
     assert result.returncode == 2
     assert "did you mean 'learning_rate'" in result.stderr
 

@@ -4,29 +4,18 @@ token-authentication warning is gone and token authentication stays on."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.platform.local_ray_probe import probe_local_ray
+
 REPO = Path(__file__).resolve().parents[2]
-START = """
-import os, ray
-from flywheel.config.schema import RayConfig
-from flywheel.platform.ray_runtime import start_ray
-start_ray(RayConfig(num_cpus=1, object_store_memory_mb=128), num_slots=1)
-print("auth mode", os.environ.get("RAY_AUTH_MODE"))
-ray.shutdown()
-"""
 
 
 @pytest.mark.slow
-def test_a_local_ray_starts_with_token_auth_on_and_without_its_warning(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    result = subprocess.run([sys.executable, "-c", START], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300, env={**env, "PYTHONPATH": str(REPO)})
+def test_a_local_ray_starts_with_token_auth_on_and_without_its_warning():
+    result = probe_local_ray()  # shared with test_ray_loopback.py: one Ray start for both
     assert result.returncode == 0, result.stderr[-2000:]
     assert "auth mode token" in result.stdout
     assert "Token authentication" not in result.stdout + result.stderr, result.stderr

@@ -12,7 +12,8 @@ What is checked, and how (no network, nothing imported beyond `find_spec` and to
 - backend packages, by `importlib.util.find_spec`, naming what to pip install (the backend
   catalog says which module each backend needs and how to install it);
 - devices: with CUDA, indices beyond `torch.cuda.device_count()`; without CUDA, an index is a
-  logical slot, so only backends that cannot run without a GPU are reported;
+  logical slot, so only backends that cannot run without a GPU are reported (torch is
+  imported only where a GPU driver is: without one it sees no GPU either);
 - data files (`data_args.file_name`) that do not exist (relative to the working directory).
 
 Rule rewards load no model and start no backend, so they are skipped.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Callable
 
 from flywheel.config.catalogs import Catalogs
@@ -89,8 +91,17 @@ def backend_warnings(cfg: PipelineConfig, catalogs: Catalogs,
     return warnings
 
 
+# What a GPU driver leaves on a machine: NVIDIA's kernel module, WSL2's GPU device, ROCm's
+# (torch.cuda is HIP there). Without any of them torch.cuda sees no device.
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+
+
 def cuda_device_count() -> int:
-    """GPUs torch sees here; 0 without torch or CUDA."""
+    """GPUs torch sees here; 0 without torch or CUDA. Importing torch is most of what a
+    `platform validate` spends (seconds), so a machine without a GPU driver answers 0
+    without it."""
+    if "torch" not in sys.modules and not any(map(os.path.exists, GPU_DRIVER_PATHS)):
+        return 0
     if not is_importable("torch"):
         return 0
     import torch  # only when installed; importing it takes a second

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from PIL import Image
 
@@ -55,7 +55,9 @@ from flywheel.platform.models.text_tokens import (
     render_pieces,
     splice,
 )
-from flywheel.workers.image_inputs import PromptImages
+
+if TYPE_CHECKING:
+    from flywheel.workers.image_inputs import PromptImages
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class ImagePrompt:
         None for a record without images."""
         if not self.images:
             return None
+        from flywheel.workers.image_inputs import PromptImages  # imports torch: not at the top
+
         return PromptImages(self.features, self.images, self.engine_ids, len(self.prompt_ids))
 
 

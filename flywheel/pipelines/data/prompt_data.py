@@ -54,7 +54,7 @@ from flywheel.pipelines.data.records import (
     json_images,
     json_row,
 )
-from flywheel.platform.models.builtin import default_cache_dir
+from flywheel.platform.models.cache import default_cache_dir  # not .builtin: it imports torch
 from flywheel.platform.models.text_tokens import chat_ids, content_ids, fits_bytes, text_bytes
 
 log = logging.getLogger(__name__)
