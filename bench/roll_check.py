@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 
 from flywheel.config.schema import PipelineConfig
-from flywheel.interop.roll.convert import AGENTIC_MARKERS
 from flywheel.interop.roll.fit.vl import is_vl
+from flywheel.interop.roll.pipelines import AGENTIC_MARKERS
 from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError

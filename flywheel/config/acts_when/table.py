@@ -19,7 +19,7 @@ refused under it.
 from __future__ import annotations
 
 from flywheel.config.acts_when.rule import ActsWhen, Condition, field_names
-from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
+from flywheel.config.checks.sft import ON_RANKS, SFT_ACTOR_KEYS, SFT_KEYS
 from flywheel.config.derived import (
     IMAGE_INFER_BACKENDS,
     infer_is_correction,
@@ -193,6 +193,11 @@ PROMPTS = Condition("with pipeline_type rlvr or sft",
 AGENTIC = Condition("with pipeline_type agentic",
                     lambda cfg, _: cfg.pipeline_type == "agentic")
 RL = Condition("with pipeline_type rlvr or agentic", lambda cfg, _: cfg.pipeline_type != "sft")
+SFT = Condition("with pipeline_type sft", lambda cfg, _: cfg.pipeline_type == "sft")
+# SFT on deepspeed_train trains as Ray ranks (pipelines/sft/trainers.py), as RL's roles do
+RANKS = Condition(f"with pipeline_type rlvr or agentic, or sft on {ON_RANKS}",
+                  lambda cfg, _: cfg.pipeline_type != "sft" or (
+                      cfg.actor_train.strategy_args.strategy_name == ON_RANKS))
 NEVER_SAMPLES = Condition("on actor_infer and validation",
                           lambda cfg, _: False)
 NEVER_TRAINS = Condition("on actor_train and critic",
@@ -530,12 +535,20 @@ PIPELINE_ROWS = [
                "pipeline_type: agentic, or remove it")
       for key, does in (("chat_template", "renders turns with the model's chat template"),
                         ("tool_use", "the tools the model may call in the tag's episodes"))],
-    # SFT trains actor_train in the driver process: no Ray, no other role, one device
-    ActsWhen("ray", RL, "the Ray cluster", "SFT runs in this process, without Ray: remove it"),
-    ActsWhen("actor_train.device_mapping", RL, "the devices of actor_train's workers",
-             "SFT trains on this process's one device (CUDA when present): remove it"),
-    ActsWhen("actor_train.num_gpus_per_worker", RL, "devices per worker",
-             "SFT trains on this process's one device: remove it"),
+    # SFT on hf_train trains actor_train in the driver process: no Ray, no other role, one
+    # device; on deepspeed_train its ranks are Ray workers on device_mapping
+    *[ActsWhen(key, RANKS, does, f"SFT on hf_train runs in this process, on its one device "
+               f"(CUDA when present): remove it, or train on {ON_RANKS}")
+      for key, does in (("ray", "the Ray cluster"),
+                        ("timeouts", "how long a worker may start or stall"),
+                        ("actor_train.device_mapping", "the devices of actor_train's workers"),
+                        ("actor_train.num_gpus_per_worker", "devices per worker"),
+                        ("actor_train.cpu_affinity", "the cores actor_train's workers use"))],
+    *[ActsWhen(f"{block}.data_args.query", SFT, "ROLL SFT's query column, after the "
+               "prompt", "the RL pipelines read prompts from the prompt column alone: "
+               "remove it") for block in ("actor_train", "validation")],
+    ActsWhen("actor_train.training_args.num_train_epochs", SFT, "whole passes over the "
+             "records", "RL runs count train steps (max_steps): remove it"),
     *[ActsWhen(name, RL, "an RL setting", "SFT does not read it: remove it")
       for name in field_names(PipelineConfig) if name not in SFT_KEYS | {"ray"}],
     *[ActsWhen(f"actor_train.{name}", RL, "an RL setting of the policy",

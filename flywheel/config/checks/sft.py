@@ -1,9 +1,10 @@
 """Cross-field rules of `pipeline_type: sft`, run by `checks.check_config` for SFT only.
 
-SFT trains actor_train alone, in the driver process (pipelines/sft/run.py): no generation
-role, no rewards, no advantages, no env pools. A key that only RL reads would do nothing
-here, so a value other than its default is refused with one line naming the key (a YAML
-copied from an RL run must drop its RL keys; nothing is silently ignored). Pure: each rule
+SFT trains actor_train alone (pipelines/sft/run.py): on hf_train in the driver process, or
+on deepspeed_train as Ray ranks on actor_train's device_mapping (pipelines/sft/trainers.py);
+no generation role, no rewards, no advantages, no env pools. A key that only RL reads would
+do nothing here, so a value other than its default is refused with one line naming the key
+(a YAML copied from an RL run must drop its RL keys; nothing is silently ignored). Pure: each rule
 raises `ConfigError` with the key path and the fix.
 """
 
@@ -19,14 +20,17 @@ from flywheel.platform.config.errors import ConfigError
 SFT_KEYS = frozenset({
     "pipeline_type", "exp_name", "seed", "output_dir", "logging_dir", "track_with",
     "tracker_kwargs", "pretrain", "val_batch_size", "prompt_length", "response_length",
+    "sequence_length", "timeouts",
     "max_steps", "save_steps", "save_total_limit", "logging_steps", "eval_steps",
     "actor_train", "validation", "tracking", "ray",
 })
 # actor_train keys SFT reads; the rest (the policy loss, sampling, devices) must stay unset.
 SFT_ACTOR_KEYS = frozenset({
     "name", "model_args", "training_args", "data_args", "strategy_args", "device_mapping",
-    "num_gpus_per_worker", "infer_batch_size", "num_threads",
+    "num_gpus_per_worker", "infer_batch_size", "num_threads", "cpu_affinity",
 })
+# Backends SFT trains on: in the driver (one device), or as ranks of one process group.
+IN_PROCESS, ON_RANKS = "hf_train", "deepspeed_train"
 
 
 def check_sft(cfg: PipelineConfig) -> None:
@@ -49,15 +53,26 @@ def check_sft(cfg: PipelineConfig) -> None:
                                                         "a new run (pretrain: a checkpoint "
                                                         "folder continues from its weights)")
     strategy = cfg.actor_train.strategy_args.strategy_name
-    if strategy != "hf_train":
+    if strategy not in (IN_PROCESS, ON_RANKS):
         raise ConfigError("", "actor_train.strategy_args.strategy_name",
-                          f"SFT runs actor_train in process on hf_train (one device), not "
-                          f"{strategy}; write hf_train or leave strategy_args out")
+                          f"SFT trains on {IN_PROCESS} (in process, one device) or {ON_RANKS} "
+                          f"(ZeRO ranks on device_mapping), not {strategy}")
     mapping = cfg.actor_train.device_mapping
-    if (mapping is not None and len(mapping) > 1) or cfg.actor_train.num_gpus_per_worker != 1:
+    if strategy == IN_PROCESS and ((mapping is not None and len(mapping) > 1)
+                                   or cfg.actor_train.num_gpus_per_worker != 1):
         raise ConfigError("", "actor_train.device_mapping",
-                          "SFT trains on one device (hf_train in process): leave "
-                          "device_mapping and num_gpus_per_worker unset")
+                          f"SFT on {IN_PROCESS} trains on one device in process: leave "
+                          f"device_mapping and num_gpus_per_worker unset, or use {ON_RANKS} "
+                          f"for several ranks")
+    if strategy == ON_RANKS and cfg.actor_train.model_args.lora_target is not None:
+        raise ConfigError("", "actor_train.model_args.lora_target",
+                          f"SFT with LoRA trains on {IN_PROCESS} (its checkpoint is the "
+                          f"adapter); {ON_RANKS} SFT writes whole models: remove LoRA or use "
+                          f"{IN_PROCESS}")
+    if cfg.actor_train.training_args.num_train_epochs and cfg.max_steps != defaults.max_steps:
+        raise ConfigError("", "max_steps", "is set with actor_train.training_args."
+                                           "num_train_epochs, which counts the steps from "
+                                           "the data: write one of them")
     if cfg.validation is not None and cfg.validation.generating_args != (
             ValidationGeneratingArgs()):
         raise ConfigError("", "validation.generating_args",
