@@ -10,8 +10,9 @@ each reading the file into its own config dataclass); the file does not name it.
    and models)                                                           -> distill
 3. `student_train`, `student_infer`, `teacher`, `use_opd: true` or `is_pure_opd: true`
    (RLVR or agentic with a teacher, started by the on-policy launcher)   -> opd
-4. a DPO key (`chosen_key`, `rejected_key`, `ipo`, `beta`, `label_smoothing`), or
-   actor_train without actor_infer, rewards or envs (DPO's roles)        -> dpo
+4. no actor_infer, rewards or envs (nothing generates: DPO's roles are actor_train and
+   reference), and a DPO key (`chosen_key`, `rejected_key`, `ipo`, `beta`,
+   `label_smoothing`) or actor_train                                    -> dpo
 5. `custom_envs`, `train_env_manager` or `val_env_manager`                -> agentic
 6. anything else                                                         -> rlvr
 
@@ -89,11 +90,11 @@ def recognise(data: dict[str, Any]) -> tuple[str, str]:
         k for k in ("use_opd", "is_pure_opd") if data.get(k) is True]
     if opd:
         return "opd", f"it has {_said(opd)} (a teacher: on-policy distillation)"
+    generates = any(k in present for k in ("actor_infer", "rewards", *AGENTIC_MARKERS))
     dpo = [k for k in DPO_MARKERS if k in present]
-    if dpo:
-        return "dpo", f"it has {_said(dpo)} (DPO's keys)"
-    if "actor_train" in present and not any(k in present for k in (
-            "actor_infer", "rewards", *AGENTIC_MARKERS)):
+    if dpo and not generates:
+        return "dpo", f"it has {_said(dpo)} (DPO's keys) and nothing that generates"
+    if "actor_train" in present and not generates:
         return "dpo", "it has actor_train without actor_infer, rewards or envs (DPO's roles)"
     agentic = [k for k in AGENTIC_MARKERS if k in present]
     if agentic:
