@@ -10,9 +10,9 @@ each reading the file into its own config dataclass); the file does not name it.
    and models)                                                           -> distill
 3. `student_train`, `student_infer`, `teacher`, `use_opd: true` or `is_pure_opd: true`
    (RLVR or agentic with a teacher, started by the on-policy launcher)   -> opd
-4. no actor_infer, rewards or envs (nothing generates: DPO's roles are actor_train and
-   reference), and a DPO key (`chosen_key`, `rejected_key`, `ipo`, `beta`,
-   `label_smoothing`) or actor_train                                    -> dpo
+4. a DPO key (`chosen_key`, `rejected_key`, `ipo`, `beta`, `label_smoothing`) and no
+   actor_infer, rewards or envs (nothing generates: DPO's roles are actor_train and
+   reference)                                                            -> dpo
 5. `custom_envs`, `train_env_manager` or `val_env_manager`                -> agentic
 6. anything else                                                         -> rlvr
 
@@ -28,50 +28,20 @@ before the shared walk); nothing else here changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from flywheel.interop.roll.conversion import Conversion
+from flywheel.interop.roll.pipelines import agentic, distill, dpo, opd, rlvr, sft
+from flywheel.interop.roll.pipelines.pipeline import RollPipeline
 
-
-@dataclass(frozen=True)
-class RollPipeline:
-    name: str  # as `--pipeline` takes it
-    title: str  # what the report calls it
-    launcher: str  # ROLL's entry script
-    roles: tuple[str, ...]  # the role blocks only this pipeline reads
-    keys: dict[str, Any] = field(default_factory=dict)  # its own top-level keys: defaults
-    runs_as: str | None = None  # flywheel's pipeline_type for it; None: not built yet
-    # the file's resolved data -> the data the shared walk converts (roles renamed, its own
-    # keys consumed into flywheel's), reporting into the Conversion
-    fit: Callable[[dict[str, Any], Conversion], dict[str, Any]] | None = None
-    # once the shared walk is done, before packing and defaults (defaults.finish): the
-    # roles' backends onto ones that run this pipeline
-    fit_backends: Callable[[Conversion], None] | None = None
-    # ROLL's shared top-level keys this pipeline never reads: their defaults are not written
-    unread: frozenset[str] = frozenset()
-    generates: bool = True  # it samples (actor_infer's generating_args defaults apply)
-
-    def reads(self, key: str) -> bool:
-        return key in self.keys or key in self.roles
-
-
-def _catalog() -> dict[str, RollPipeline]:
-    # the modules import this one (RollPipeline): their tables are read on first use
-    from flywheel.interop.roll.pipelines import agentic, distill, dpo, opd, rlvr, sft
-
-    return {p.name: p for p in (rlvr.PIPELINE, agentic.PIPELINE, sft.PIPELINE, dpo.PIPELINE,
-                                distill.PIPELINE, opd.PIPELINE)}
+PIPELINES: dict[str, RollPipeline] = {p.name: p for p in (
+    rlvr.PIPELINE, agentic.PIPELINE, sft.PIPELINE, dpo.PIPELINE, distill.PIPELINE,
+    opd.PIPELINE)}
+NAMES = tuple(PIPELINES)  # `--pipeline`'s choices
 
 
 def pipelines() -> dict[str, RollPipeline]:
-    """Every ROLL pipeline by name (`--pipeline`'s choices)."""
-    return _catalog()
-
-
-NAMES = ("rlvr", "agentic", "sft", "dpo", "distill", "opd")  # the CLI's choices, light
+    """Every ROLL pipeline by name."""
+    return PIPELINES
 
 AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
 DPO_MARKERS = ("chosen_key", "rejected_key", "ipo", "beta", "label_smoothing")
@@ -94,20 +64,10 @@ def recognise(data: dict[str, Any]) -> tuple[str, str]:
     dpo = [k for k in DPO_MARKERS if k in present]
     if dpo and not generates:
         return "dpo", f"it has {_said(dpo)} (DPO's keys) and nothing that generates"
-    if "actor_train" in present and not generates:
-        return "dpo", "it has actor_train without actor_infer, rewards or envs (DPO's roles)"
     agentic = [k for k in AGENTIC_MARKERS if k in present]
     if agentic:
         return "agentic", f"it has {_said(agentic)}"
     return "rlvr", "none of the other pipelines' roles or keys"
-
-
-def owner(key: str, pipeline: RollPipeline) -> RollPipeline | None:
-    """The pipeline flywheel does not run whose key `key` is, when it is the file's own
-    pipeline's (so ROLL reads it for this file): its keys are reported as needing it."""
-    if pipeline.runs_as is None and pipeline.reads(key):
-        return pipeline
-    return None
 
 
 def _said(keys: list[str]) -> str:

@@ -7,7 +7,7 @@ does not run it yet (`runs_as` None): each key is reported as needing it. The di
 work (issue 45) fills in `runs_as` and a `fit` that maps them.
 """
 
-from flywheel.interop.roll.pipelines import RollPipeline
+from flywheel.interop.roll.pipelines.pipeline import RollPipeline
 
 KEYS = {"student_pretrain": None, "teacher_pretrain": None, "question_key": "question",
         "answer_key": "answer", "logits_topk": 64, "distill_loss_weight": 0.5,

@@ -6,7 +6,7 @@ each of these keys is reported as needing it. The preference-learning work (issu
 fills in `runs_as` and a `fit` that maps these keys.
 """
 
-from flywheel.interop.roll.pipelines import RollPipeline
+from flywheel.interop.roll.pipelines.pipeline import RollPipeline
 
 KEYS = {"ipo": False, "beta": 0.1, "label_smoothing": 0.0, "chosen_key": "chosen",
         "rejected_key": "rejected"}

@@ -5,7 +5,7 @@ file is that pipeline's. flywheel does not run it yet (`runs_as` None): these ke
 reported as needing it. The distillation work (issue 45) fills in `runs_as` and a `fit`.
 """
 
-from flywheel.interop.roll.pipelines import RollPipeline
+from flywheel.interop.roll.pipelines.pipeline import RollPipeline
 
 KEYS = {"is_pure_opd": False, "use_opd": False, "pure_opd_pipeline_type": "rlvr"}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flywheel.interop.roll.pipelines import RollPipeline
+from flywheel.interop.roll.pipelines.pipeline import RollPipeline
 
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
