@@ -43,6 +43,7 @@ def pipelines() -> dict[str, RollPipeline]:
     """Every ROLL pipeline by name."""
     return PIPELINES
 
+
 AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
 DPO_MARKERS = ("chosen_key", "rejected_key", "ipo", "beta", "label_smoothing")
 OPD_ROLES = ("student_train", "student_infer", "teacher")
