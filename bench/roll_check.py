@@ -3,8 +3,8 @@
     python bench/roll_check.py /path/to/ROLL [--json out.json] [--list]
 
 Takes a ROLL checkout (a work tree with examples/) and, for every pipeline config under
-examples/ (a file with one of ROLL's role blocks once its `defaults:` are merged; files
-under examples/config/ are fragments), recognises which of ROLL's pipelines it is for
+examples/ (a file with one of ROLL's role, reward or env blocks once its `defaults:` are
+merged; files under examples/config/ are fragments), recognises which of ROLL's pipelines it is for
 (interop/roll/pipelines: RLVR, agentic, SFT, DPO, offline or on-policy distillation) and
 reports, per pipeline, how many convert and validate and what the rest need (a feature
 flywheel lacks, or the pipeline itself: "pipeline dpo"); and, for every file:
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from flywheel.config.schema import PipelineConfig
 from flywheel.interop.roll.fit.vl import is_vl
-from flywheel.interop.roll.pipelines import NAMES, recognise
+from flywheel.interop.roll.pipelines import AGENTIC_MARKERS, NAMES, recognise
 from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
@@ -45,9 +45,10 @@ from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.yaml_source import load_layers
 
-# a pipeline config has one of these role blocks (ROLL's roles of every pipeline)
+# a pipeline config has one of these blocks (ROLL's roles of every pipeline, its rewards or
+# its env blocks)
 ROLE_KEYS = ("actor_train", "actor_infer", "sft_train", "student", "teacher", "student_train",
-             "student_infer")
+             "student_infer", "rewards", *AGENTIC_MARKERS)
 _VIDEO = "video inputs (Video-R1 data and reward): flywheel's prompts take images, not video"
 # ROLL files refused for a feature flywheel leaves out on purpose, by path under the checkout
 EXCEPTED = {
@@ -62,7 +63,7 @@ EXCEPTED = {
 def kind_of(path: Path) -> str | None:
     """The ROLL pipeline the file is for (interop/roll/pipelines `recognise`), "unreadable"
     when ROLL's leniency cannot read it but it names a role, or None: a fragment (under a
-    config/ folder) or no pipeline config (no role block)."""
+    config/ folder) or no pipeline config (no role, reward or env block)."""
     if "config" in path.parts[-2:-1]:
         return None
     try:

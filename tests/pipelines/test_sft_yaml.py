@@ -84,7 +84,7 @@ SFT = {"pipeline_type": "sft", "actor_train": {"data_args": {"file_name": "x.jso
                                                 "deepspeed_train"),
     ({"actor_train": {"device_mapping": [0, 1]}}, "actor_train.device_mapping",
      "one device in process"),
-    ({"ray": {"num_cpus": 2}}, "ray", "SFT on hf_train runs in this process"),
+    ({"ray": {"num_cpus": 2}}, "ray", "SFT runs in this process, without Ray"),
     ({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"},
                       "model_args": {"lora_target": "q_proj"}}},
      "actor_train.model_args.lora_target", "SFT with LoRA trains on hf_train"),

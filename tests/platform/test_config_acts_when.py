@@ -200,7 +200,7 @@ CASES = [
     ("train_env_manager", {"train_env_manager": {"num_env_groups": 2, "group_size": 4}},
      {"pipeline_type": "agentic", "rollout_batch_size": 8}, "set pipeline_type: agentic"),
     ("ray", merged(SFT, {"ray": {"num_cpus": 2}}), {"pipeline_type": "rlvr"},
-     "SFT on hf_train runs in this process"),
+     "SFT runs in this process, without Ray"),
     ("actor_train.device_mapping", merged(SFT, {"actor_train": {"device_mapping": [0]}}),
      {"pipeline_type": "rlvr"}, "one device"),
     # SFT on deepspeed_train trains as Ray ranks: there ray and devices act

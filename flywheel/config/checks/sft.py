@@ -1,4 +1,4 @@
-"""Cross-field rules of `pipeline_type: sft`, run by `checks.check_config` for SFT only.
+"""Cross-field rules of `pipeline_type: sft`, the SFT kind's `config_check` (config/kinds.py).
 
 SFT trains actor_train alone (pipelines/sft/run.py): on hf_train in the driver process, or
 on deepspeed_train as Ray ranks on actor_train's device_mapping (pipelines/sft/trainers.py);
@@ -14,6 +14,7 @@ from dataclasses import fields
 
 from flywheel.config.schema import ActorTrainConfig, PipelineConfig, ValidationGeneratingArgs
 from flywheel.platform.config.errors import ConfigError
+from flywheel.workers.strategies.registry import BackendSpec, backends_with, has_capability
 
 # Top-level keys SFT reads (schema.PipelineConfig's pipeline_type comment says how); every
 # other top-level key is RL's and must stay at its default.
@@ -29,13 +30,21 @@ SFT_ACTOR_KEYS = frozenset({
     "name", "model_args", "training_args", "data_args", "strategy_args", "device_mapping",
     "num_gpus_per_worker", "infer_batch_size", "num_threads", "cpu_affinity",
 })
-# Backends SFT trains on: in the driver (one device), or as ranks of one process group.
-IN_PROCESS, ON_RANKS = "hf_train", "deepspeed_train"
+
+
+def sft_backend(spec: BackendSpec) -> bool:
+    """A backend SFT trains on: a transformers model (its CrossEntropy reads the policy
+    head's log-probs) in training; in the driver without a process group (hf_train)."""
+    return spec.kind == "train" and spec.hf_model
+
+
+def sft_ranks_backend(spec: BackendSpec) -> bool:
+    """One SFT trains as Ray ranks of one process group (pipelines/sft/trainers.py)."""
+    return sft_backend(spec) and spec.process_group
 
 
 def check_sft(cfg: PipelineConfig) -> None:
-    if cfg.pipeline_type != "sft":
-        return
+    """SFT's own refusals: the kind's `config_check` (config/kinds.py), run for SFT only."""
     defaults = PipelineConfig()
     for f in fields(PipelineConfig):
         if f.name not in SFT_KEYS and getattr(cfg, f.name) != getattr(defaults, f.name):
@@ -53,22 +62,25 @@ def check_sft(cfg: PipelineConfig) -> None:
                                                         "a new run (pretrain: a checkpoint "
                                                         "folder continues from its weights)")
     strategy = cfg.actor_train.strategy_args.strategy_name
-    if strategy not in (IN_PROCESS, ON_RANKS):
+    in_process = " or ".join(backends_with(lambda s: sft_backend(s) and not s.process_group))
+    ranks = " or ".join(backends_with(sft_ranks_backend))
+    if not has_capability(strategy, sft_backend):
         raise ConfigError("", "actor_train.strategy_args.strategy_name",
-                          f"SFT trains on {IN_PROCESS} (in process, one device) or {ON_RANKS} "
-                          f"(ZeRO ranks on device_mapping), not {strategy}")
+                          f"SFT trains on {in_process} (in process, one device) or {ranks} "
+                          f"(ranks on device_mapping), not {strategy}")
+    on_ranks = has_capability(strategy, sft_ranks_backend)
     mapping = cfg.actor_train.device_mapping
-    if strategy == IN_PROCESS and ((mapping is not None and len(mapping) > 1)
-                                   or cfg.actor_train.num_gpus_per_worker != 1):
+    if not on_ranks and ((mapping is not None and len(mapping) > 1)
+                         or cfg.actor_train.num_gpus_per_worker != 1):
         raise ConfigError("", "actor_train.device_mapping",
-                          f"SFT on {IN_PROCESS} trains on one device in process: leave "
-                          f"device_mapping and num_gpus_per_worker unset, or use {ON_RANKS} "
+                          f"SFT on {strategy} trains on one device in process: leave "
+                          f"device_mapping and num_gpus_per_worker unset, or use {ranks} "
                           f"for several ranks")
-    if strategy == ON_RANKS and cfg.actor_train.model_args.lora_target is not None:
+    if on_ranks and cfg.actor_train.model_args.lora_target is not None:
         raise ConfigError("", "actor_train.model_args.lora_target",
-                          f"SFT with LoRA trains on {IN_PROCESS} (its checkpoint is the "
-                          f"adapter); {ON_RANKS} SFT writes whole models: remove LoRA or use "
-                          f"{IN_PROCESS}")
+                          f"SFT with LoRA trains on {in_process} (its checkpoint is the "
+                          f"adapter); SFT on {strategy} ranks writes whole models: remove "
+                          f"LoRA or use {in_process}")
     if cfg.actor_train.training_args.num_train_epochs and cfg.max_steps != defaults.max_steps:
         raise ConfigError("", "max_steps", "is set with actor_train.training_args."
                                            "num_train_epochs, which counts the steps from "
