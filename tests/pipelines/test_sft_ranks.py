@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from flywheel.pipelines.config import convert_roll, load_config_dict
 from flywheel.pipelines.data.prompt_data import DataError
@@ -119,8 +120,13 @@ def test_roll_sft_copy_runs_three_steps_on_two_zero_ranks_as_hf_train_does(tmp_p
                          "training_args": {**hf["actor_train"]["training_args"],
                                            "per_device_train_batch_size": 4}}
     hf["actor_train"].pop("device_mapping")
-    hf_rows = [json.loads(line) for line in
-               (run(load_config_dict(hf)) / "metrics.jsonl").read_text().splitlines()]
+    hf_dir = run(load_config_dict(hf))
+    hf_rows = [json.loads(line) for line in (hf_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["sft/loss"] for r in rows] == pytest.approx([r["sft/loss"] for r in hf_rows],
                                                          rel=1e-4)
     assert rows[-1]["val/loss"] == pytest.approx(hf_rows[-1]["val/loss"], rel=1e-4)
+    # the checkpoint holds the ranks' trained weights (gathered), hf_train's within rounding
+    ranks_weights = load_file(ranks_dir / "checkpoint-3" / "model.safetensors")
+    hf_weights = load_file(hf_dir / "checkpoint-3" / "model.safetensors")
+    assert ranks_weights.keys() == hf_weights.keys()
+    assert max(float((ranks_weights[k] - hf_weights[k]).abs().max()) for k in hf_weights) < 1e-4
