@@ -253,7 +253,8 @@ REFERENCE_READ = Condition(KL_TERM.says + "".join(
     lambda cfg, path: KL_TERM.holds(cfg, path) or kind_of(cfg).reads("reference"))
 # Fixed records trained without sampling (SFT): ROLL SFT's query column and whole epochs
 # (pipelines/sft/run.py) act there.
-FIXED_RECORDS = kind_condition(lambda kind: kind.prompts and not kind.rl)
+FIXED_RECORDS = kind_condition(lambda kind: kind.prompts and not kind.rl
+                               and kind.samples is None)
 NEVER_SAMPLES = Condition("on actor_infer and validation",
                           lambda cfg, _: False)
 NEVER_TRAINS = Condition("on actor_train and critic",
@@ -629,7 +630,7 @@ PIPELINE_ROWS = [
       for key, does in (("timeouts", "how long a worker may start or stall"),
                         ("actor_train.cpu_affinity", "the cores actor_train's workers use"))],
     *[ActsWhen(f"{block}.data_args.query", FIXED_RECORDS, "ROLL SFT's query column, after "
-               "the prompt", "the RL pipelines read prompts from the prompt column alone: "
+               "the prompt", "the other pipelines read prompts from the prompt column alone: "
                "remove it") for block in ("actor_train", "validation")],
     ActsWhen("actor_train.training_args.num_train_epochs", FIXED_RECORDS, "whole passes over "
              "the records", "RL runs count train steps (max_steps): remove it"),
