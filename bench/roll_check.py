@@ -2,9 +2,12 @@
 
     python bench/roll_check.py /path/to/ROLL [--json out.json] [--list]
 
-Takes a ROLL checkout (a work tree with examples/) and, for every RLVR or agentic config
-under examples/ (files under examples/config/ are fragments; SFT, DPO and distillation
-configs are other pipelines), reports:
+Takes a ROLL checkout (a work tree with examples/) and, for every pipeline config under
+examples/ (a file with one of ROLL's role, reward or env blocks once its `defaults:` are
+merged; files under examples/config/ are fragments), recognises which of ROLL's pipelines it is for
+(interop/roll/pipelines: RLVR, agentic, SFT, DPO, offline or on-policy distillation) and
+reports, per pipeline, how many convert and validate and what the rest need (a feature
+flywheel lacks, or the pipeline itself: "pipeline dpo"); and, for every file:
 
 - whether ROLL itself could load it, judged by reading it with ROLL's leniency (a missing
   `defaults:` fragment, an unset `${oc.env:...}` or an empty top-level file fails there too;
@@ -33,8 +36,8 @@ import sys
 from pathlib import Path
 
 from flywheel.config.schema import PipelineConfig
-from flywheel.interop.roll.convert import AGENTIC_MARKERS
 from flywheel.interop.roll.fit.vl import is_vl
+from flywheel.interop.roll.pipelines import AGENTIC_MARKERS, NAMES, recognise
 from flywheel.pipelines.config import convert_roll, load_config, load_config_layers
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
@@ -42,7 +45,10 @@ from flywheel.platform.config.helpers import helper_keys, without
 from flywheel.platform.config.interpolation import resolve_references
 from flywheel.platform.config.yaml_source import load_layers
 
-OTHER_PIPELINES = ("sft", "dpo", "distill")
+# a pipeline config has one of these blocks (ROLL's roles of every pipeline, its rewards or
+# its env blocks)
+ROLE_KEYS = ("actor_train", "actor_infer", "sft_train", "student", "teacher", "student_train",
+             "student_infer", "rewards", *AGENTIC_MARKERS)
 _VIDEO = "video inputs (Video-R1 data and reward): flywheel's prompts take images, not video"
 # ROLL files refused for a feature flywheel leaves out on purpose, by path under the checkout
 EXCEPTED = {
@@ -55,15 +61,19 @@ EXCEPTED = {
 
 
 def kind_of(path: Path) -> str | None:
-    """rlvr, agentic, or None (a fragment or another pipeline's config)."""
-    if "config" in path.parts[-2:-1] or any(k in path.name.lower() for k in OTHER_PIPELINES):
+    """The ROLL pipeline the file is for (interop/roll/pipelines `recognise`), "unreadable"
+    when ROLL's leniency cannot read it but it names a role, or None: a fragment (under a
+    config/ folder) or no pipeline config (no role, reward or env block)."""
+    if "config" in path.parts[-2:-1]:
         return None
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if any(f"\n{k}:" in f"\n{text}" for k in AGENTIC_MARKERS):
-        return "agentic"
-    if "\nrewards:" in f"\n{text}" and "teacher" not in text:
-        return "rlvr"
-    return None
+    try:
+        data = resolve_references(load_layers(path).data, schema=PipelineConfig)
+    except ConfigError:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return "unreadable" if any(f"\n{k}:" in f"\n{text}" for k in ROLE_KEYS) else None
+    if not any(isinstance(data.get(k), dict) for k in ROLE_KEYS):
+        return None
+    return recognise(data)[0]
 
 
 def native(path: Path) -> tuple[str, str]:
@@ -182,11 +192,29 @@ def env_errors(data: dict) -> list[str]:
     return errors
 
 
+def per_pipeline(rows: list[dict]) -> dict:
+    """For each of ROLL's pipelines: files, how many ROLL loads, how many convert and
+    validate, and what the others need (features counted; "pipeline X" for the files of a
+    pipeline flywheel does not run)."""
+    table = {}
+    for name in NAMES:
+        mine = [r for r in rows if r["kind"] == name]
+        loads = [r for r in mine if r["roll_loads"]]
+        needs = collections.Counter(m.split(":")[0] if m.startswith("pipeline ")
+                                    else m.split(" (")[0]
+                                    for r in loads if not r["converted"] for m in r["missing"])
+        table[name] = {"files": len(mine), "roll_loads": len(loads),
+                       "converted_and_valid": sum(r["converted"] for r in loads),
+                       "not_converted_need": dict(needs.most_common())}
+    return table
+
+
 def summarize(rows: list[dict]) -> dict:
     loads = [r for r in rows if r["roll_loads"]]
     features = collections.Counter(m.split(" (")[0] for r in loads for m in r["missing"])
     per_kind = {k: sum(1 for r in loads if r["kind"] == k) for k in ("rlvr", "agentic")}
     return {
+        "per_pipeline": per_pipeline(rows),
         "candidates": len(rows), "roll_loads": len(loads), "roll_loads_by_kind": per_kind,
         "roll_fails": [f"{r['file']}: {r['reason']}" for r in rows if not r["roll_loads"]],
         "native_ok": sum(r["native"] == "ok" for r in loads),
@@ -208,6 +236,17 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
+def pipeline_table(table: dict) -> str:
+    """The per-pipeline counts as a Markdown table."""
+    lines = ["| ROLL pipeline | files | ROLL loads | converted and valid | the rest need |",
+             "|---|---|---|---|---|"]
+    for name, row in table.items():
+        need = ", ".join(f"{k} ({n})" for k, n in row["not_converted_need"].items()) or "-"
+        lines.append(f"| {name} | {row['files']} | {row['roll_loads']} | "
+                     f"{row['converted_and_valid']} | {need} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("roll", type=Path, help="a ROLL checkout (with examples/)")
@@ -225,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"native {r['native']}; " + ("converts" if r["converted"] else
                                                    f"{len(r['missing'])} missing"))
             print(f"{r['kind']:8} {status:55} {r['file']}")
+    print(pipeline_table(result["summary"]["per_pipeline"]))
     print(json.dumps(result["summary"], indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

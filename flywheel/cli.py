@@ -53,6 +53,7 @@ from flywheel.cli_completion import config_key_completer
 from flywheel.config import PipelineConfig
 from flywheel.config.derived import roles
 from flywheel.config.persisted import written_config
+from flywheel.interop.roll.pipelines import NAMES as ROLL_PIPELINES
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.yaml_source import read_yaml_mapping
 from flywheel.platform.stop_signals import RunInterrupted
@@ -135,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("file", metavar="FILE.yaml", help="the ROLL config")
     convert.add_argument("-o", "--output", default=None, metavar="OUT.yaml",
                          help="where to write the flywheel config (default: stdout)")
+    convert.add_argument("--pipeline", default=None, choices=ROLL_PIPELINES,
+                         help="which of ROLL's pipelines the file is for (default: "
+                              "recognised from its roles and keys)")
     convert.set_defaults(handler=cmd_convert)
 
     ci = commands.add_parser("ci", help="run regression configs (configs/ci) and print a "
@@ -313,7 +317,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from flywheel.pipelines.config import convert_file
 
-    convert_file(args.file, args.output)
+    convert_file(args.file, args.output, pipeline=args.pipeline)
     return 0
 
 

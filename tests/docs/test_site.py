@@ -43,6 +43,7 @@ def built_site(tmp_path_factory) -> Path:
 def test_strict_build_produces_every_page(built_site):
     for page in ("index.html", "quickstart/index.html", "reference/configuration/index.html",
                  "reference/metrics/index.html", "pipelines/agentic/index.html",
+                 "performance/index.html",
                  "search/search_index.json"):
         assert (built_site / page).is_file(), page
     index = json.loads((built_site / "search" / "search_index.json").read_text())

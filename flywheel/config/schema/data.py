@@ -78,6 +78,9 @@ class DataArgs:
     response: str | None = None
     id: str | None = None
     tag: str | None = None
+    # SFT only (ROLL SFT's query_key): a column whose text, when a record has it, follows
+    # the prompt column's after a newline in the user turn. Unset: the prompt alone.
+    query: str | None = None
     # A prompt longer than the top-level prompt_length tokens (after templating): "filter"
     # drops it when the data loads and logs how many were dropped; "error" stops the run.
     overlong_prompts: Literal["filter", "error"] = "filter"

@@ -32,12 +32,14 @@ from flywheel.interop.roll.fit import loss as roll_loss
 from flywheel.interop.roll.fit import packing as roll_packing
 from flywheel.interop.roll.fit import step_credit as step_credit
 from flywheel.interop.roll.fit.envs import fit_env_config
+from flywheel.interop.roll.fit.fsdp2 import fit_fsdp2_config
 from flywheel.interop.roll.fit.judge import judge_settings, served_judges
 from flywheel.interop.roll.fit.loss import fit_loss
 from flywheel.interop.roll.fit.tools import fit_tool_wrapper
 from flywheel.interop.roll.fit.val_lengths import KEYS as VAL_LENGTHS
 from flywheel.interop.roll.fit.val_lengths import fit_val_lengths
 from flywheel.interop.roll.fit.vl import data_function, detection_reward_args, is_vl
+from flywheel.interop.roll.pipelines import AGENTIC_MARKERS, RollPipeline, pipelines, recognise
 from flywheel.interop.roll.typos import near, unknown_key
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
@@ -50,21 +52,37 @@ RULE_MODEL_USE = {"DetectionRewardWorker": "its processor (a tokenizer, and the 
                   "of its Qwen2.5-VL box rescaling, which flywheel's detection reward "
                   "leaves out: the reference's coordinates must be the reply's)"}
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
-AGENTIC_MARKERS = ("custom_envs", "train_env_manager", "val_env_manager")
+FSDP2 = ("fsdp2_train", "fsdp2_infer")
 
 
-def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
-    """Read a ROLL config file and map it; raises ConfigError only for unreadable input."""
+def convert_roll(path: str | os.PathLike, catalogs: Catalogs,
+                 pipeline: str | None = None) -> Conversion:
+    """Read a ROLL config file and map it; raises ConfigError only for unreadable input.
+    `pipeline`: ROLL's pipeline by name (interop/roll/pipelines), else recognised."""
     path = os.fspath(path)
     layered = load_layers(path)
     raw = layered.data
     out = Conversion(source=path, catalogs=catalogs)
-    out.helpers = sorted(helper_keys(raw, PipelineConfig) - set(keys.TOP))
-    data = served_judges(resolve_references(raw, schema=PipelineConfig), out)
+    data = resolve_references(raw, schema=PipelineConfig)
+    known = pipelines()
+    if pipeline is not None and pipeline not in known:
+        raise ConfigError(path, "", f"--pipeline {pipeline}: ROLL has no such pipeline here "
+                                    f"(expected one of {', '.join(known)})")
+    name, out.recognised_by = ((pipeline, "--pipeline") if pipeline is not None
+                               else recognise(data))
+    kind = known[name]
+    out.roll_pipeline = name
+    own = {k for k in data if kind.reads(k)}
+    out.helpers = sorted(helper_keys(raw, PipelineConfig) - set(keys.TOP) - own)
+    agentic = any(k in data for k in AGENTIC_MARKERS) or name == "agentic"
+    if kind.runs_as is None:
+        return _not_run_yet(kind, data, out, agentic)
+    if kind.fit is not None:
+        data = kind.fit(data, out)
+    data = served_judges(data, out)
     out.vl = is_vl(data)  # before data_function takes ROLL's default data function out
     data = data_function(data, out)
-    agentic = any(k in data for k in AGENTIC_MARKERS)
-    out.pipeline_type = "agentic" if agentic else "rlvr"
+    out.pipeline_type = kind.runs_as
     out.data["pipeline_type"] = out.pipeline_type
     _top(data, out, agentic)
     _default_reward(data, out)
@@ -79,6 +97,22 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs) -> Conversion:
     step_credit.fit_batch_adjust(data, out)
     if not out.missing and not out.typos:
         _validate(out)
+    return out
+
+
+def _not_run_yet(kind: RollPipeline, data: dict[str, Any], out: Conversion,
+                 agentic: bool) -> Conversion:
+    """A pipeline flywheel does not run: its own keys and roles are reported as needing
+    it, the shared ones are walked as ever (so the report says what would carry over), and
+    nothing is written."""
+    out.pipeline_type = kind.name
+    out.missing.append(f"pipeline {kind.name}: ROLL's {kind.title} pipeline "
+                       f"({kind.launcher}), which flywheel does not run yet")
+    for key in [k for k in data if kind.reads(k)]:
+        value = data.pop(key)
+        what = "a role" if key in kind.roles else _show(value)
+        out.needs_pipeline.append(f"{key}: {what}: needs pipeline {kind.name}")
+    _top({k: v for k, v in data.items() if k not in out.helpers}, out, agentic)
     return out
 
 
@@ -139,10 +173,10 @@ def _default_reward(data: dict[str, Any], out: Conversion) -> None:
 
 
 def _eval_steps_without_validation(out: Conversion) -> None:
-    """ROLL's RLVR pipeline validates every eval_steps only when the file has validation
-    data (roll/pipeline/rlvr/rlvr_pipeline.py); without, the key does nothing there, where
-    flywheel refuses it."""
-    if out.pipeline_type != "rlvr" or out.data.get("validation") or not out.data.get(
+    """ROLL's RLVR and SFT pipelines validate every eval_steps only when the file has
+    validation data (roll/pipeline/rlvr/rlvr_pipeline.py, sft/sft_pipeline.py); without,
+    the key does nothing there, where flywheel refuses it."""
+    if out.pipeline_type == "agentic" or out.data.get("validation") or not out.data.get(
             "eval_steps"):
         return
     out.dropped.append(f"eval_steps: {out.data.pop('eval_steps')}: the file has no "
@@ -242,7 +276,7 @@ def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
         if key not in known:
             unknown_key(where, key, known, out)
         elif key == "strategy_args":
-            _strategy(item or {}, block, where, out)
+            _strategy(item or {}, block, where, out, value)
         elif key in roll_packing.KEYS:  # converted once backends are final (finish)
             continue
         elif key == "data_args" and name != "actor_train":
@@ -268,7 +302,8 @@ def _critic_value_head(value: dict[str, Any], name: str, out: Conversion) -> dic
     return {**value, "model_args": {k: v for k, v in model_args.items() if k != "model_type"}}
 
 
-def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Conversion) -> None:
+def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Conversion,
+              role: dict[str, Any] | None = None) -> None:
     for key in value:
         if key not in keys.STRATEGY_ARGS:
             unknown_key(f"{where}.{key}", key, keys.STRATEGY_ARGS, out)
@@ -288,6 +323,8 @@ def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Co
     strategy: dict[str, Any] = {"strategy_name": flywheel_name}
     if not note and value.get("strategy_config"):
         strategy["strategy_config"] = value["strategy_config"]
+    elif name in FSDP2 and isinstance(value.get("strategy_config"), dict):
+        fit_fsdp2_config(value["strategy_config"], role or {}, f"{where}.strategy_config", out)
     _put(out.data, block + ("strategy_args",), strategy)
     if flywheel_name != name:
         out.mapped.append(f"{where}.strategy_name: {name} -> {flywheel_name} ({note})")

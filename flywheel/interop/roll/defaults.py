@@ -34,6 +34,7 @@ from flywheel.interop.roll.fit.lora import drop_frozen_elsewhere, fit_lora
 from flywheel.interop.roll.fit.megatron import fit_moe, fit_vl_megatron
 from flywheel.interop.roll.fit.packing import fit_packing
 from flywheel.interop.roll.fit.vl import fit_vl
+from flywheel.interop.roll.pipelines import pipelines
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
 
@@ -67,9 +68,11 @@ def turn_budget(data: dict[str, Any], out: Conversion) -> None:
 
 
 def _default_blocks(data: dict[str, Any], out: Conversion):
-    """(where in the ROLL file, ROLL's defaults there, their rules, flywheel's block)."""
+    """(where in the ROLL file, ROLL's defaults there, their rules, flywheel's block); of
+    the blocks and keys the file's ROLL pipeline reads."""
     agentic = out.pipeline_type == "agentic"
-    yield ("",), keys.TOP, rules.TOP, ()
+    pipeline = pipelines()[out.roll_pipeline]
+    yield ("",), {k: v for k, v in keys.TOP.items() if k not in pipeline.unread}, rules.TOP, ()
     for role in ("actor_train", "actor_infer", "reference", "critic"):
         if data.get(role) is None:
             continue
@@ -78,8 +81,9 @@ def _default_blocks(data: dict[str, Any], out: Conversion):
             yield ((role, "training_args"), keys.TRAINING_ARGS, rules.TRAINING_ARGS,
                    (role, "training_args"))
     gen_source = ("train_env_manager" if agentic else "actor_infer", "generating_args")
-    yield gen_source, keys.GENERATING_ARGS, rules.GENERATING_ARGS, ("actor_infer",
-                                                                    "generating_args")
+    if pipeline.generates:
+        yield gen_source, keys.GENERATING_ARGS, rules.GENERATING_ARGS, ("actor_infer",
+                                                                        "generating_args")
     if not agentic:
         yield (("actor_train", "data_args"), keys.DATA_ARGS, rules.DATA_ARGS,
                ("actor_train", "data_args"))
@@ -153,6 +157,9 @@ def finish(data: dict[str, Any], out: Conversion) -> None:
     drop_frozen_elsewhere(out)
     fit_moe(out)  # so does a megatron_train MoE role (fit/megatron.py)
     fit_vl_megatron(out)  # and a VL file's megatron_train roles (images)
+    pipeline = pipelines()[out.roll_pipeline]
+    if pipeline.fit_backends is not None:  # e.g. SFT's roles onto deepspeed_train
+        pipeline.fit_backends(out)
     fit_backends(out)
     fit_packing(data, out)  # where packing acts depends on the final backends
     written = write_roll_defaults(data, out)

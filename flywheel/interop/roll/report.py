@@ -21,6 +21,8 @@ SECTIONS = (
     ("typos", "typos: keys ROLL does not read either, each near one it reads (fix them; "
               "the config is not converted)"),
     ("missing", "flywheel does not have (the config needs it, so it is not converted)"),
+    ("needs_pipeline", "needs a pipeline flywheel does not run yet (ROLL's pipeline for this "
+                       "file reads these keys)"),
     ("ignored", "ROLL ignores these keys too (they never did anything)"),
     ("helpers", "helper variables (resolved into the keys that reference them, then dropped)"),
     ("mapped", "mapped"),
@@ -29,7 +31,10 @@ SECTIONS = (
 
 
 def format_report(conversion: Conversion) -> str:
-    lines = [f"{conversion.source}: ROLL {conversion.pipeline_type} config"]
+    why = ("as --pipeline says" if conversion.recognised_by == "--pipeline"
+           else f"recognised: {conversion.recognised_by}" if conversion.recognised_by else "")
+    lines = [f"{conversion.source}: ROLL {conversion.roll_pipeline} config"
+             + (f" ({why})" if why else "")]
     for attr, title in SECTIONS:
         items = getattr(conversion, attr)
         if items:
@@ -47,10 +52,11 @@ def converted_yaml(conversion: Conversion) -> str:
 
 
 def convert_file(source: str | os.PathLike, output: str | os.PathLike | None,
-                 catalogs: Catalogs) -> Conversion:
+                 catalogs: Catalogs, pipeline: str | None = None) -> Conversion:
     """Convert, print the report, write `output` (stdout when None) if nothing is missing;
-    raise ConfigError (one line, exit 2 from the CLI) when something is."""
-    conversion = convert_roll(source, catalogs)
+    raise ConfigError (one line, exit 2 from the CLI) when something is. `pipeline`: ROLL's
+    pipeline by name (`--pipeline`), else recognised from the file."""
+    conversion = convert_roll(source, catalogs, pipeline)
     report = format_report(conversion)
     if conversion.typos:
         print(report)

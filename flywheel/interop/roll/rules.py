@@ -307,9 +307,9 @@ STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
     "megatron_train": ("megatron_train", ""), "deepspeed_train": ("deepspeed_train", ""),
     "megatron_infer": ("megatron_train", "forward-only roles run on megatron_train"),
     "fsdp2_train": ("deepspeed_train", "FSDP2 is not a flywheel backend: DeepSpeed ZeRO shards "
-                                       "the same way; strategy_config dropped"),
+                                       "the same way; strategy_config dropped key by key"),
     "fsdp2_infer": ("deepspeed_train", "FSDP2 is not a flywheel backend: DeepSpeed ZeRO shards "
-                                       "the same way; strategy_config dropped"),
+                                       "the same way; strategy_config dropped key by key"),
     "deepspeed_infer": ("deepspeed_train", "forward-only roles run on deepspeed_train"),
 }
 # ROLL reward worker class (last dotted name) -> the flywheel reward_type of the same job;

@@ -9,6 +9,8 @@ speed, so the keys are dropped with that reason instead of refused:
 
 - megatron_train runs padded micro-batches of one shape (its pipeline schedule);
 - reference and actor_infer have no training_args: their forwards run padded;
+- a role with the MoE load-balancing loss runs padded (the loss reads the padded layout:
+  workers/strategies/router_loss.py);
 - `algorithm` and `min_num_micro_batches_*` balance packs over ranks and micro-batches
   (flywheel packs first-fit by decreasing length within each micro-batch), and
   `max_packed_sequence_length_forward` is the log-prob forward's width, which flywheel
@@ -19,10 +21,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flywheel.config.acts_when.table import TOKEN_BUDGET_BACKENDS
+from flywheel.workers.strategies.registry import backends_with
 
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
+
+# The backends that cut micro-batches by a token budget and pack rows (their registry flag).
+TOKEN_BUDGET_BACKENDS = backends_with(lambda spec: spec.token_budget)
 
 KEYS = ("use_sequence_packing", "sequence_packing_args")
 WIDTH = "max_packed_sequence_length_train"
@@ -54,10 +59,14 @@ def _role_packing(value: dict[str, Any], role: str, out: Conversion) -> None:
         for key in (k for k in KEYS if k in value):
             out.dropped.append(f"{role}.{key}: off (use_sequence_packing is not true)")
         return
+    model_args = (out.data.get(role) or {}).get("model_args") or {}
     if role not in PACKING_ROLES:
         why = "only training roles pack in flywheel; this role's forward runs padded"
     elif strategy not in TOKEN_BUDGET_BACKENDS:
         why = f"{strategy} runs padded micro-batches of one shape"
+    elif model_args.get("moe_aux_loss_coef") not in (None, 0, 0.0):
+        why = ("flywheel's MoE load-balancing loss (model_args.moe_aux_loss_coef) reads the "
+               "padded layout, so this role runs padded")
     else:
         why = None
     if why:
