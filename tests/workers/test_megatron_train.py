@@ -1,9 +1,10 @@
 """megatron_train against hf_train: log-probs, loss curve, weights; TP, PP and DP ranks.
 
 megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-code CUDA
-(RoPE and p2p buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda" zeros in
-the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage, CUDA's
-autocast replayed in its linear layers' backward). The
+(RoPE, p2p and DDP buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda"
+zeros in the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage,
+CUDA's autocast replayed in its linear layers' backward, the optimizers' "cuda" flags and
+the distributed optimizer's CUDA type names). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
 the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
 """
@@ -65,6 +66,46 @@ def patch_megatron_for_cpu() -> None:
 
     schedules.torch = CPUTorch("torch")
     cpu_autocast_in_linear_backward()
+    cpu_megatron_optimizer()
+
+
+def cpu_megatron_optimizer() -> None:
+    """megatron's optimizers make their flags with torch.tensor(device="cuda"), and the
+    distributed optimizer sorts parameters by `Tensor.type()` names that are CUDA's
+    ("torch.cuda.FloatTensor"): flags on the CPU, and the CPU's type names read as CUDA's
+    while it sorts (DDP's buffers allocate on torch.cuda.current_device(), patched above)."""
+    import megatron.core.optimizer.distrib_optimizer as distrib
+    import megatron.core.optimizer.optimizer as optimizer
+
+    class CPUFlags(types.ModuleType):
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def tensor(*args, device=None, **kwargs):
+            return torch.tensor(*args, **kwargs)
+
+    optimizer.torch = CPUFlags("torch")
+    build = distrib.DistributedOptimizer._build_model_and_main_param_groups.__func__
+    if getattr(build, "_cpu_types", False):
+        return
+
+    def build_with_cuda_names(cls, *args, **kwargs):
+        plain = torch.Tensor.type
+
+        def cuda_name(self, *a, **k):
+            name = plain(self, *a, **k)
+            return name.replace("torch.", "torch.cuda.", 1) if not a and not k else name
+
+        torch.Tensor.type = cuda_name
+        try:
+            return build(cls, *args, **kwargs)
+        finally:
+            torch.Tensor.type = plain
+
+    build_with_cuda_names._cpu_types = True
+    distrib.DistributedOptimizer._build_model_and_main_param_groups = classmethod(
+        build_with_cuda_names)
 
 
 def cpu_autocast_in_linear_backward() -> None:
