@@ -129,6 +129,14 @@ class CPUMegatronWorker(TrainWorker):
         patch_megatron_for_cpu()
         super().__init__(*args, **kwargs)
 
+    def optimizer_footprint(self) -> tuple[int, int]:
+        """(AdamW moment elements this rank holds, elements of its model shard)."""
+        from flywheel.workers.strategies.megatron_ddp import state_numel
+
+        strategy = self.strategy
+        return (state_numel(strategy.optimizer),
+                sum(p.numel() for p in strategy.model.parameters() if p.requires_grad))
+
 
 class FP16MegatronWorker(CPUMegatronWorker):
     """Reaches into the strategy's loss scaler and fp32 parameters, for the fp16 test."""
@@ -198,29 +206,86 @@ def check(diffs: dict[str, float]) -> None:
     assert diffs["weights"] < 1e-4
 
 
-def test_one_rank_matches_hf_train_and_resumes_from_checkpoint(train_cluster, tiny_model_path,
-                                                              rl_batch, tmp_path):
-    cluster = train_cluster("megatron_train", tiny_model_path, 1, {}, per_device=8, accum=4,
-                            worker_cls=CPUMegatronWorker)
-    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+def resumes_exactly(cluster, batch, path) -> None:
+    """save, one step, load, the same step again: the same metrics and weights, bit for
+    bit (weights, AdamW moments or their distributed slices, schedule, RNG)."""
+    world = cluster.world_size
     saved = cluster_weights(cluster)
-    cluster.call_all("save", str(tmp_path / "ckpt"))
+    cluster.call_all("save", str(path))
     loss = actor_loss(entropy_coef=0.01)
 
-    def next_step() -> tuple[dict, dict]:
-        metrics = cluster.scatter("train_step", [rl_batch], loss_fn=loss, ppo_epochs=1)[0]
-        return metrics, cluster_weights(cluster)
+    def next_step() -> tuple[list[dict], dict]:
+        metrics = cluster.scatter("train_step", batch.shard(world), loss_fn=loss,
+                                  ppo_epochs=1)
+        return [untimed(m) for m in metrics], cluster_weights(cluster)
 
     first = next_step()
-    cluster.call_all("load", str(tmp_path / "ckpt"))  # weights, AdamW moments, schedule
+    cluster.call_all("load", str(path))
     assert weight_diff(cluster_weights(cluster), saved) == 0.0
     again = next_step()
-    assert untimed(again[0]) == untimed(first[0]) and weight_diff(again[1], first[1]) == 0.0
-    hf_dir = tmp_path / "ckpt" / "model"  # the full model in HF format, loadable as is
+    assert again[0] == first[0] and weight_diff(again[1], first[1]) == 0.0
+    hf_dir = path / "model"  # the full model in HF format, loadable as is
     from flywheel.workers.strategies.megatron_parallel import load_hf_tensors
 
     assert weight_diff(load_hf_tensors(str(hf_dir)), saved) == 0.0
     assert (hf_dir / "config.json").exists()
+
+
+def test_one_rank_matches_hf_train_and_resumes_from_checkpoint(train_cluster, tiny_model_path,
+                                                              rl_batch, tmp_path):
+    # bias_activation_fusion: megatron's torch.jit SwiGLU, the same numbers
+    cluster = train_cluster("megatron_train", tiny_model_path, 1,
+                            {"bias_activation_fusion": True}, per_device=8, accum=4,
+                            worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+def holds_its_share_of_adamw(cluster, dp: int) -> None:
+    """Each rank holds 1/dp of its model shard's AdamW moments (two per element; within
+    1 %: megatron cuts its padded buckets, not the parameters, into dp equal slices), and
+    the data-parallel ranks together hold each element's moments once."""
+    footprints = cluster.call_all("optimizer_footprint")
+    print("AdamW moment elements per rank, local parameters:", footprints)
+    for state, params in footprints:
+        assert abs(state - 2 * params / dp) <= 0.01 * 2 * params / dp, (state, params, dp)
+    assert sum(state for state, _ in footprints) == sum(2 * p for _, p in footprints) / dp
+
+
+@pytest.mark.long  # ~15 s idle, ~1 min under load: two ranks, 6 steps and a resume
+def test_distributed_optimizer_at_two_data_parallel_ranks(train_cluster, tiny_model_path,
+                                                          rl_batch, tmp_path):
+    """megatron-core's DDP (its gradients reduce-scattered, bucket by bucket, overlapped
+    with the backward) and DistributedOptimizer at DP 2: hf_train's loss, grad norm and
+    weights on one rank, half the AdamW state per rank, and an exact resume."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"use_distributed_optimizer": True, "overlap_grad_reduce": True,
+                             "ddp_bucket_size": 100_000}, per_device=8, accum=2,
+                            worker_cls=CPUMegatronWorker)
+    holds_its_share_of_adamw(cluster, dp=2)
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+@pytest.mark.long  # ~15 s idle: two ranks, 6 steps
+def test_overlapped_all_reduce_at_two_data_parallel_ranks(train_cluster, tiny_model_path,
+                                                          rl_batch):
+    """Without the distributed optimizer: DDP's buckets all-reduced from the backward, torch's
+    AdamW over the whole parameters on each rank."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"overlap_grad_reduce": True, "ddp_bucket_size": 100_000},
+                            per_device=8, accum=2, worker_cls=CPUMegatronWorker)
+    holds_its_share_of_adamw(cluster, dp=1)
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+
+
+@pytest.mark.long  # ~20 s idle: two ranks, 6 steps
+def test_sequence_parallel_at_two_tensor_parallel_ranks(train_cluster, kv2_model_path):
+    batch = make_rl_batch(kv2_model_path)
+    cluster = train_cluster("megatron_train", kv2_model_path, 2,
+                            {"tensor_model_parallel_size": 2, "sequence_parallel": True},
+                            per_device=8, accum=4, worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, kv2_model_path, batch))
 
 
 def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):
@@ -255,18 +320,24 @@ def truncation_margins(model_path: str, batch, temperature: float, top_k: int,
 
 def test_tensor_and_data_parallel_under_a_truncated_distribution(train_cluster,
                                                                    kv2_model_path):
-    """TP splits the vocabulary; top-k / top-p keep tokens by the whole of it, so the log-
-    probs (and gradients) of the sampled distribution match hf_train's on one rank.
+    """TP splits the vocabulary (and, sequence-parallel, the activations' sequence);
+    top-k / top-p keep tokens by the whole of it, so the log-probs (and gradients) of the
+    sampled distribution match hf_train's on one rank.
     top-k 48 / top-p 0.8 keep every position of this batch >= 1e-4 from both truncation
     boundaries (at 40 / 0.9 two positions sat 3e-6 and 9e-6 from them, and the weights
     differed by 8e-4 on one CPU): the test checks the kept set, not float ties."""
     batch = make_rl_batch(kv2_model_path)
     assert min(truncation_margins(kv2_model_path, batch, 0.7, 48, 0.8)) > 1e-4
     head = policy_head(temperature=0.7, top_k=48, top_p=0.8, do_sample=True)
-    # world 4 = TP 2 x DP 2: each replica trains 16 rows (8 x 2), the global batch is 32
+    # world 4 = TP 2 x DP 2: each replica trains 16 rows (8 x 2), the global batch is 32;
+    # with Megatron's memory savings on (sequence parallel, the distributed optimizer, the
+    # overlapped reduce-scatter of small buckets), each of which must leave the numbers be
     cluster = train_cluster("megatron_train", kv2_model_path, 4,
-                            {"tensor_model_parallel_size": 2}, per_device=8, accum=2,
+                            {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                             "use_distributed_optimizer": True, "overlap_grad_reduce": True,
+                             "ddp_bucket_size": 100_000}, per_device=8, accum=2,
                             worker_cls=CPUMegatronWorker, head=head)
+    holds_its_share_of_adamw(cluster, dp=2)
     check(follows_hf_train(cluster, kv2_model_path, batch, head=head))
 
 

@@ -61,8 +61,10 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
     require(options["expert_model_parallel_size"] == 1, "expert_model_parallel_size",
             "only 1 is supported by flywheel's megatron_train (it builds no MoE layer)")
     require(not options["sequence_parallel"] or options["tensor_model_parallel_size"] >= 2,
-            "sequence_parallel", "splits the activations across the tensor-parallel ranks: "
-            "needs tensor_model_parallel_size >= 2 (Megatron refuses it at 1)")
+            "sequence_parallel", "a memory saving that splits the activations across the "
+            "tensor-parallel ranks: it needs tensor_model_parallel_size >= 2 (megatron-core "
+            "refuses it at 1, ROLL's mcore_adapter turns it off there); the updates are "
+            "the same without it: set false", MissingMemorySaving)
     bucket = options["ddp_bucket_size"]
     require(bucket is None or (isinstance(bucket, int) and not isinstance(bucket, bool)
                                and bucket > 0),

@@ -83,11 +83,15 @@ def freeze_padding_row(embedding: torch.nn.Module, pad_id: int) -> None:
     gradient (its output-layer row, when tied, still does). Megatron's embedding has no
     padding_idx, so the same is done by detaching the pad positions' embeddings."""
 
-    def hook(module, inputs, output):  # output [B, L, H] (or [L, B, H]), per input id
+    def hook(module, inputs, output):  # output [B, L, H], [L, B, H] or, under SP, [L/tp, B, H]
         ids = inputs[0]
         pad = (ids == pad_id).reshape(*ids.shape, 1)
         if output.shape[:2] != ids.shape:
-            pad = pad.transpose(0, 1)
+            pad = pad.transpose(0, 1)  # [L, B, 1]
+        if output.shape[0] < pad.shape[0]:  # sequence parallel: this TP rank's positions
+            width = output.shape[0]
+            start = ps.get_tensor_model_parallel_rank() * width
+            pad = pad[start:start + width]
         return torch.where(pad, output.detach(), output)
 
     embedding.register_forward_hook(hook)
