@@ -87,6 +87,8 @@ def test_megatron_refuses_what_it_does_not_implement():
         strategy_options(cfg({"context_parallel_size": 2}))
     with pytest.raises(StrategyConfigError, match="apply_rope_fusion: .* Transformer Engine"):
         strategy_options(cfg({"apply_rope_fusion": True}))
+    with pytest.raises(StrategyConfigError, match="moe_grouped_gemm: .* grouped_gemm package"):
+        strategy_options(cfg({"moe_grouped_gemm": True}))
     with pytest.raises(StrategyConfigError, match="ddp_bucket_size: expected a positive"):
         strategy_options(cfg({"ddp_bucket_size": 0}))
     from flywheel.workers.strategies import megatron_options

@@ -21,7 +21,8 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
             "apply_rope_fusion": False, "overlap_grad_reduce": False, "ddp_bucket_size": None,
             "account_for_loss_in_pipeline_split": False,
-            "account_for_embedding_in_pipeline_split": False, "bias_activation_fusion": False}
+            "account_for_embedding_in_pipeline_split": False, "bias_activation_fusion": False,
+            "moe_grouped_gemm": False}
 # Acting (megatron_ddp.py, megatron_train.py): sequence_parallel, use_distributed_optimizer,
 # overlap_grad_reduce, ddp_bucket_size, bias_activation_fusion (megatron's torch.jit
 # SwiGLU), recompute_granularity.
@@ -37,6 +38,10 @@ NOT_IMPLEMENTED = {
                          "asserts 'apply_rope_fusion is not available' without it), and "
                          "flywheel's install has no Transformer Engine; the updates are the "
                          "same without it: set false",
+    "moe_grouped_gemm": "a speed-up of MoE experts (one grouped GEMM over all of them) that "
+                        "megatron-core runs with the grouped_gemm package or Transformer "
+                        "Engine, neither in flywheel's install, and flywheel's megatron_train "
+                        "builds no MoE layer; the updates are the same without it: set false",
     "account_for_loss_in_pipeline_split": "a speed-up (one layer fewer on the last pipeline "
                                           "stage, which also computes the loss) flywheel's "
                                           "megatron_train does not implement; the updates "
