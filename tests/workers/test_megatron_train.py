@@ -11,6 +11,7 @@ the product path (`flywheel/workers/strategies/megatron_train.py`) is not patche
 
 from __future__ import annotations
 
+import collections
 import sys
 import types
 
@@ -128,6 +129,34 @@ class CPUMegatronWorker(TrainWorker):
     def __init__(self, *args, **kwargs):
         patch_megatron_for_cpu()
         super().__init__(*args, **kwargs)
+
+    def record_grad_reduces(self) -> int:
+        """From now on, note each bucket group's reduce: launched asynchronously or not,
+        and from the backward pass (DDP's hook) or from finalize_model_grads. Returns the
+        number of bucket groups."""
+        self.reduces: list[tuple[bool, bool]] = []
+        groups = self.strategy.ddp.bucket_groups
+        for group in groups:
+            start, finish = group.start_grad_sync, group.finish_grad_sync
+            group.finishing = False
+
+            def started(*a, group=group, start=start, **k):
+                start(*a, **k)
+                self.reduces.append((group.grad_reduce_handle is not None, group.finishing))
+
+            def finished(*a, group=group, finish=finish, **k):
+                group.finishing = True
+                try:
+                    finish(*a, **k)
+                finally:
+                    group.finishing = False
+
+            group.start_grad_sync, group.finish_grad_sync = started, finished
+        return len(groups)
+
+    def grad_reduces(self) -> list[tuple[bool, bool]]:
+        """(asynchronous, from finalize) per reduce launched since record_grad_reduces."""
+        return self.reduces
 
     def optimizer_footprint(self) -> tuple[int, int]:
         """(AdamW moment elements this rank holds, elements of its model shard)."""
@@ -262,7 +291,9 @@ def test_distributed_optimizer_at_two_data_parallel_ranks(train_cluster, tiny_mo
                             {"use_distributed_optimizer": True, "overlap_grad_reduce": True,
                              "ddp_bucket_size": 100_000}, per_device=8, accum=2,
                             worker_cls=CPUMegatronWorker)
+    groups = cluster.call_all("record_grad_reduces")
     check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    overlapped_from_the_backward(cluster, groups)
     holds_its_share_of_adamw(cluster, dp=2)  # AdamW's state exists after its first step
     resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
@@ -275,8 +306,23 @@ def test_overlapped_all_reduce_at_two_data_parallel_ranks(train_cluster, tiny_mo
     cluster = train_cluster("megatron_train", tiny_model_path, 2,
                             {"overlap_grad_reduce": True, "ddp_bucket_size": 100_000},
                             per_device=8, accum=2, worker_cls=CPUMegatronWorker)
+    groups = cluster.call_all("record_grad_reduces")
     check(follows_hf_train(cluster, tiny_model_path, rl_batch))
     holds_its_share_of_adamw(cluster, dp=1)
+    overlapped_from_the_backward(cluster, groups)
+
+
+def overlapped_from_the_backward(cluster, groups: list[int]) -> None:
+    """Several buckets, each reduce launched asynchronously, and after the first mini-batch
+    (where megatron learns how many gradients each parameter gets) from the backward
+    pass, not from finalize_model_grads."""
+    reduces = cluster.call_all("grad_reduces")
+    print("bucket groups per rank:", groups, "reduces (async, from finalize):",
+          [collections.Counter(r) for r in reduces])
+    assert all(g > 1 for g in groups)
+    for per_rank in reduces:
+        assert all(asynchronous for asynchronous, _ in per_rank)
+        assert sum(not from_finalize for _, from_finalize in per_rank) > len(per_rank) / 2
 
 
 @pytest.mark.long  # ~20 s idle: two ranks, 6 steps
