@@ -1,6 +1,6 @@
 """What the CPU suite cannot run, checked on one CUDA GPU: the phase switch of a colocated
-run frees the memory it claims to, and gives it back without changing training; and the
-NCCL path of the weight broadcast.
+run frees the memory it claims to, and gives it back without changing training (hf_train,
+deepspeed_train, megatron_train); and the NCCL path of the weight broadcast.
 
 Run where a GPU is: `python bench/gpu_checks.py --tokenizer-from <a model dir>` (any dir
 with the built-in model's tokenizer files: the check builds a random-init Qwen2 of
@@ -14,6 +14,17 @@ weights as a run that never offloaded (deterministic kernels, so "same" is bit f
 hf_infer: memory around `sleep()` and `wake()`, and the same greedy tokens after. NCCL:
 two processes broadcast the model's weights through `workers/weight_broadcast.py`; on a
 machine with one GPU NCCL may refuse two ranks on one device, and the check says so.
+
+megatron_train (`--skip` keys megatron, megatron_dist): the same phase-switch check at
+DP 1, once through megatron-core's DDP with torch's AdamW and once with its
+DistributedOptimizer and the overlapped reduce (its parameters are then views into DDP's
+parameter buffer, which `offload("model")` moves by megatron's own buffer calls:
+megatron_ddp.offload_megatron). Only what one GPU can show: several data-parallel ranks,
+sequence parallelism and NCCL's reduce-scatter need several GPUs and are checked on the
+CPU's gloo only (tests/workers/test_megatron_train.py). The lent machine has no
+megatron-core: carry its wheel (`pip download megatron-core==0.16.1 --no-deps -d wheels`
+here, `pip install --no-deps wheels/megatron_core-*.whl` there; it imports without
+Transformer Engine or apex, as here).
 
 The vllm and sglang engines are not checked here: the GPU machine this was written for has
 neither, and their CUDA wheels are too large to carry to it.
@@ -148,6 +159,9 @@ def make_trainer(strategy: str, strategy_config: dict, model: Path):
     if strategy == "hf_train":
         from flywheel.workers.strategies.hf_train import HFTrainStrategy
         return HFTrainStrategy(str(model), cfg, seed=0, total_steps=10)
+    if strategy == "megatron_train":
+        from flywheel.workers.strategies.megatron_train import MegatronTrainStrategy
+        return MegatronTrainStrategy(str(model), cfg, seed=0, total_steps=10)
     from flywheel.workers.strategies.deepspeed_train import DeepSpeedTrainStrategy
     return DeepSpeedTrainStrategy(str(model), cfg, seed=0, total_steps=10)
 
@@ -156,6 +170,9 @@ def release(trainer) -> None:
     engine = getattr(trainer, "engine", None)
     if engine is not None and hasattr(engine, "destroy"):
         engine.destroy()
+    if type(trainer).__name__ == "MegatronTrainStrategy":  # the next one initialises anew
+        from megatron.core import parallel_state
+        parallel_state.destroy_model_parallel()
     del trainer
     gc.collect()
     torch.cuda.empty_cache()
@@ -169,7 +186,8 @@ def check_trainer(strategy: str, strategy_config: dict, model: Path, batch,
                   diagnose: bool = False) -> bool:
     """Offload and onload between two train steps change nothing; memory per phase."""
     name = (f"{strategy} zero {strategy_config['zero_stage']}" if "zero_stage" in
-            strategy_config else strategy)
+            strategy_config else f"{strategy} dist-opt" if strategy_config.get(
+                "use_distributed_optimizer") else strategy)
     loss = ActorLoss("ppo", PolicyLossParams(), "token-mean")
 
     def two_steps(phase_switch: bool):
@@ -300,7 +318,7 @@ def main() -> int:
     parser.add_argument("--diagnose", action="store_true",
                         help="list the largest tensors an offload left on the device")
     parser.add_argument("--skip", default="", help="comma list: hf_train,zero1,zero2,"
-                        "zero3,hf_infer,nccl")
+                        "zero3,megatron,megatron_dist,hf_infer,nccl")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(f"torch {torch.__version__}, cuda {torch.version.cuda}, "
@@ -315,7 +333,10 @@ def main() -> int:
         (model / "config.json").read_text())["vocab_size"]))
     results = {}
     cases = [("hf_train", "hf_train", {})] + [
-        (f"zero{s}", "deepspeed_train", {"zero_stage": s}) for s in (1, 2, 3)]
+        (f"zero{s}", "deepspeed_train", {"zero_stage": s}) for s in (1, 2, 3)] + [
+        ("megatron", "megatron_train", {}),
+        ("megatron_dist", "megatron_train", {"use_distributed_optimizer": True,
+                                             "overlap_grad_reduce": True})]
     print("phase switch (memory of this process's GPU):")
     for key, strategy, config in cases:
         if key not in skip:

@@ -19,6 +19,10 @@ flywheel lacks, or the pipeline itself: "pipeline dpo"); and, for every file:
 - vl (RLVR files ROLL runs with its VL pipeline, roll_vl.is_vl): how many convert, and
   the ones excepted by name (`EXCEPTED`: video and audio inputs, which flywheel's prompts
   do not take; issue 29 counts its VL target without them);
+- megatron (files with a role on megatron_train / megatron_infer): how many convert and
+  validate keeping every Megatron strategy_config key on Megatron, how many keep their
+  Megatron role but lose a key (counted by key), how many move off Megatron (MoE, LoRA,
+  VL: to deepspeed_train);
 - envs (agentic, converted): whether every env tag the converted file plays builds with its
   env_config (a key the env does not take validates but fails when the run starts) and its
   tools (tool_use), and starts an episode.
@@ -140,7 +144,7 @@ def _remove_unknown(data: dict, helpers: set[str], path: tuple = ()) -> list[str
     return removed
 
 
-def check(root: Path) -> dict:
+def check(root: Path, envs: bool = True) -> dict:
     rows = []
     for path in sorted((root / "examples").rglob("*.y*ml")):
         kind = kind_of(path)
@@ -153,18 +157,37 @@ def check(root: Path) -> dict:
             row.update(roll_loads=False, reason=str(error))
             rows.append(row)
             continue
+        try:
+            source = resolve_references(load_layers(path).data, schema=PipelineConfig)
+        except ConfigError:  # a reference ROLL resolves and flywheel's resolver does not
+            source = load_layers(path).data
         row.update(roll_loads=True, converted=not conversion.missing and not conversion.typos,
                    missing=conversion.missing, typos=conversion.typos,
-                   ignored=conversion.ignored,
-                   vl=kind == "rlvr" and is_vl(resolve_references(load_layers(path).data,
-                                                                     schema=PipelineConfig)))
+                   ignored=conversion.ignored, vl=kind == "rlvr" and is_vl(source),
+                   **megatron_fate(source, conversion))
         if row["file"] in EXCEPTED and not row["converted"]:
             row["excepted"] = EXCEPTED[row["file"]]
-        if kind == "agentic" and row["converted"]:
+        if envs and kind == "agentic" and row["converted"]:
             row["env_errors"] = env_errors(conversion.data)
         row["native"], row["native_detail"] = native(path)
         rows.append(row)
     return {"rows": rows, "summary": summarize(rows)}
+
+
+def megatron_fate(source: dict, conversion) -> dict:
+    """For a file with a role on Megatron (megatron_train / megatron_infer): those roles,
+    whether the conversion moved one off Megatron (to deepspeed_train), and the Megatron
+    strategy_config keys it dropped (each `dropped` line names its key path)."""
+    roles = sorted(name for name, role in source.items() if isinstance(role, dict) and str(
+        (role.get("strategy_args") or {}).get("strategy_name", "")).startswith("megatron"))
+    if not roles:
+        return {}
+    prefixes = tuple(f"{name}.strategy_args.strategy_config" for name in roles)
+    dropped = [d.split(":")[0] for d in conversion.dropped if d.startswith(prefixes)]
+    moved = [m.split(":")[0] for m in conversion.mapped if m.startswith(tuple(
+        f"{name}.strategy_args: megatron" for name in roles))]
+    return {"megatron_roles": roles, "megatron_moved": moved,
+            "megatron_dropped": sorted({d.split(".", 3)[-1] for d in dropped})}
 
 
 def env_errors(data: dict) -> list[str]:
@@ -224,8 +247,10 @@ def summarize(rows: list[dict]) -> dict:
         "converted_by_kind": {k: sum(1 for r in loads if r["kind"] == k and r["converted"])
                               for k in ("rlvr", "agentic")},
         "agentic_converted_envs_build": sum(1 for r in loads if r.get("converted") and
-                                            r["kind"] == "agentic" and not r["env_errors"]),
+                                            r["kind"] == "agentic"
+                                            and not r.get("env_errors", ["not built"])),
         "not_converted_missing_features": dict(features.most_common()),
+        "megatron": _megatron_summary(loads),
         "vl_rlvr": {"files": sum(1 for r in loads if r.get("vl")),
                     "converted_and_valid": sum(1 for r in loads if r.get("vl") and
                                                r["converted"]),
@@ -247,17 +272,36 @@ def pipeline_table(table: dict) -> str:
     return "\n".join(lines)
 
 
+def _megatron_summary(loads: list[dict]) -> dict:
+    """Files with a Megatron role: how many convert (valid) keeping every Megatron key on
+    Megatron, how many a conversion moves off it, and the Megatron keys dropped, counted
+    over files."""
+    files = [r for r in loads if r.get("megatron_roles")]
+    kept = [r for r in files if r["converted"] and not r["megatron_moved"]
+            and not r["megatron_dropped"]]
+    dropped = collections.Counter(k for r in files if not r["megatron_moved"]
+                                  for k in r["megatron_dropped"])
+    return {"files": len(files),
+            "converted_on_megatron_dropping_no_key": len(kept),
+            "on_megatron_dropping_a_key": sum(1 for r in files if not r["megatron_moved"]
+                                             and r["megatron_dropped"]),
+            "moved_off_megatron": sum(1 for r in files if r["megatron_moved"]),
+            "dropped_keys_on_megatron": dict(dropped.most_common())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("roll", type=Path, help="a ROLL checkout (with examples/)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here")
     parser.add_argument("--list", action="store_true", help="print one line per file")
+    parser.add_argument("--skip-envs", action="store_true",
+                        help="do not build the converted agentic files' envs (faster)")
     args = parser.parse_args(argv)
     if not (args.roll / "examples").is_dir():
         print(f"error: {args.roll}: no examples/ folder (expected a ROLL checkout)",
               file=sys.stderr)
         return 2
-    result = check(args.roll)
+    result = check(args.roll, envs=not args.skip_envs)
     if args.list:
         for r in result["rows"]:
             status = ("ROLL fails" if not r["roll_loads"] else

@@ -246,9 +246,10 @@ def test_zero3_with_torch_adam_cannot_free_memory_between_phases():
     ("critic", "deepspeed_train", {"zero_stage": 2, "offload_param": True},
      "critic.strategy_args.strategy_config.offload_param: parameter offload needs zero_stage: 3"),
     ("actor_train", "megatron_train", {"context_parallel_size": 2},
-     "actor_train.strategy_args.strategy_config.context_parallel_size: only 1 is supported"),
-    ("actor_train", "megatron_train", {"use_distributed_optimizer": True},
-     "actor_train.strategy_args.strategy_config.use_distributed_optimizer: a memory saving"),
+     "actor_train.strategy_args.strategy_config.context_parallel_size: megatron-core 0.16 "
+     "splits the sequence over context-parallel ranks only in Transformer Engine's attention"),
+    ("actor_train", "megatron_train", {"apply_rope_fusion": True},
+     "actor_train.strategy_args.strategy_config.apply_rope_fusion: a speed-up"),
     ("actor_infer", "vllm", {"seed": 3},
      "actor_infer.strategy_args.strategy_config.seed: vllm takes it from the top-level seed"),
     ("actor_infer", "sglang", {"random_seed": 3},

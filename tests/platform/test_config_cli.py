@@ -118,9 +118,7 @@ def test_validate_ok():
 
 # What the seed's backends would refuse at start, validate refuses (test_config_roll.py);
 # with these it validates.
-ROLL_RLVR_FITS = ["actor_train.strategy_args.strategy_config.sequence_parallel=false",
-                  "actor_train.strategy_args.strategy_config.use_distributed_optimizer=false",
-                  "actor_infer.generating_args.top_k=-1", "actor_infer.generating_args.top_p=1.0"]
+ROLL_RLVR_FITS = ["actor_infer.generating_args.top_k=-1", "actor_infer.generating_args.top_p=1.0"]
 
 
 # `validate`, `show-config` and `convert` a user runs before anything else; torch,

@@ -1,7 +1,8 @@
 """The ROLL seed's RLVR example: what flywheel's backends would refuse at start is refused
-by the loader, one line at a time (only Megatron's memory savings remain: its sglang with
-top_k 100 / top_p 0.99 is renormalised over sglang's top-k log-probs); with those settings
-changed it loads, and what this machine lacks is only warned about."""
+by the loader (no Megatron key any more: megatron_train runs its sequence parallelism and
+distributed optimizer; its sglang with top_k 100 / top_p 0.99 is renormalised over sglang's
+top-k log-probs, and top_p alone is refused); as written it loads, and what this machine
+lacks is only warned about."""
 
 from pathlib import Path
 
@@ -15,21 +16,17 @@ ROLL = Path(__file__).parents[1] / "data" / "configs" / "roll"
 
 
 MEGATRON = "actor_train.strategy_args.strategy_config."
-NO_SP = [f"{MEGATRON}sequence_parallel=false", f"{MEGATRON}use_distributed_optimizer=false"]
-FITS = NO_SP
+FITS: list[str] = []
 # (overrides, the refusal the loader reports then), one at a time
 REFUSALS = [
-    ([], f"{MEGATRON}sequence_parallel: a memory saving"),
-    (NO_SP[:1], f"{MEGATRON}use_distributed_optimizer: a memory saving"),
-    (NO_SP + ["actor_infer.generating_args.top_k=-1"],  # top_p alone has no top-k bound
+    (["actor_infer.generating_args.top_k=-1"],  # top_p alone has no top-k bound
      "actor_infer.generating_args.top_p: SGLang's log-probs leave out its top-p truncation"),
 ]
 
 
 def test_roll_rlvr_async_example_is_refused_for_what_its_backends_cannot_do():
-    """megatron_train's sequence_parallel / use_distributed_optimizer (memory savings it
-    does not implement) and sglang's log-probs of a truncated distribution: refused by
-    the loader, not at start."""
+    """sglang's log-probs of a top-p truncated distribution: refused by the loader, not at
+    start."""
     for overrides, refusal in REFUSALS:
         with pytest.raises(ConfigError) as e:
             load_config(ROLL / "rlvr_config_async.yaml", overrides)
@@ -46,7 +43,9 @@ def test_roll_rlvr_async_example_loads_with_those_settings_changed():
     assert cfg.actor_train.training_args.weight_decay == 0.0
     assert type(cfg.actor_train.training_args.weight_decay) is float  # written as `0`
     assert cfg.actor_train.strategy_args.strategy_name == "megatron_train"
-    assert cfg.actor_train.strategy_args.strategy_config["tensor_model_parallel_size"] == 2
+    megatron = cfg.actor_train.strategy_args.strategy_config
+    assert megatron["tensor_model_parallel_size"] == 2
+    assert megatron["sequence_parallel"] and megatron["use_distributed_optimizer"]
     assert cfg.actor_train.device_mapping == list(range(16))
     assert cfg.actor_infer.device_mapping == list(range(16, 24))
     assert cfg.actor_infer.strategy_args.strategy_name == "sglang"

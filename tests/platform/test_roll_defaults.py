@@ -109,8 +109,10 @@ def test_a_kl_loss_without_its_weight_is_dropped_as_roll_adds_nothing_either(tmp
 
 
 def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
-    """megatron's sequence_parallel / use_distributed_optimizer (memory savings, the same
-    updates) are dropped with the backend's reason; sglang sampling a top-k / top-p
+    """megatron's keys that act stay (the distributed optimizer, the overlapped reduce,
+    the fused SwiGLU); those it refuses as speed-ups or memory savings with the same
+    updates are dropped with the backend's reason (sequence parallelism at TP 1, the
+    interleaved schedule, the TE-only RoPE fusion); sglang sampling a top-k / top-p
     truncated distribution becomes vllm, which gives that distribution's log-probs."""
     conversion, cfg = convert(tmp_path, {
         "adv_estimator": "grpo",
@@ -122,16 +124,20 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
         "actor_infer": {"generating_args": {"top_k": 100, "top_p": 0.99},
                         "strategy_args": {"strategy_name": "sglang",
                                           "strategy_config": {"mem_fraction_static": 0.8}}}})
-    assert cfg.actor_train.strategy_args.strategy_config == {}
+    assert cfg.actor_train.strategy_args.strategy_config == {
+        "use_distributed_optimizer": True, "overlap_grad_reduce": True,
+        "bias_activation_fusion": True}
     assert cfg.actor_infer.strategy_args.strategy_name == "vllm"
     assert cfg.actor_infer.strategy_args.strategy_config == {}
     assert any(d.startswith("actor_train.strategy_args.strategy_config.sequence_parallel: a "
-                            "memory saving") for d in conversion.dropped)
+                            "memory saving") and "tensor_model_parallel_size >= 2" in d
+               for d in conversion.dropped)
     for key in ("virtual_pipeline_model_parallel_size", "apply_rope_fusion",
-                "overlap_grad_reduce", "bias_activation_fusion",
                 "account_for_embedding_in_pipeline_split"):
         assert any(d.startswith(f"actor_train.strategy_args.strategy_config.{key}: a "
                                 "speed-up") for d in conversion.dropped)
+    assert not any(k in d for d in conversion.dropped for k in (
+        "use_distributed_optimizer", "overlap_grad_reduce", "bias_activation_fusion"))
     assert any(m.startswith("actor_infer.strategy_args.strategy_name: sglang -> vllm")
                for m in conversion.mapped)
 

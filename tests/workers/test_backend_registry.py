@@ -75,8 +75,27 @@ def test_megatron_refuses_what_it_does_not_implement():
     def cfg(options):
         return WorkerConfig(strategy_args=StrategyArgs("megatron_train", options))
 
-    with pytest.raises(StrategyConfigError, match="use_distributed_optimizer: a memory saving"):
-        strategy_options(cfg({"use_distributed_optimizer": True}))
+    acting = {"use_distributed_optimizer": True, "overlap_grad_reduce": True,
+              "ddp_bucket_size": 1000, "bias_activation_fusion": True,
+              "tensor_model_parallel_size": 2, "sequence_parallel": True}
+    assert all(strategy_options(cfg(acting))[k] == v for k, v in acting.items())
+    with pytest.raises(StrategyConfigError, match="sequence_parallel: .* needs "
+                                                  "tensor_model_parallel_size >= 2"):
+        strategy_options(cfg({"sequence_parallel": True}))
+    with pytest.raises(StrategyConfigError, match="context_parallel_size: .* only in "
+                                                  "Transformer Engine's attention"):
+        strategy_options(cfg({"context_parallel_size": 2}))
+    with pytest.raises(StrategyConfigError, match="apply_rope_fusion: .* Transformer Engine"):
+        strategy_options(cfg({"apply_rope_fusion": True}))
+    with pytest.raises(StrategyConfigError, match="moe_grouped_gemm: .* grouped_gemm package"):
+        strategy_options(cfg({"moe_grouped_gemm": True}))
+    with pytest.raises(StrategyConfigError, match="ddp_bucket_size: expected a positive"):
+        strategy_options(cfg({"ddp_bucket_size": 0}))
+    from flywheel.workers.strategies import megatron_options
+
+    with pytest.raises(StrategyConfigError, match="sequence_parallel: not built for the "
+                                                  "critic's value head"):
+        megatron_options.check("critic", cfg(acting), None)
     with pytest.raises(StrategyConfigError, match="unknown key for megatron_train"):
         strategy_options(cfg({"tensor_parallel_size": 2}))
     assert strategy_options(cfg({"tensor_model_parallel_size": 2}))[

@@ -1,15 +1,17 @@
 """megatron_train against hf_train: log-probs, loss curve, weights; TP, PP and DP ranks.
 
 megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-code CUDA
-(RoPE and p2p buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda" zeros in
-the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage, CUDA's
-autocast replayed in its linear layers' backward). The
+(RoPE, p2p and DDP buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda"
+zeros in the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage,
+CUDA's autocast replayed in its linear layers' backward, the optimizers' "cuda" flags and
+the distributed optimizer's CUDA type names). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
 the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 import types
 
@@ -65,6 +67,46 @@ def patch_megatron_for_cpu() -> None:
 
     schedules.torch = CPUTorch("torch")
     cpu_autocast_in_linear_backward()
+    cpu_megatron_optimizer()
+
+
+def cpu_megatron_optimizer() -> None:
+    """megatron's optimizers make their flags with torch.tensor(device="cuda"), and the
+    distributed optimizer sorts parameters by `Tensor.type()` names that are CUDA's
+    ("torch.cuda.FloatTensor"): flags on the CPU, and the CPU's type names read as CUDA's
+    while it sorts (DDP's buffers allocate on torch.cuda.current_device(), patched above)."""
+    import megatron.core.optimizer.distrib_optimizer as distrib
+    import megatron.core.optimizer.optimizer as optimizer
+
+    class CPUFlags(types.ModuleType):
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def tensor(*args, device=None, **kwargs):
+            return torch.tensor(*args, **kwargs)
+
+    optimizer.torch = CPUFlags("torch")
+    build = distrib.DistributedOptimizer._build_model_and_main_param_groups.__func__
+    if getattr(build, "_cpu_types", False):
+        return
+
+    def build_with_cuda_names(cls, *args, **kwargs):
+        plain = torch.Tensor.type
+
+        def cuda_name(self, *a, **k):
+            name = plain(self, *a, **k)
+            return name.replace("torch.", "torch.cuda.", 1) if not a and not k else name
+
+        torch.Tensor.type = cuda_name
+        try:
+            return build(cls, *args, **kwargs)
+        finally:
+            torch.Tensor.type = plain
+
+    build_with_cuda_names._cpu_types = True
+    distrib.DistributedOptimizer._build_model_and_main_param_groups = classmethod(
+        build_with_cuda_names)
 
 
 def cpu_autocast_in_linear_backward() -> None:
@@ -87,6 +129,42 @@ class CPUMegatronWorker(TrainWorker):
     def __init__(self, *args, **kwargs):
         patch_megatron_for_cpu()
         super().__init__(*args, **kwargs)
+
+    def record_grad_reduces(self) -> int:
+        """From now on, note each bucket group's reduce: launched asynchronously or not,
+        and from the backward pass (DDP's hook) or from finalize_model_grads. Returns the
+        number of bucket groups."""
+        self.reduces: list[tuple[bool, bool]] = []
+        groups = self.strategy.ddp.bucket_groups
+        for group in groups:
+            start, finish = group.start_grad_sync, group.finish_grad_sync
+            group.finishing = False
+
+            def started(*a, group=group, start=start, **k):
+                start(*a, **k)
+                self.reduces.append((group.grad_reduce_handle is not None, group.finishing))
+
+            def finished(*a, group=group, finish=finish, **k):
+                group.finishing = True
+                try:
+                    finish(*a, **k)
+                finally:
+                    group.finishing = False
+
+            group.start_grad_sync, group.finish_grad_sync = started, finished
+        return len(groups)
+
+    def grad_reduces(self) -> list[tuple[bool, bool]]:
+        """(asynchronous, from finalize) per reduce launched since record_grad_reduces."""
+        return self.reduces
+
+    def optimizer_footprint(self) -> tuple[int, int]:
+        """(AdamW moment elements this rank holds, elements of its model shard)."""
+        from flywheel.workers.strategies.megatron_ddp import state_numel
+
+        strategy = self.strategy
+        return (state_numel(strategy.optimizer),
+                sum(p.numel() for p in strategy.model.parameters() if p.requires_grad))
 
 
 class FP16MegatronWorker(CPUMegatronWorker):
@@ -157,29 +235,103 @@ def check(diffs: dict[str, float]) -> None:
     assert diffs["weights"] < 1e-4
 
 
-def test_one_rank_matches_hf_train_and_resumes_from_checkpoint(train_cluster, tiny_model_path,
-                                                              rl_batch, tmp_path):
-    cluster = train_cluster("megatron_train", tiny_model_path, 1, {}, per_device=8, accum=4,
-                            worker_cls=CPUMegatronWorker)
-    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+def resumes_exactly(cluster, batch, path) -> None:
+    """save, one step, load, the same step again: the same metrics and weights, bit for
+    bit (weights, AdamW moments or their distributed slices, schedule, RNG)."""
+    world = cluster.world_size
     saved = cluster_weights(cluster)
-    cluster.call_all("save", str(tmp_path / "ckpt"))
+    cluster.call_all("save", str(path))
     loss = actor_loss(entropy_coef=0.01)
 
-    def next_step() -> tuple[dict, dict]:
-        metrics = cluster.scatter("train_step", [rl_batch], loss_fn=loss, ppo_epochs=1)[0]
-        return metrics, cluster_weights(cluster)
+    def next_step() -> tuple[list[dict], dict]:
+        metrics = cluster.scatter("train_step", batch.shard(world), loss_fn=loss,
+                                  ppo_epochs=1)
+        return [untimed(m) for m in metrics], cluster_weights(cluster)
 
     first = next_step()
-    cluster.call_all("load", str(tmp_path / "ckpt"))  # weights, AdamW moments, schedule
+    cluster.call_all("load", str(path))
     assert weight_diff(cluster_weights(cluster), saved) == 0.0
     again = next_step()
-    assert untimed(again[0]) == untimed(first[0]) and weight_diff(again[1], first[1]) == 0.0
-    hf_dir = tmp_path / "ckpt" / "model"  # the full model in HF format, loadable as is
+    assert again[0] == first[0] and weight_diff(again[1], first[1]) == 0.0
+    hf_dir = path / "model"  # the full model in HF format, loadable as is
     from flywheel.workers.strategies.megatron_parallel import load_hf_tensors
 
     assert weight_diff(load_hf_tensors(str(hf_dir)), saved) == 0.0
     assert (hf_dir / "config.json").exists()
+
+
+def test_one_rank_matches_hf_train_and_resumes_from_checkpoint(train_cluster, tiny_model_path,
+                                                              rl_batch, tmp_path):
+    # bias_activation_fusion: megatron's torch.jit SwiGLU, the same numbers
+    cluster = train_cluster("megatron_train", tiny_model_path, 1,
+                            {"bias_activation_fusion": True}, per_device=8, accum=4,
+                            worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+def holds_its_share_of_adamw(cluster, dp: int) -> None:
+    """Each rank holds 1/dp of its model shard's AdamW moments (two per element; within
+    1 %: megatron cuts its padded buckets, not the parameters, into dp equal slices), and
+    the data-parallel ranks together hold each element's moments once."""
+    footprints = cluster.call_all("optimizer_footprint")
+    print("AdamW moment elements per rank, local parameters:", footprints)
+    for state, params in footprints:
+        assert abs(state - 2 * params / dp) <= 0.01 * 2 * params / dp, (state, params, dp)
+    assert sum(state for state, _ in footprints) == sum(2 * p for _, p in footprints) / dp
+
+
+@pytest.mark.long  # ~15 s idle, ~1 min under load: two ranks, 6 steps and a resume
+def test_distributed_optimizer_at_two_data_parallel_ranks(train_cluster, tiny_model_path,
+                                                          rl_batch, tmp_path):
+    """megatron-core's DDP (its gradients reduce-scattered, bucket by bucket, overlapped
+    with the backward) and DistributedOptimizer at DP 2: hf_train's loss, grad norm and
+    weights on one rank, half the AdamW state per rank, and an exact resume."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"use_distributed_optimizer": True, "overlap_grad_reduce": True,
+                             "ddp_bucket_size": 100_000}, per_device=8, accum=2,
+                            worker_cls=CPUMegatronWorker)
+    groups = cluster.call_all("record_grad_reduces")
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    overlapped_from_the_backward(cluster, groups)
+    holds_its_share_of_adamw(cluster, dp=2)  # AdamW's state exists after its first step
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+@pytest.mark.long  # ~15 s idle: two ranks, 6 steps
+def test_overlapped_all_reduce_at_two_data_parallel_ranks(train_cluster, tiny_model_path,
+                                                          rl_batch):
+    """Without the distributed optimizer: DDP's buckets all-reduced from the backward, torch's
+    AdamW over the whole parameters on each rank."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"overlap_grad_reduce": True, "ddp_bucket_size": 100_000},
+                            per_device=8, accum=2, worker_cls=CPUMegatronWorker)
+    groups = cluster.call_all("record_grad_reduces")
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+    holds_its_share_of_adamw(cluster, dp=1)
+    overlapped_from_the_backward(cluster, groups)
+
+
+def overlapped_from_the_backward(cluster, groups: list[int]) -> None:
+    """Several buckets, each reduce launched asynchronously, and after the first mini-batch
+    (where megatron learns how many gradients each parameter gets) from the backward
+    pass, not from finalize_model_grads."""
+    reduces = cluster.call_all("grad_reduces")
+    print("bucket groups per rank:", groups, "reduces (async, from finalize):",
+          [collections.Counter(r) for r in reduces])
+    assert all(g > 1 for g in groups)
+    for per_rank in reduces:
+        assert all(asynchronous for asynchronous, _ in per_rank)
+        assert sum(not from_finalize for _, from_finalize in per_rank) > len(per_rank) / 2
+
+
+@pytest.mark.long  # ~20 s idle: two ranks, 6 steps
+def test_sequence_parallel_at_two_tensor_parallel_ranks(train_cluster, kv2_model_path):
+    batch = make_rl_batch(kv2_model_path)
+    cluster = train_cluster("megatron_train", kv2_model_path, 2,
+                            {"tensor_model_parallel_size": 2, "sequence_parallel": True},
+                            per_device=8, accum=4, worker_cls=CPUMegatronWorker)
+    check(follows_hf_train(cluster, kv2_model_path, batch))
 
 
 def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):
@@ -214,19 +366,25 @@ def truncation_margins(model_path: str, batch, temperature: float, top_k: int,
 
 def test_tensor_and_data_parallel_under_a_truncated_distribution(train_cluster,
                                                                    kv2_model_path):
-    """TP splits the vocabulary; top-k / top-p keep tokens by the whole of it, so the log-
-    probs (and gradients) of the sampled distribution match hf_train's on one rank.
+    """TP splits the vocabulary (and, sequence-parallel, the activations' sequence);
+    top-k / top-p keep tokens by the whole of it, so the log-probs (and gradients) of the
+    sampled distribution match hf_train's on one rank.
     top-k 48 / top-p 0.8 keep every position of this batch >= 1e-4 from both truncation
     boundaries (at 40 / 0.9 two positions sat 3e-6 and 9e-6 from them, and the weights
     differed by 8e-4 on one CPU): the test checks the kept set, not float ties."""
     batch = make_rl_batch(kv2_model_path)
     assert min(truncation_margins(kv2_model_path, batch, 0.7, 48, 0.8)) > 1e-4
     head = policy_head(temperature=0.7, top_k=48, top_p=0.8, do_sample=True)
-    # world 4 = TP 2 x DP 2: each replica trains 16 rows (8 x 2), the global batch is 32
+    # world 4 = TP 2 x DP 2: each replica trains 16 rows (8 x 2), the global batch is 32;
+    # with Megatron's memory savings on (sequence parallel, the distributed optimizer, the
+    # overlapped reduce-scatter of small buckets), each of which must leave the numbers be
     cluster = train_cluster("megatron_train", kv2_model_path, 4,
-                            {"tensor_model_parallel_size": 2}, per_device=8, accum=2,
+                            {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                             "use_distributed_optimizer": True, "overlap_grad_reduce": True,
+                             "ddp_bucket_size": 100_000}, per_device=8, accum=2,
                             worker_cls=CPUMegatronWorker, head=head)
     check(follows_hf_train(cluster, kv2_model_path, batch, head=head))
+    holds_its_share_of_adamw(cluster, dp=2)
 
 
 def test_fp16_skips_overflowing_steps_under_its_loss_scaler(train_cluster, tiny_model_path,

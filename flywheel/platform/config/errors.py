@@ -50,8 +50,9 @@ class StrategyConfigError(ConfigError, ValueError):
 
 
 class MissingMemorySaving(StrategyConfigError):
-    """A memory saving or speed-up the backend does not implement (megatron's
-    sequence_parallel, its interleaved pipeline schedule): the updates are the same without
+    """A memory saving or speed-up the backend does not implement (megatron's interleaved
+    pipeline schedule, its Transformer Engine RoPE fusion, sequence_parallel at TP 1, where
+    it does nothing): the updates are the same without
     it, so a converted config may drop the key (config/roll_backends.py) where a user's own
     config is told to unset it."""
 

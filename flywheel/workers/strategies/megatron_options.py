@@ -19,28 +19,29 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
             "sequence_parallel": False, "use_distributed_optimizer": False,
             "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
-            "apply_rope_fusion": False, "overlap_grad_reduce": False,
+            "apply_rope_fusion": False, "overlap_grad_reduce": False, "ddp_bucket_size": None,
             "account_for_loss_in_pipeline_split": False,
-            "account_for_embedding_in_pipeline_split": False, "bias_activation_fusion": False}
-# Memory savings and speed-ups of Megatron's that this backend does not implement; without
-# them the updates are the same, only more memory or time is used.
+            "account_for_embedding_in_pipeline_split": False, "bias_activation_fusion": False,
+            "moe_grouped_gemm": False}
+# Acting (megatron_ddp.py, megatron_train.py): sequence_parallel, use_distributed_optimizer,
+# overlap_grad_reduce, ddp_bucket_size, bias_activation_fusion (megatron's torch.jit
+# SwiGLU), recompute_granularity.
+# Megatron speed-ups this backend does not run; without them the updates are the same,
+# only more time is used.
 NOT_IMPLEMENTED = {
-    "sequence_parallel": "a memory saving (activations split across the tensor-parallel "
-                         "ranks) flywheel's megatron_train does not implement; the updates "
-                         "are the same without it: set false",
-    "use_distributed_optimizer": "a memory saving (AdamW state sharded across the "
-                                 "data-parallel ranks) flywheel's megatron_train does not "
-                                 "implement; the updates are the same without it: set false",
     "virtual_pipeline_model_parallel_size": "a speed-up (the interleaved pipeline schedule, "
                                             "smaller bubbles) flywheel's megatron_train does "
                                             "not implement; the updates are the same without "
                                             "it: leave it unset",
-    "apply_rope_fusion": "a speed-up (Megatron's fused rotary-embedding kernel) flywheel's "
-                         "megatron_train does not implement; the updates are the same "
-                         "without it: set false",
-    "overlap_grad_reduce": "a speed-up (the gradient all-reduce overlapped with the "
-                           "backward pass) flywheel's megatron_train does not implement; "
-                           "the updates are the same without it: set false",
+    "apply_rope_fusion": "a speed-up (megatron-core's fused rotary-embedding kernel) that "
+                         "megatron-core takes from Transformer Engine only (rope_utils.py "
+                         "asserts 'apply_rope_fusion is not available' without it), and "
+                         "flywheel's install has no Transformer Engine; the updates are the "
+                         "same without it: set false",
+    "moe_grouped_gemm": "a speed-up of MoE experts (one grouped GEMM over all of them) that "
+                        "megatron-core runs with the grouped_gemm package or Transformer "
+                        "Engine, neither in flywheel's install, and flywheel's megatron_train "
+                        "builds no MoE layer; the updates are the same without it: set false",
     "account_for_loss_in_pipeline_split": "a speed-up (one layer fewer on the last pipeline "
                                           "stage, which also computes the loss) flywheel's "
                                           "megatron_train does not implement; the updates "
@@ -50,16 +51,30 @@ NOT_IMPLEMENTED = {
                                                "tokens) flywheel's megatron_train does not "
                                                "implement; the updates are the same "
                                                "without it: set false",
-    "bias_activation_fusion": "a speed-up (Megatron's fused bias-and-activation kernel) "
-                              "flywheel's megatron_train does not implement; the updates "
-                              "are the same without it: set false",
 }
+CONTEXT_PARALLEL = ("megatron-core 0.16 splits the sequence over context-parallel ranks only "
+                    "in Transformer Engine's attention: the local DotProductAttention "
+                    "flywheel's megatron_train builds asserts context_parallel_size == 1 "
+                    "('Context parallelism is only supported by TEDotProductAttention!', "
+                    "megatron/core/transformer/dot_product_attention.py), and flywheel's "
+                    "install has no Transformer Engine: set 1")
 
 
 def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
     options = checked_config("megatron_train", strategy_config, DEFAULTS)
-    for key in ("context_parallel_size", "expert_model_parallel_size"):
-        require(options[key] == 1, key, "only 1 is supported by flywheel's megatron_train")
+    require(options["context_parallel_size"] == 1, "context_parallel_size", CONTEXT_PARALLEL)
+    require(options["expert_model_parallel_size"] == 1, "expert_model_parallel_size",
+            "only 1 is supported by flywheel's megatron_train (it builds no MoE layer)")
+    require(not options["sequence_parallel"] or options["tensor_model_parallel_size"] >= 2,
+            "sequence_parallel", "a memory saving that splits the activations across the "
+            "tensor-parallel ranks: it needs tensor_model_parallel_size >= 2 (megatron-core "
+            "refuses it at 1, ROLL's mcore_adapter turns it off there); the updates are "
+            "the same without it: set false", MissingMemorySaving)
+    bucket = options["ddp_bucket_size"]
+    require(bucket is None or (isinstance(bucket, int) and not isinstance(bucket, bool)
+                               and bucket > 0),
+            "ddp_bucket_size", "expected a positive number of elements per gradient bucket, "
+            "or null (Megatron's default)")
     for key, why in NOT_IMPLEMENTED.items():
         require(not options[key], key, why, MissingMemorySaving)
     require(options["recompute_granularity"] in (None, "full", "selective"),
@@ -69,4 +84,11 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
 
 def check(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:
     """`kind`: the role kind (derived.Role.kind); every key of strategy_config checked."""
-    strategy_options(worker.strategy_args.strategy_config)
+    options = strategy_options(worker.strategy_args.strategy_config)
+    require_policy_for_sequence_parallel(kind == "critic", options)
+
+
+def require_policy_for_sequence_parallel(value_head: bool, options: dict[str, Any]) -> None:
+    require(not (value_head and options["sequence_parallel"]), "sequence_parallel",
+            "not built for the critic's value head (its hidden states would stay split "
+            "across the tensor-parallel ranks): set false on the critic")

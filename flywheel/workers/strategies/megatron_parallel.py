@@ -1,5 +1,5 @@
-"""The collective pieces of megatron_train: data across model-parallel ranks, gradients
-across data-parallel ranks, and log-probs across a vocabulary split over TP ranks.
+"""The collective pieces of megatron_train: data across model-parallel ranks and log-probs
+across a vocabulary split over TP ranks (gradients: megatron_ddp.py).
 
 Each function is written for any TP/PP/DP sizes and reduces to the single-process
 computation when they are all 1 (every collective is then over a group of one).
@@ -25,7 +25,6 @@ from flywheel.algorithms.sampled_distribution import (
     finite,
 )
 from flywheel.workers.batch import SAMPLE_FIELDS, Extra, Extras, TokenBatch
-from flywheel.workers.strategies.megatron_weights import tp_dim
 
 
 def load_hf_tensors(path: str) -> dict[str, torch.Tensor]:
@@ -50,6 +49,14 @@ def gather_model_parallel(batch: TokenBatch) -> tuple[TokenBatch, slice]:
     dist.all_gather_object(shards, batch, group=group)
     index = dist.get_rank(group)
     return concat_batches(shards), slice(index * len(batch), (index + 1) * len(batch))
+
+
+def widened_to_multiple(batch: TokenBatch, multiple: int) -> TokenBatch:
+    """`batch` right-padded (masks 0) to a width that divides by `multiple`: sequence
+    parallelism splits the sequence into TP equal parts. Causal attention keeps the added
+    columns out of every real position; the loss masks leave them out of the loss."""
+    extra = -batch.input_ids.shape[1] % multiple
+    return batch if not extra else batch.map(lambda t: F.pad(t, (0, extra)), lambda t: t)
 
 
 def micro_rows(n: int, cap: int) -> int:
@@ -82,11 +89,15 @@ def freeze_padding_row(embedding: torch.nn.Module, pad_id: int) -> None:
     gradient (its output-layer row, when tied, still does). Megatron's embedding has no
     padding_idx, so the same is done by detaching the pad positions' embeddings."""
 
-    def hook(module, inputs, output):  # output [B, L, H] (or [L, B, H]), per input id
+    def hook(module, inputs, output):  # output [B, L, H], [L, B, H] or, under SP, [L/tp, B, H]
         ids = inputs[0]
         pad = (ids == pad_id).reshape(*ids.shape, 1)
         if output.shape[:2] != ids.shape:
-            pad = pad.transpose(0, 1)
+            pad = pad.transpose(0, 1)  # [L, B, 1]
+        if output.shape[0] < pad.shape[0]:  # sequence parallel: this TP rank's positions
+            width = output.shape[0]
+            start = ps.get_tensor_model_parallel_rank() * width
+            pad = pad[start:start + width]
         return torch.where(pad, output.detach(), output)
 
     embedding.register_forward_hook(hook)
@@ -153,40 +164,3 @@ def _dropped_here(logits: torch.Tensor, distribution: SampledDistribution,
     dropped = torch.isinf(distribution.logits(torch.cat(parts, dim=-1)))
     rank, width = ps.get_tensor_model_parallel_rank(), local.shape[-1]
     return dropped[..., rank * width:(rank + 1) * width]
-
-
-def summed_grads_and_norm(model: torch.nn.Module, max_norm: float, tied: bool) -> float:
-    """Sum gradients over DP (and tied embeddings over the embedding group), clip by the
-    global norm; the norm. Which parameters are TP-sliced is decided by name (megatron's
-    own `tensor_model_parallel` flag is only set when megatron initialises the weights),
-    so TP-replicated ones (norms) count on TP rank 0 only, and the last stage's copy of
-    a tied embedding not at all."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    dp_group = ps.get_data_parallel_group()
-    if dist.get_world_size(dp_group) > 1:
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        dist.all_reduce(flat, group=dp_group)
-        for p, g in zip(params, flat.split([p.numel() for p in params])):
-            p.grad.copy_(g.view_as(p.grad))
-    pipelined = ps.get_pipeline_model_parallel_world_size() > 1
-    if tied and pipelined and ps.is_rank_in_embedding_group():
-        shared = model.shared_embedding_or_output_weight()
-        dist.all_reduce(shared.grad, group=ps.get_embedding_group())
-    first_tp = ps.get_tensor_model_parallel_rank() == 0
-    tied_copy = tied and pipelined and not ps.is_pipeline_first_stage()
-    counted = [p for n, p in named if (tp_dim(n) is not None or first_tp)
-               and not (tied_copy and n == "output_layer.weight")]
-    squares = sum((p.grad.float().pow(2).sum() for p in counted),
-                  torch.zeros((), device=params[0].device))
-    dist.all_reduce(squares, group=ps.get_model_parallel_group())
-    norm = float(squares.sqrt())
-    if max_norm > 0 and norm > 0:
-        coef = max_norm / (norm + 1e-6)
-        if coef < 1.0:
-            for p in params:
-                p.grad.mul_(coef)
-    return norm

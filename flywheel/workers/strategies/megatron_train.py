@@ -13,11 +13,21 @@ Loss and gradients. The update is the shared loop (`train_loop.py`); its
 (`get_forward_backward_func`, which also drives PP) with `calculate_per_token_loss`, so the
 loss function's value is back-propagated as is. `counts` are all-reduced over DP, making
 each replica's loss its share of the global mini-batch loss; gradients are then *summed*
-over DP, and tied-embedding gradients summed between the first and last PP stage. The
-global grad norm counts TP-replicated parameters once. Log-probs are a vocab-parallel
-log-softmax (max, sum-exp and the target logit reduced over TP), equal to HF's. As in HF
-(`nn.Embedding(padding_idx=pad)`), the pad token's input embedding gets no gradient.
+over DP by megatron-core's DDP, and tied-embedding gradients summed between the first and
+last PP stage by its `finalize_model_grads` (megatron_ddp.py: buckets, the overlapped
+reduce, the distributed optimizer). The global grad norm counts TP-replicated parameters
+once. Log-probs are a vocab-parallel log-softmax (max, sum-exp and the target logit
+reduced over TP), equal to HF's. As in HF (`nn.Embedding(padding_idx=pad)`), the pad
+token's input embedding gets no gradient.
 TP needs the vocabulary and the KV heads to divide by its size (no vocab padding yet).
+`sequence_parallel` (TP >= 2) splits the activations outside attention and the MLP (the
+norms, the residual stream, dropout) along the sequence over the TP ranks, as megatron-core
+does (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", section 4.2.2): the embedding's output is scattered, the linear layers all-gather
+and reduce-scatter where they all-reduced before, and each norm's weight gradient is summed
+over TP. Its norms are torch's RMSNorm, marked for that sum (`SequenceParallelRMSNorm`;
+megatron's own torch-norm wrapper refuses SP, its fused one needs apex). Sequences are
+right-padded to a multiple of TP.
 The critic is the same model with `ValueOutput` in place of the output layer (untied).
 
 Old log-probs stay a separate forward here, even for a one-step update (the base
@@ -26,25 +36,26 @@ the objective runs on the last PP stage only, over the union of the replica's sh
 so the training forward's log-probs are neither on every rank nor of the rank's own rows,
 and the whole-batch off-policy metrics would need their own gather and broadcast.
 
-Deliberately plain: AdamW from torch over local parameters (fp32 masters; bf16/fp16 in
-`model_args.dtype` run the forward under autocast, and fp16 back-propagates a dynamically
-scaled loss: mixed_precision.py, whose skip decision comes from the global grad norm, the
-same on every rank), and grad all-reduce with torch.distributed, instead of megatron's
-DDP / DistributedOptimizer, whose buffers hard-code CUDA. So `use_distributed_optimizer`,
-`sequence_parallel`, context and expert parallelism are refused with an error rather than
-silently ignored.
+Precision: fp32 parameters (the masters), their fp32 gradient buffers and AdamW's fp32
+moments; bf16/fp16 in `model_args.dtype` run the forward under autocast, and fp16
+back-propagates a dynamically scaled loss (mixed_precision.py, whose skip decision comes
+from the global grad norm, the same on every rank). Context and expert parallelism are
+refused with their reasons (megatron_options.py).
 
-On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p),
-and its linear layers replay only CUDA's autocast in backward (so bf16/fp16 backward fails
-on CPU); the tests patch those in a fixture. Its home is the GPU.
+On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p, the
+DDP buffers, the optimizer's flags and its `torch.cuda.FloatTensor` type checks), and its
+linear layers replay only CUDA's autocast in backward (so bf16/fp16 backward fails on
+CPU); the tests patch those in their workers. Its home is the GPU.
 Checkpoints: each (TP, PP) coordinate's model/optimizer/scheduler/loss scale from DP rank
-0, every rank's RNG, and the full model in HF format (in `model_args.dtype`, as the
-weights actor_infer receives) from rank 0.
+0, under the distributed optimizer each rank's own slice of the AdamW state
+(megatron_ddp.save_slices), every rank's RNG, and the full model in HF format (in
+`model_args.dtype`, as the weights actor_infer receives) from rank 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from functools import partial
 
@@ -57,6 +68,10 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.transformer_block import (
+    TransformerBlockSubmodules,
+    get_num_layers_to_build,
+)
 from safetensors.torch import save_file
 from transformers import AutoConfig
 
@@ -65,14 +80,26 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies import megatron_options
 from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.hf_model import pick_device
+from flywheel.workers.strategies.megatron_ddp import (
+    DistributedStep,
+    clipped_norm,
+    distributed_optimizer,
+    load_slices,
+    offload_megatron,
+    onload_megatron,
+    ready_grads,
+    save_slices,
+    wrap_in_ddp,
+    zero_grads,
+)
 from flywheel.workers.strategies.megatron_parallel import (
     concat_batches,
     freeze_padding_row,
     gather_model_parallel,
     load_hf_tensors,
     micro_rows,
-    summed_grads_and_norm,
     vocab_parallel_logprobs,
+    widened_to_multiple,
 )
 from flywheel.workers.strategies.megatron_weights import (
     DecoderSpec,
@@ -86,12 +113,13 @@ from flywheel.workers.strategies.megatron_weights import (
 )
 from flywheel.workers.strategies.mixed_precision import MixedPrecision
 from flywheel.workers.strategies.model_head import POLICY, ModelHead, init_value_head
-from flywheel.workers.strategies.offload import offload_torch, onload_torch
 from flywheel.workers.strategies.strategy_config import require
 from flywheel.workers.strategies.train_loop import (
     Counts,
     Objective,
     OptimizerStep,
+    build_adamw,
+    build_schedule,
     optimizer_and_schedule,
     summed_counts,
 )
@@ -116,10 +144,34 @@ def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool) -> Transf
         persist_layer_norm=False, calculate_per_token_loss=True,
         tensor_model_parallel_size=options["tensor_model_parallel_size"],
         pipeline_model_parallel_size=options["pipeline_model_parallel_size"],
+        sequence_parallel=options["sequence_parallel"],
+        bias_activation_fusion=options["bias_activation_fusion"],  # torch.jit SwiGLU
         recompute_granularity=recompute,
         recompute_method="uniform" if recompute == "full" else None,
         recompute_num_layers=1 if recompute == "full" else None,
     )
+
+
+class SequenceParallelRMSNorm(torch.nn.RMSNorm):
+    """torch's RMSNorm (what megatron-core's WrappedTorchNorm builds without apex) whose
+    weight carries megatron's `sequence_parallel` flag, so that `finalize_model_grads`
+    sums its gradient over the TP ranks when each saw 1/TP of the sequence."""
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5,
+                 **unused):
+        super().__init__(hidden_size, eps=eps)
+        self.weight.sequence_parallel = config.sequence_parallel
+
+
+def layer_spec(config: TransformerConfig) -> TransformerBlockSubmodules:
+    """megatron-core's local GPT layer spec with SequenceParallelRMSNorm for every norm
+    (the same computation at any setting; under SP the norms' gradients are summed)."""
+    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
+    layer.submodules = dataclasses.replace(layer.submodules,
+                                           input_layernorm=SequenceParallelRMSNorm,
+                                           pre_mlp_layernorm=SequenceParallelRMSNorm)
+    return TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
+                                      layer_norm=SequenceParallelRMSNorm)
 
 
 class ValueOutput(torch.nn.Module):
@@ -160,9 +212,10 @@ class MegatronTrainStrategy(TrainStrategy):
         self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
         # A critic's head is its own; only the policy ties its output layer to the embedding.
         self.tied = self.spec.tied and head.kind == "policy"
+        megatron_options.require_policy_for_sequence_parallel(head.kind == "value", options)
+        config = transformer_config(self.spec, options, self.device.type == "cpu")
         self.model = GPTModel(
-            transformer_config(self.spec, options, self.device.type == "cpu"),
-            get_gpt_layer_local_spec(normalization="RMSNorm"),
+            config, layer_spec(config),
             vocab_size=self.spec.vocab_size, max_sequence_length=self.spec.max_positions,
             pre_process=self.first, post_process=self.last,
             share_embeddings_and_output_weights=self.tied,
@@ -179,8 +232,20 @@ class MegatronTrainStrategy(TrainStrategy):
         if self.first and self.spec.pad_token_id is not None:
             freeze_padding_row(self.model.embedding.word_embeddings, self.spec.pad_token_id)
         self.precision = MixedPrecision.for_role(cfg.model_args.dtype, self.device, trainable)
-        self.optimizer, self.scheduler = optimizer_and_schedule(
-            self.model, cfg.training_args, total_steps, trainable)
+        self.sequence_multiple = tp if options["sequence_parallel"] else 1
+        self.ddp = self.dopt = None
+        if trainable:  # megatron_ddp.py: DDP's buffers, and the distributed optimizer
+            self.ddp = wrap_in_ddp(self.model, options)
+            self.optimizer = build_adamw([p for p in self.model.parameters()
+                                          if p.requires_grad], cfg.training_args)
+            if options["use_distributed_optimizer"]:
+                self.dopt = distributed_optimizer(self.ddp, self.optimizer)
+            # after the distributed optimizer swapped in its slices: the schedule's
+            # learning rate reaches the param groups AdamW steps
+            self.scheduler = build_schedule(self.optimizer, cfg.training_args, total_steps)
+        else:
+            self.optimizer, self.scheduler = optimizer_and_schedule(
+                self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
 
     # ---- weights -----------------------------------------------------------------------
@@ -214,7 +279,7 @@ class MegatronTrainStrategy(TrainStrategy):
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         union, mine = gather_model_parallel(batch)
         rows = micro_rows(len(union), self.cfg.infer_batch_size)
-        union = union.trimmed()
+        union = widened_to_multiple(union.trimmed(), self.sequence_multiple)
         results = self._run(union.chunks(rows), None, None, forward_only=True)
         width = union.input_ids.shape[1]
         outputs = torch.zeros((len(union), width), dtype=torch.float32, device=self.device)
@@ -222,8 +287,8 @@ class MegatronTrainStrategy(TrainStrategy):
             outputs = torch.cat([r["outputs"] for r in results]).to(self.device)
         dist.broadcast(outputs, ps.get_pipeline_model_parallel_last_rank(),
                        group=ps.get_pipeline_model_parallel_group())
-        out = outputs.cpu()[mine]
-        return F.pad(out, (0, batch.input_ids.shape[1] - width))
+        out = outputs.cpu()[mine][:, :batch.input_ids.shape[1]]
+        return F.pad(out, (0, batch.input_ids.shape[1] - out.shape[1]))
 
     def train_step(self, batch: TokenBatch, loss_fn: Objective, ppo_epochs: int = 1) -> dict:
         """The loop over the union of the model replica's shards (see the module doc)."""
@@ -240,15 +305,18 @@ class MegatronTrainStrategy(TrainStrategy):
     def forward_backward(self, micros: list[TokenBatch], objective: Objective,
                          counts: Counts) -> list[dict[str, float]]:
         # pipeline stages pass equal shapes: one width for the whole mini-batch
-        mini = concat_batches(micros).trimmed()
-        self.optimizer.zero_grad(set_to_none=True)
+        mini = widened_to_multiple(concat_batches(micros).trimmed(), self.sequence_multiple)
+        zero_grads(self.ddp, self.dopt or self.optimizer)
         return self._run(mini.chunks(len(micros[0])), objective, counts, forward_only=False)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
-        # unscaling first is exact: the all-reduces in summed_grads_and_norm are sums
-        self.precision.unscale_(self.model.parameters())
-        norm = summed_grads_and_norm(self.model, max_grad_norm, self.tied)
-        return self.precision.step(self.optimizer, norm)
+        # the schedule's finalize_model_grads has reduced the gradients (sums, so unscaling
+        # after them is exact)
+        grads = ready_grads(self.model, self.dopt)
+        self.precision.unscale_(t for _, t in grads.named)
+        norm = clipped_norm(grads, max_grad_norm, self.tied)
+        return self.precision.step(DistributedStep(self.dopt) if self.dopt else self.optimizer,
+                                   norm)
 
     def shared_loss_metrics(self, sums: dict[str, float], micro_steps: int
                             ) -> tuple[dict[str, float], int]:
@@ -276,7 +344,8 @@ class MegatronTrainStrategy(TrainStrategy):
         context = torch.no_grad() if forward_only else contextlib.nullcontext()
         with context:
             return get_forward_backward_func()(
-                forward_step_func=step, data_iterator=iter(micros), model=[self.model],
+                forward_step_func=step, data_iterator=iter(micros),
+                model=[self.ddp if self.ddp is not None else self.model],
                 num_microbatches=len(micros), seq_length=width,
                 micro_batch_size=len(micros[0]), forward_only=forward_only)
 
@@ -297,12 +366,13 @@ class MegatronTrainStrategy(TrainStrategy):
 
     # ---- phase switch (offload.py; unverified on GPU) -----------------------------------
     def offload(self, part: str) -> str:
-        """A plain move of this rank's shard: the optimizer here is torch's (train_loop.py),
-        not Megatron's distributed optimizer, so torch's own calls reach every state."""
-        return offload_torch(self.model, self.optimizer, part, self.device)
+        """This rank's shard: AdamW's state (torch's, over the whole parameters or the
+        distributed optimizer's slices), DDP's gradient buffers and the parameters
+        (megatron_ddp.offload_megatron)."""
+        return offload_megatron(self.model, self.ddp, self.optimizer, part, self.device)
 
     def onload(self) -> str:
-        return onload_torch(self.model, self.optimizer, self.device)
+        return onload_megatron(self.model, self.ddp, self.optimizer, self.device)
 
     # ---- checkpoints -------------------------------------------------------------------
     def _shard_file(self, path: str) -> str:
@@ -314,10 +384,13 @@ class MegatronTrainStrategy(TrainStrategy):
         if ps.get_data_parallel_rank() == 0:
             torch.save({"model": {k: v for k, v in self.model.state_dict().items()
                                   if not k.endswith("_extra_state")},
-                        "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+                        "optimizer": (self.optimizer.state_dict()
+                                      if self.optimizer and not self.dopt else None),
                         "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                         "loss_scaler": self.precision.state_dict()},
                        self._shard_file(path))
+        if self.dopt is not None:
+            save_slices(self.dopt, path)
         rank = dist.get_rank()
         torch.save({"rng": torch.get_rng_state()}, os.path.join(path, f"rng_{rank}.pt"))
         if self.head.kind != "policy":  # a critic is resumed from its shards only
@@ -339,8 +412,14 @@ class MegatronTrainStrategy(TrainStrategy):
         if missing or unexpected:
             raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
                              f"unexpected {unexpected}")
-        if self.optimizer is not None and state["optimizer"] is not None:
+        if self.dopt is not None:
+            load_slices(self.dopt, path)
+        elif self.optimizer is not None and state["optimizer"] is None:
+            raise ValueError(f"checkpoint {path} holds no optimizer state for this "
+                             f"optimizer: it was saved with use_distributed_optimizer")
+        elif self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state.get("loss_scaler"))  # absent before fp16 scaling
         rng = torch.load(os.path.join(path, f"rng_{dist.get_rank()}.pt"), weights_only=True)

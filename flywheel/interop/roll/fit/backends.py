@@ -7,9 +7,12 @@ it a flywheel backend refuses (its `config_check`, workers/strategies/registry.p
 - sglang sampling from a top-k / top-p truncated distribution becomes vllm: flywheel's
   sglang cannot give that distribution's log-probs (SGLang leaves the truncation out of
   them), vllm samples the same way and gives them;
-- a strategy_config key the backend refuses as a memory saving it does not implement
-  (megatron's sequence_parallel and use_distributed_optimizer: the updates are the same
-  without them) is dropped, with the backend's reason. Any other refusal (a key the backend
+- a strategy_config key the backend refuses as a memory saving or speed-up it does not
+  implement (megatron's interleaved schedule, its Transformer Engine RoPE fusion,
+  sequence_parallel at TP 1: the updates are the same without them) is dropped, with the
+  backend's reason; the Megatron keys megatron_train runs (sequence_parallel at TP >= 2,
+  use_distributed_optimizer, overlap_grad_reduce, ddp_bucket_size, bias_activation_fusion)
+  stay. Any other refusal (a key the backend
   does not have, a layout it cannot run) is left for `validate` to report as missing;
 - megatron's precision flags (`strategy_config.bf16` / `fp16`, Megatron's own arguments)
   become the role's `model_args.dtype`, the one precision setting flywheel's megatron_train
