@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from flywheel.algorithms.preference import LOSS_NAMES
 from flywheel.algorithms.preference.pair_logprobs import pair_logps
 from flywheel.algorithms.preference.pair_losses import PAIR_LOSSES, PairLossArgs, pair_metrics
 from flywheel.workers.batch import TokenBatch
@@ -29,6 +30,10 @@ class PairObjective:
     loss_type: str = "sigmoid"  # a key of PAIR_LOSSES (dpo_loss_type)
     args: PairLossArgs = field(default_factory=PairLossArgs)
     needs_entropy = False
+
+    @property
+    def needs_reference(self) -> bool:
+        return LOSS_NAMES[self.loss_type]
 
     def __call__(self, outputs: torch.Tensor, entropy: torch.Tensor | None,
                  micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:

@@ -22,6 +22,7 @@ from flywheel.config.checks.import_allowlist import check_import_paths
 from flywheel.config.checks.judge import check_llm_judge
 from flywheel.config.checks.keys import check_keys_act
 from flywheel.config.checks.names import check_exp_name
+from flywheel.config.checks.preference import check_preference
 from flywheel.config.checks.reasoning_gym import check_reasoning_gym
 from flywheel.config.checks.reward_model import check_reward_model
 from flywheel.config.checks.rewards import check_reward_routing
@@ -46,6 +47,7 @@ from flywheel.platform.config.errors import ConfigError, did_you_mean
 def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
     check_sft(cfg)  # first: an RL key in an SFT file is refused as such
+    check_preference(cfg)  # and in a DPO file; a DPO key elsewhere
     check_positive(cfg)
     check_exp_name(cfg)
     check_strategies(cfg, catalogs)
@@ -222,7 +224,7 @@ def check_sibling_devices(cfg: PipelineConfig) -> None:
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:
     """One step's samples must fill whole optimizer steps of every training role."""
-    if cfg.pipeline_type == "sft":  # a step is one optimizer step; no rollout batch
+    if cfg.pipeline_type in ("sft", "dpo"):  # a step is one optimizer step; no rollout batch
         return
     if cfg.pipeline_type == "agentic" and cfg.batch_adjust_mode != "none":
         return  # the rows are fitted to whole optimizer steps each step (agentic/batch.py)

@@ -104,7 +104,9 @@ class RunKeys:
     # gradient_accumulation_steps records, drawn in a seeded shuffled order, epoch after
     # epoch), data_args (records: prompt/answer pairs, or chat messages whose last message
     # is the assistant's reply), infer_batch_size and num_threads. RL-only keys are refused.
-    pipeline_type: Literal["rlvr", "agentic", "sft"] = "rlvr"
+    # dpo: preference learning on pairs (schema/preference.py, pipelines/dpo/run.py): the
+    # keys SFT reads, the pairwise loss's, sequence_length and the reference's model.
+    pipeline_type: Literal["rlvr", "agentic", "sft", "dpo"] = "rlvr"
     # Experiment name: the runs/<exp_name>/ folder and the mlflow experiment.
     exp_name: str = "flywheel"
     # Seeds the prompt order, each generation request's sampling and the workers' random

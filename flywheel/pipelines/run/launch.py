@@ -24,6 +24,7 @@ from flywheel.config.length_defaults import loadable_config_data
 from flywheel.config.persisted import written_config
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.agentic import rollout as agentic
+from flywheel.pipelines.dpo.run import run_dpo
 from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.loop.seams import Rollout
@@ -74,7 +75,7 @@ ROLLOUTS: dict[str, RolloutKind] = {
     "agentic": RolloutKind(agentic.no_data, agentic.start_agentic),
 }
 # pipeline_type -> a loop of its own (no rollout: SFT trains on fixed data)
-OWN_LOOPS = {"sft": run_sft}
+OWN_LOOPS = {"sft": run_sft, "dpo": run_dpo}
 
 
 def output_dir_for(cfg: PipelineConfig, checkpoint: Path | None = None) -> tuple[Path, bool]:

@@ -1,0 +1,117 @@
+"""Cross-field rules of preference learning (`pipeline_type: dpo`), and the refusal of its
+keys elsewhere.
+
+A DPO run trains actor_train alone on fixed pairs, in the driver process, on the shared
+update loop (pipelines/dpo/run.py), as SFT does: the keys SFT reads, plus the pairwise
+loss's (schema/preference.py), sequence_length and the reference block. What it refuses,
+each in one line naming the key:
+- a DPO key in another pipeline (it would do nothing there);
+- an RL key in a DPO file (as SFT refuses them), other backends than hf_train, several
+  devices, resume;
+- loss knobs the chosen loss does not read (label_smoothing with ipo, simpo_gamma without
+  simpo), `ipo: true` beside another dpo_loss_type, a reference block under simpo (it has
+  none), a reference block with anything but its model (the reference runs in process:
+  its backend, devices and batch keys would do nothing);
+- token-budget micro-batching (`dynamic_batching` reorders rows and would split a pair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from flywheel.algorithms.preference import LOSS_NAMES
+from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
+from flywheel.config.schema import ActorTrainConfig, PipelineConfig, WorkerConfig
+from flywheel.config.schema.preference import PreferenceKeys
+from flywheel.platform.config.errors import ConfigError
+
+PREFERENCE_KEYS = frozenset(f.name for f in fields(PreferenceKeys))
+DPO_KEYS = SFT_KEYS | PREFERENCE_KEYS | {"sequence_length", "reference"}
+KIND = "dpo"
+
+
+def loss_type(cfg: PipelineConfig) -> str:
+    """dpo_loss_type, with ROLL's `ipo: true` read as ipo."""
+    return "ipo" if cfg.ipo else cfg.dpo_loss_type
+
+
+def check_preference(cfg: PipelineConfig) -> None:
+    defaults = PipelineConfig()
+    if cfg.pipeline_type != KIND:
+        for name in sorted(PREFERENCE_KEYS):
+            if getattr(cfg, name) != getattr(defaults, name):
+                raise ConfigError("", name, f"acts in pipeline_type: dpo only (a pairwise "
+                                            f"loss key), not {cfg.pipeline_type}; remove it")
+        return
+    for f in fields(PipelineConfig):
+        if f.name not in DPO_KEYS and getattr(cfg, f.name) != getattr(defaults, f.name):
+            raise ConfigError("", f.name, "DPO does not use it (it would do nothing in "
+                                          "pipeline_type: dpo); remove it")
+    actor = ActorTrainConfig()
+    for f in fields(ActorTrainConfig):
+        if f.name not in SFT_ACTOR_KEYS and getattr(cfg.actor_train, f.name) != getattr(
+                actor, f.name):
+            raise ConfigError("", f"actor_train.{f.name}", "DPO does not use it (it trains "
+                                                            "with the pairwise loss); remove "
+                                                            "it")
+    check_loss_keys(cfg)
+    check_reference(cfg)
+    check_in_process(cfg)
+
+
+def check_loss_keys(cfg: PipelineConfig) -> None:
+    if cfg.ipo and cfg.dpo_loss_type not in ("sigmoid", "ipo"):
+        raise ConfigError("", "ipo", f"is true (ROLL's switch for dpo_loss_type: ipo) but "
+                                     f"dpo_loss_type is {cfg.dpo_loss_type}; write one")
+    loss = loss_type(cfg)
+    if loss == "ipo" and cfg.label_smoothing:
+        raise ConfigError("", "label_smoothing", "IPO's loss has no label smoothing (cDPO "
+                                                 "smooths the sigmoid loss); remove it or "
+                                                 "use dpo_loss_type: sigmoid")
+    if loss != "simpo" and cfg.simpo_gamma != PreferenceKeys.simpo_gamma:
+        raise ConfigError("", "simpo_gamma", f"is SimPO's margin; dpo_loss_type is {loss}: "
+                                             f"remove it or use dpo_loss_type: simpo")
+
+
+def check_reference(cfg: PipelineConfig) -> None:
+    loss = loss_type(cfg)
+    if cfg.reference is None:
+        return
+    if not LOSS_NAMES[loss]:
+        raise ConfigError("", "reference", f"{loss} uses no reference policy; remove the "
+                                           f"reference block")
+    bare = WorkerConfig(model_args=cfg.reference.model_args, name=cfg.reference.name)
+    for f in fields(WorkerConfig):
+        if getattr(cfg.reference, f.name) != getattr(bare, f.name):
+            raise ConfigError("", f"reference.{f.name}", "the DPO reference runs frozen in "
+                                                         "the driver beside actor_train: "
+                                                         "only its model_args act; remove "
+                                                         "it")
+
+
+def check_in_process(cfg: PipelineConfig) -> None:
+    if cfg.resume_from_checkpoint:
+        raise ConfigError("", "resume_from_checkpoint", "DPO runs do not resume yet; start "
+                                                        "a new run (pretrain: a checkpoint "
+                                                        "folder continues from its weights)")
+    strategy = cfg.actor_train.strategy_args.strategy_name
+    if strategy != "hf_train":
+        raise ConfigError("", "actor_train.strategy_args.strategy_name",
+                          f"DPO runs actor_train in process on hf_train (one device), not "
+                          f"{strategy}; write hf_train or leave strategy_args out")
+    mapping = cfg.actor_train.device_mapping
+    if (mapping is not None and len(mapping) > 1) or cfg.actor_train.num_gpus_per_worker != 1:
+        raise ConfigError("", "actor_train.device_mapping",
+                          "DPO trains on one device (hf_train in process): leave "
+                          "device_mapping and num_gpus_per_worker unset")
+    if cfg.actor_train.training_args.dynamic_batching:
+        raise ConfigError("", "actor_train.training_args.dynamic_batching",
+                          "token-budget micro-batches reorder rows and would split a "
+                          "pair's chosen and rejected responses; remove it")
+    if cfg.eval_steps and cfg.validation is None:
+        raise ConfigError("", "eval_steps", f"is {cfg.eval_steps} but there is no validation "
+                                            f"block: add validation.data_args.file_name, or "
+                                            f"set eval_steps: 0")
+    if cfg.validation is not None and not cfg.eval_steps:
+        raise ConfigError("", "validation", "is set but eval_steps is 0, so it would never "
+                                            "run: set eval_steps, or remove validation")
