@@ -46,8 +46,8 @@ from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
-    check_sft(cfg)  # first: an RL key in an SFT file is refused as such
-    check_preference(cfg)  # and in a DPO file; a DPO key elsewhere
+    check_preference(cfg)  # first: a DPO key elsewhere, an RL key in a DPO file
+    check_sft(cfg)  # an RL key in an SFT file is refused as such
     check_positive(cfg)
     check_exp_name(cfg)
     check_strategies(cfg, catalogs)
