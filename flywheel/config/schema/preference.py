@@ -44,6 +44,7 @@ class PreferenceKeys:
     # chat messages ending with the assistant's reply (the prompt: data_args' prompt
     # column). ROLL's keys.
     chosen_key: str = "chosen"
+    # The column of the dispreferred response, as chosen_key's.
     rejected_key: str = "rejected"
     # A pair whose prompt + response + eos is over sequence_length tokens (unset:
     # prompt_length + response_length): drop it and count it (ROLL drops such pairs, without
