@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 import torch
 
 from flywheel.algorithms.preference import LOSS_NAMES
-from flywheel.algorithms.preference.pair_logprobs import pair_logps
+from flywheel.algorithms.preference.bradley_terry import (
+    bradley_terry_loss,
+    bradley_terry_metrics,
+)
+from flywheel.algorithms.preference.pair_logprobs import pair_logps, sequence_sums, split_pairs
 from flywheel.algorithms.preference.pair_losses import PAIR_LOSSES, PairLossArgs, pair_metrics
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.train_loop import Counts
@@ -41,3 +45,22 @@ class PairObjective:
         out = PAIR_LOSSES[self.loss_type](logps, self.args)
         loss = out.losses.sum() / (counts.num_seqs / 2.0)
         return loss, pair_metrics(logps, out)
+
+
+@dataclass(frozen=True)
+class BradleyTerryObjective:
+    """The reward model's objective over the value head (algorithms/preference/
+    bradley_terry.py): each row is a rendered (prompt, response) and one read position
+    after it, the only response token, so `outputs` there is the head at the row's last
+    real token (token_values shifts by one: V at t reads position t - 1), where a
+    `*ForSequenceClassification` model reads its score (workers/rewards/reward_model.py)."""
+
+    needs_entropy = False
+
+    def __call__(self, outputs: torch.Tensor, entropy: torch.Tensor | None,
+                 micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
+        scores = sequence_sums(outputs, micro.response_mask)  # [2P]
+        chosen, rejected = split_pairs(scores)
+        losses = bradley_terry_loss(chosen, rejected)
+        loss = losses.sum() / (counts.num_seqs / 2.0)
+        return loss, bradley_terry_metrics(chosen, rejected, losses)

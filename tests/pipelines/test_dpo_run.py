@@ -91,8 +91,8 @@ DPO = {"pipeline_type": "dpo", "actor_train": {"data_args": {"file_name": "x.jso
 
 
 @pytest.mark.parametrize(("extra", "key", "says"), [
-    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta", "pipeline_type: dpo only"),
-    ({"pipeline_type": "sft", "chosen_key": "good"}, "chosen_key", "pipeline_type: dpo only"),
+    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta", "dpo or reward_model only"),
+    ({"pipeline_type": "sft", "chosen_key": "good"}, "chosen_key", "dpo or reward_model only"),
     ({"rollout_batch_size": 64}, "rollout_batch_size", "DPO does not use"),
     ({"actor_train": {"pg_variant": "tis"}}, "actor_train.pg_variant", "DPO does not use"),
     ({"ipo": True, "dpo_loss_type": "simpo"}, "ipo", "write one"),

@@ -1,11 +1,12 @@
-"""Cross-field rules of preference learning (`pipeline_type: dpo`), and the refusal of its
-keys elsewhere.
+"""Cross-field rules of the pair pipelines (`pipeline_type: dpo`, `reward_model`), and the
+refusal of their keys elsewhere.
 
 A DPO run trains actor_train alone on fixed pairs, in the driver process, on the shared
 update loop (pipelines/dpo/run.py), as SFT does: the keys SFT reads, plus the pairwise
 loss's (schema/preference.py), sequence_length and the reference block. What it refuses,
 each in one line naming the key:
-- a DPO key in another pipeline (it would do nothing there);
+- a pair key in another pipeline (it would do nothing there), a DPO loss key or LoRA in
+  reward-model training;
 - an RL key in a DPO file (as SFT refuses them), other backends than hf_train, several
   devices, resume;
 - loss knobs the chosen loss does not read (label_smoothing with ipo, simpo_gamma without
@@ -26,8 +27,13 @@ from flywheel.config.schema.preference import PreferenceKeys
 from flywheel.platform.config.errors import ConfigError
 
 PREFERENCE_KEYS = frozenset(f.name for f in fields(PreferenceKeys))
+PAIR_DATA_KEYS = frozenset({"chosen_key", "rejected_key", "overlong_pairs", "equal_pairs"})
 DPO_KEYS = SFT_KEYS | PREFERENCE_KEYS | {"sequence_length", "reference"}
-KIND = "dpo"
+# reward-model training reads the pairs, not the DPO loss (pipelines/reward_model/run.py)
+REWARD_MODEL_KEYS = SFT_KEYS | PAIR_DATA_KEYS | {"sequence_length"}
+# the pair pipelines -> (their top-level keys, how messages name them)
+PAIR_KINDS = {"dpo": (DPO_KEYS, "DPO"), "reward_model": (REWARD_MODEL_KEYS,
+                                                         "reward-model training")}
 
 
 def loss_type(cfg: PipelineConfig) -> str:
@@ -37,25 +43,31 @@ def loss_type(cfg: PipelineConfig) -> str:
 
 def check_preference(cfg: PipelineConfig) -> None:
     defaults = PipelineConfig()
-    if cfg.pipeline_type != KIND:
+    if cfg.pipeline_type not in PAIR_KINDS:
         for name in sorted(PREFERENCE_KEYS):
             if getattr(cfg, name) != getattr(defaults, name):
-                raise ConfigError("", name, f"acts in pipeline_type: dpo only (a pairwise "
-                                            f"loss key), not {cfg.pipeline_type}; remove it")
+                raise ConfigError("", name, f"acts in pipeline_type: dpo or reward_model "
+                                            f"only (a preference-pair key), not "
+                                            f"{cfg.pipeline_type}; remove it")
         return
+    keys, title = PAIR_KINDS[cfg.pipeline_type]
     for f in fields(PipelineConfig):
-        if f.name not in DPO_KEYS and getattr(cfg, f.name) != getattr(defaults, f.name):
-            raise ConfigError("", f.name, "DPO does not use it (it would do nothing in "
-                                          "pipeline_type: dpo); remove it")
+        if f.name not in keys and getattr(cfg, f.name) != getattr(defaults, f.name):
+            raise ConfigError("", f.name, f"{title} does not use it (it would do nothing "
+                                          f"in pipeline_type: {cfg.pipeline_type}); remove it")
     actor = ActorTrainConfig()
     for f in fields(ActorTrainConfig):
         if f.name not in SFT_ACTOR_KEYS and getattr(cfg.actor_train, f.name) != getattr(
                 actor, f.name):
-            raise ConfigError("", f"actor_train.{f.name}", "DPO does not use it (it trains "
-                                                            "with the pairwise loss); remove "
-                                                            "it")
-    check_loss_keys(cfg)
-    check_reference(cfg)
+            raise ConfigError("", f"actor_train.{f.name}", f"{title} does not use it (it "
+                                                            f"trains on pairs); remove it")
+    if cfg.pipeline_type == "dpo":
+        check_loss_keys(cfg)
+        check_reference(cfg)
+    elif cfg.actor_train.model_args.lora_target:
+        raise ConfigError("", "actor_train.model_args.lora_target",
+                          "reward-model training trains the whole model and its score head "
+                          "(no LoRA yet); remove it")
     check_in_process(cfg)
 
 
@@ -91,18 +103,19 @@ def check_reference(cfg: PipelineConfig) -> None:
 
 def check_in_process(cfg: PipelineConfig) -> None:
     if cfg.resume_from_checkpoint:
-        raise ConfigError("", "resume_from_checkpoint", "DPO runs do not resume yet; start "
+        raise ConfigError("", "resume_from_checkpoint", "pair runs do not resume yet; start "
                                                         "a new run (pretrain: a checkpoint "
                                                         "folder continues from its weights)")
     strategy = cfg.actor_train.strategy_args.strategy_name
     if strategy != "hf_train":
         raise ConfigError("", "actor_train.strategy_args.strategy_name",
-                          f"DPO runs actor_train in process on hf_train (one device), not "
+                          f"pair runs train actor_train in process on hf_train (one "
+                          f"device), not "
                           f"{strategy}; write hf_train or leave strategy_args out")
     mapping = cfg.actor_train.device_mapping
     if (mapping is not None and len(mapping) > 1) or cfg.actor_train.num_gpus_per_worker != 1:
         raise ConfigError("", "actor_train.device_mapping",
-                          "DPO trains on one device (hf_train in process): leave "
+                          "pair runs train on one device (hf_train in process): leave "
                           "device_mapping and num_gpus_per_worker unset")
     if cfg.actor_train.training_args.dynamic_batching:
         raise ConfigError("", "actor_train.training_args.dynamic_batching",

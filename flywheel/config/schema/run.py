@@ -106,7 +106,9 @@ class RunKeys:
     # is the assistant's reply), infer_batch_size and num_threads. RL-only keys are refused.
     # dpo: preference learning on pairs (schema/preference.py, pipelines/dpo/run.py): the
     # keys SFT reads, the pairwise loss's, sequence_length and the reference's model.
-    pipeline_type: Literal["rlvr", "agentic", "sft", "dpo"] = "rlvr"
+    # reward_model: a scalar-head reward model trained on the same pairs (Bradley-Terry,
+    # pipelines/reward_model/run.py), a checkpoint reward_type: reward_model loads.
+    pipeline_type: Literal["rlvr", "agentic", "sft", "dpo", "reward_model"] = "rlvr"
     # Experiment name: the runs/<exp_name>/ folder and the mlflow experiment.
     exp_name: str = "flywheel"
     # Seeds the prompt order, each generation request's sampling and the workers' random

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -157,6 +158,14 @@ def run_dpo(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
     `model_path` (pretrain resolved); returns the run directory."""
     train = load(cfg, "actor_train", tokenizer)
     val = load(cfg, "validation", tokenizer) if cfg.validation is not None else None
+    return run_in_process(cfg, output_dir, is_default, config_path, lambda tracker: train_loop(
+        cfg, model_path, tokenizer, train, val, tracker, output_dir))
+
+
+def run_in_process(cfg: PipelineConfig, output_dir: Path, is_default: bool,
+                   config_path: str | None, train: Callable[[Tracker], None]) -> Path:
+    """`train(tracker)` with the run's status, tracker, threads and plots around it, as
+    SFT's run has them (the reward-model pipeline shares it)."""
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
     status, tracker = "failed", None
     previous_threads = torch.get_num_threads()
@@ -167,7 +176,7 @@ def run_dpo(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
                                params=written_config(cfg, config_path),
                                mlflow_uri=default_mlflow_uri(output_dir, is_default),
                                progress_keys=PROGRESS_KEYS)
-        train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir)
+        train(tracker)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"

@@ -29,6 +29,7 @@ from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.loop.seams import Rollout
 from flywheel.pipelines.loop.step_loop import StepLoop
+from flywheel.pipelines.reward_model.run import run_reward_model
 from flywheel.pipelines.rlvr import rollout as rlvr
 from flywheel.pipelines.roles.roles import Roles, actor_train_model, num_slots, start_roles
 from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
@@ -75,7 +76,7 @@ ROLLOUTS: dict[str, RolloutKind] = {
     "agentic": RolloutKind(agentic.no_data, agentic.start_agentic),
 }
 # pipeline_type -> a loop of its own (no rollout: SFT trains on fixed data)
-OWN_LOOPS = {"sft": run_sft, "dpo": run_dpo}
+OWN_LOOPS = {"sft": run_sft, "dpo": run_dpo, "reward_model": run_reward_model}
 
 
 def output_dir_for(cfg: PipelineConfig, checkpoint: Path | None = None) -> tuple[Path, bool]:
