@@ -91,8 +91,10 @@ DPO = {"pipeline_type": "dpo", "actor_train": {"data_args": {"file_name": "x.jso
 
 
 @pytest.mark.parametrize(("extra", "key", "says"), [
-    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta", "dpo or reward_model only"),
-    ({"pipeline_type": "sft", "chosen_key": "good"}, "chosen_key", "dpo or reward_model only"),
+    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta", "acts in pipeline_type dpo only"),
+    ({"pipeline_type": "rlvr", "chosen_key": "good"}, "chosen_key",
+     "acts in pipeline_type dpo or reward_model only"),
+    ({"pipeline_type": "sft", "chosen_key": "good"}, "chosen_key", "SFT does not use it"),
     ({"rollout_batch_size": 64}, "rollout_batch_size", "DPO does not use"),
     ({"actor_train": {"pg_variant": "tis"}}, "actor_train.pg_variant", "DPO does not use"),
     ({"ipo": True, "dpo_loss_type": "simpo"}, "ipo", "write one"),

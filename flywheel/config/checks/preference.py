@@ -21,19 +21,12 @@ from __future__ import annotations
 from dataclasses import fields
 
 from flywheel.algorithms.preference import LOSS_NAMES
-from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
+from flywheel.config.checks.pair_keys import PREFERENCE_KEYS
+from flywheel.config.checks.sft import SFT_ACTOR_KEYS
+from flywheel.config.kinds import kind_of, kind_title, kinds_said
 from flywheel.config.schema import ActorTrainConfig, PipelineConfig, WorkerConfig
 from flywheel.config.schema.preference import PreferenceKeys
 from flywheel.platform.config.errors import ConfigError
-
-PREFERENCE_KEYS = frozenset(f.name for f in fields(PreferenceKeys))
-PAIR_DATA_KEYS = frozenset({"chosen_key", "rejected_key", "overlong_pairs", "equal_pairs"})
-DPO_KEYS = SFT_KEYS | PREFERENCE_KEYS | {"sequence_length", "reference"}
-# reward-model training reads the pairs, not the DPO loss (pipelines/reward_model/run.py)
-REWARD_MODEL_KEYS = SFT_KEYS | PAIR_DATA_KEYS | {"sequence_length"}
-# the pair pipelines -> (their top-level keys, how messages name them)
-PAIR_KINDS = {"dpo": (DPO_KEYS, "DPO"), "reward_model": (REWARD_MODEL_KEYS,
-                                                         "reward-model training")}
 
 
 def loss_type(cfg: PipelineConfig) -> str:
@@ -41,18 +34,27 @@ def loss_type(cfg: PipelineConfig) -> str:
     return "ipo" if cfg.ipo else cfg.dpo_loss_type
 
 
-def check_preference(cfg: PipelineConfig) -> None:
+def check_pair_keys(cfg: PipelineConfig) -> None:
+    """A preference-pair key written under a kind that does not declare it in its `keys`
+    (RLVR and agentic read every other key) is refused, naming the kinds that read it."""
+    declared = kind_of(cfg).keys or frozenset()
     defaults = PipelineConfig()
-    if cfg.pipeline_type not in PAIR_KINDS:
-        for name in sorted(PREFERENCE_KEYS):
-            if getattr(cfg, name) != getattr(defaults, name):
-                raise ConfigError("", name, f"acts in pipeline_type: dpo or reward_model "
-                                            f"only (a preference-pair key), not "
-                                            f"{cfg.pipeline_type}; remove it")
-        return
-    keys, title = PAIR_KINDS[cfg.pipeline_type]
+    for name in sorted(PREFERENCE_KEYS - declared):
+        if getattr(cfg, name) != getattr(defaults, name):
+            where = kinds_said(lambda kind, name=name: kind.keys is not None
+                               and name in kind.keys)
+            raise ConfigError("", name, f"acts in {where} only (a preference-pair key), not "
+                                        f"pipeline_type {cfg.pipeline_type}; remove it")
+
+
+def check_pair_run(cfg: PipelineConfig) -> None:
+    """What both pair kinds refuse: keys they do not read, RL keys of actor_train, and
+    what the in-process run cannot do."""
+    check_pair_keys(cfg)
+    kind, title = kind_of(cfg), kind_title(cfg)
+    defaults = PipelineConfig()
     for f in fields(PipelineConfig):
-        if f.name not in keys and getattr(cfg, f.name) != getattr(defaults, f.name):
+        if not kind.reads_key(f.name) and getattr(cfg, f.name) != getattr(defaults, f.name):
             raise ConfigError("", f.name, f"{title} does not use it (it would do nothing "
                                           f"in pipeline_type: {cfg.pipeline_type}); remove it")
     actor = ActorTrainConfig()
@@ -61,14 +63,23 @@ def check_preference(cfg: PipelineConfig) -> None:
                 actor, f.name):
             raise ConfigError("", f"actor_train.{f.name}", f"{title} does not use it (it "
                                                             f"trains on pairs); remove it")
-    if cfg.pipeline_type == "dpo":
-        check_loss_keys(cfg)
-        check_reference(cfg)
-    elif cfg.actor_train.model_args.lora_target:
+    check_in_process(cfg)
+
+
+def check_dpo(cfg: PipelineConfig) -> None:
+    """The DPO kind's `config_check` (config/kinds.py)."""
+    check_pair_run(cfg)
+    check_loss_keys(cfg)
+    check_reference(cfg)
+
+
+def check_reward_model_pairs(cfg: PipelineConfig) -> None:
+    """The reward_model kind's `config_check` (config/kinds.py)."""
+    check_pair_run(cfg)
+    if cfg.actor_train.model_args.lora_target:
         raise ConfigError("", "actor_train.model_args.lora_target",
                           "reward-model training trains the whole model and its score head "
                           "(no LoRA yet); remove it")
-    check_in_process(cfg)
 
 
 def check_loss_keys(cfg: PipelineConfig) -> None:
