@@ -2,9 +2,9 @@
 
 Handed to a train backend's `train_step` like the actor's `ActorLoss` or SFT's
 `CrossEntropy`; called per micro-batch with the policy's per-token log-probs of rows in the
-pair layout (chosen at 2i, rejected at 2i + 1: pair_logprobs.py) and, for a loss with a
-reference, the reference's in `micro.ref_log_probs` (computed before the step by the
-reference role, or the LoRA base: the adapter disabled).
+pair layout (the `pair` batch extra says which rows pair up: pair_logprobs.py) and, for a
+loss with a reference, the reference's in `micro.ref_log_probs` (computed before the step
+by the frozen reference, or the LoRA base: the adapter disabled).
 
 Scaling: each pair's loss is divided by the mini-batch's pairs (`counts.num_seqs / 2`:
 every row of a pair has response tokens), so the micro-batch losses add up to the
@@ -23,7 +23,12 @@ from flywheel.algorithms.preference.bradley_terry import (
     bradley_terry_loss,
     bradley_terry_metrics,
 )
-from flywheel.algorithms.preference.pair_logprobs import pair_logps, sequence_sums, split_pairs
+from flywheel.algorithms.preference.pair_logprobs import (
+    PAIR_EXTRA,
+    pair_logps,
+    sequence_sums,
+    split_pairs,
+)
 from flywheel.algorithms.preference.pair_losses import PAIR_LOSSES, PairLossArgs, pair_metrics
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.strategies.train_loop import Counts
@@ -41,7 +46,8 @@ class PairObjective:
 
     def __call__(self, outputs: torch.Tensor, entropy: torch.Tensor | None,
                  micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
-        logps = pair_logps(outputs, micro.response_mask, micro.ref_log_probs)
+        logps = pair_logps(outputs, micro.response_mask, micro.extra(PAIR_EXTRA),
+                           micro.ref_log_probs)
         out = PAIR_LOSSES[self.loss_type](logps, self.args)
         loss = out.losses.sum() / (counts.num_seqs / 2.0)
         return loss, pair_metrics(logps, out)
@@ -60,7 +66,7 @@ class BradleyTerryObjective:
     def __call__(self, outputs: torch.Tensor, entropy: torch.Tensor | None,
                  micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
         scores = sequence_sums(outputs, micro.response_mask)  # [2P]
-        chosen, rejected = split_pairs(scores)
+        chosen, rejected = split_pairs(scores, micro.extra(PAIR_EXTRA))
         losses = bradley_terry_loss(chosen, rejected)
         loss = losses.sum() / (counts.num_seqs / 2.0)
         return loss, bradley_terry_metrics(chosen, rejected, losses)

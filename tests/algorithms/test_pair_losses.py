@@ -15,7 +15,7 @@ from flywheel.algorithms.preference.bradley_terry import (
     bradley_terry_loss,
     bradley_terry_metrics,
 )
-from flywheel.algorithms.preference.pair_logprobs import pair_logps
+from flywheel.algorithms.preference.pair_logprobs import pair_layout, pair_logps
 from flywheel.algorithms.preference.pair_losses import (
     PAIR_LOSSES,
     PairLogps,
@@ -132,9 +132,13 @@ def test_pair_logps_reads_the_interleaved_layout():
                              [0.0, -0.5, -0.5, 0.0],
                              [0.0, -4.0, -1.0, -1.0]])
     mask = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 0], [0, 1, 1, 0], [0, 1, 1, 1]]).float()
-    p = pair_logps(logprobs, mask, ref_logprobs=logprobs * 2)
+    p = pair_logps(logprobs, mask, pair_layout([0, 1]), ref_logprobs=logprobs * 2)
     assert p.chosen.tolist() == [-3.0, -1.0] and p.rejected.tolist() == [-3.0, -6.0]
     assert p.chosen_tokens.tolist() == [2.0, 2.0] and p.rejected_tokens.tolist() == [1.0, 3.0]
     assert p.ref_chosen.tolist() == [-6.0, -2.0]
-    with pytest.raises(ValueError, match="pairs"):
-        pair_logps(logprobs[:3], mask[:3])
+    # the layout is read from the extra, not the row order: rejected first, pair 1 first
+    swapped = pair_logps(logprobs[[3, 2, 1, 0]], mask[[3, 2, 1, 0]],
+                         pair_layout([1, 0])[[1, 0, 3, 2]])
+    assert swapped.chosen.tolist() == [-3.0, -1.0] and swapped.rejected.tolist() == [-3.0, -6.0]
+    with pytest.raises(ValueError, match="split a pair"):  # half a pair in a micro-batch
+        pair_logps(logprobs[:3], mask[:3], pair_layout([0, 1])[:3])

@@ -73,6 +73,7 @@ def test_steps_raise_the_margin_and_the_reference_stays_bit_identical(tmp_path, 
         assert torch.equal(after[name], tensor), name
 
 
+@pytest.mark.long  # a whole `platform run` (~10 s idle); the steps' own tests above stay
 def test_a_yaml_run_logs_the_pair_metrics_and_a_checkpoint(tmp_path):
     val = write_pairs(tmp_path / "val.jsonl", n=4)
     cfg = dpo_config(tmp_path, max_steps=3, eval_steps=3, response_length=3,

@@ -63,6 +63,7 @@ def test_the_checkpoint_scores_through_reward_model_as_the_trainer_does(tmp_path
     assert torch.allclose(torch.tensor(scored), trained, atol=1e-5, rtol=0)
 
 
+@pytest.mark.long  # a whole `platform run` (~10 s idle); the steps' own tests above stay
 def test_a_yaml_run_logs_held_out_pairwise_accuracy(tmp_path):
     val = write_pairs(tmp_path / "val.jsonl", n=4)
     cfg = rm_config(tmp_path, max_steps=2, eval_steps=2,

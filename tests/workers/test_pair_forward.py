@@ -12,7 +12,7 @@ import pytest
 import torch
 from backend_cases import stepped_grads
 
-from flywheel.algorithms.preference.pair_logprobs import pair_logps
+from flywheel.algorithms.preference.pair_logprobs import PAIR_EXTRA, pair_layout, pair_logps
 from flywheel.algorithms.preference.pair_losses import PairLossArgs
 from flywheel.config.schema import TrainingArgs, WorkerConfig
 from flywheel.workers.batch import pack_sequences
@@ -30,7 +30,9 @@ REJECTED = [[50, 2], [51, 52, 53, 54, 2], [55, 56, 2]]
 def pair_batch():
     prompts = [p for p in PROMPTS for _ in range(2)]
     responses = [r for pair in zip(CHOSEN, REJECTED) for r in pair]
-    return pack_sequences(prompts, responses, pad_id=0)
+    batch = pack_sequences(prompts, responses, pad_id=0)
+    batch.attach(PAIR_EXTRA, pair_layout([0, 1, 2]), per="sample")
+    return batch
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def test_one_forward_equals_separate_forwards(model, separate, plan):
     batch = pair_batch()
     with torch.no_grad():
         lp, _ = sequence_logprobs(model, batch, positions=batch.response_mask, packing=plan)
-    p = pair_logps(lp, batch.response_mask)
+    p = pair_logps(lp, batch.response_mask, batch.extra(PAIR_EXTRA))
     assert torch.allclose(p.chosen.double(), separate[0::2], atol=1e-6, rtol=0)
     assert torch.allclose(p.rejected.double(), separate[1::2], atol=1e-6, rtol=0)
     assert p.chosen_tokens.tolist() == [3.0, 2.0, 5.0]

@@ -29,6 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from flywheel.algorithms.preference.pair_logprobs import PAIR_EXTRA, pair_layout
 from flywheel.config.schema import DataArgs
 from flywheel.pipelines.data.data_files import (
     OversizeRow,
@@ -92,10 +93,13 @@ class EncodedPairs:
         return len(self.records)
 
     def batch(self, pairs: list[int], pad_id: int) -> TokenBatch:
-        """Rows in the pair layout: chosen of pairs[0], its rejected, chosen of pairs[1], ..."""
+        """Rows in the pair layout: chosen of pairs[0], its rejected, chosen of pairs[1], ...,
+        said by the `pair` extra (pair_logprobs.py)."""
         prompts = [self.prompts[i] for i in pairs for _ in range(2)]
         responses = [r for i in pairs for r in (self.chosen[i], self.rejected[i])]
-        return pack_sequences(prompts, responses, pad_id)
+        batch = pack_sequences(prompts, responses, pad_id)
+        batch.attach(PAIR_EXTRA, pair_layout(pairs), per="sample")
+        return batch
 
 
 def reply_text(value: Any, where: str, column: str) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from flywheel.algorithms.preference.pair_logprobs import PAIR_EXTRA, pair_layout
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.prompt_data import DataError, PromptOrder
 from flywheel.pipelines.dpo.pair_data import PairCounts, PairRecord, load_pairs
@@ -66,7 +67,9 @@ class RenderedPairs:
         """The pair layout (chosen at 2i, rejected at 2i + 1); each row its ids and one
         read position (a pad id), the row's only response token."""
         rows = [ids for i in pairs for ids in (self.chosen[i], self.rejected[i])]
-        return pack_sequences(rows, [[pad_id]] * len(rows), pad_id)
+        batch = pack_sequences(rows, [[pad_id]] * len(rows), pad_id)
+        batch.attach(PAIR_EXTRA, pair_layout(pairs), per="sample")
+        return batch
 
 
 def render_pairs(records: list[PairRecord], role: str, tokenizer, sequence_length: int,
