@@ -142,3 +142,18 @@ def test_pair_logps_reads_the_interleaved_layout():
     assert swapped.chosen.tolist() == [-3.0, -1.0] and swapped.rejected.tolist() == [-3.0, -6.0]
     with pytest.raises(ValueError, match="split a pair"):  # half a pair in a micro-batch
         pair_logps(logprobs[:3], mask[:3], pair_layout([0, 1])[:3])
+
+
+def test_online_pairs_are_a_groups_best_and_worst_and_ties_are_counted():
+    from flywheel.algorithms.preference.online_pairs import best_worst_pairs
+
+    # three groups of 4: a clear best and worst; all equal (no pair); two tied best
+    scores = torch.tensor([0.2, 1.0, 0.0, 0.5,
+                           1.0, 1.0, 1.0, 1.0,
+                           0.0, 1.0, 1.0, 0.3])
+    pairs = best_worst_pairs(scores, 4)
+    assert pairs.chosen.tolist() == [1, 9] and pairs.rejected.tolist() == [2, 8]
+    assert pairs.groups.tolist() == [0, 2] and pairs.dropped == 1
+    assert pairs.layout().tolist() == [1, 2, 9, 8]
+    with pytest.raises(ValueError, match="groups of 4"):
+        best_worst_pairs(scores[:10], 4)

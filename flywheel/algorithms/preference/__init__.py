@@ -5,7 +5,8 @@ What this package owns
                        smoothing, IPO, SimPO (reference-free); their rewards and metrics.
     bradley_terry.py   the reward-model loss on a scalar head's two scores (optional margin).
     pair_logprobs.py   a pair's sequence log-probs from per-token ones of one forward over
-                       both responses (the pair layout: chosen at row 2i, rejected at 2i+1).
+                       both responses (the pair layout, a batch extra saying which rows pair).
+    online_pairs.py    online DPO's pairs: a group's best and worst sample, ties counted.
 
 What it deliberately does not own
     No data files, no models, no config objects: the pipeline (pipelines/dpo/) reads the
