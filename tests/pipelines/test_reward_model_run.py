@@ -90,3 +90,17 @@ def test_dpo_keys_and_lora_are_refused(extra, key):
     with pytest.raises(ConfigError) as error:
         load_config_dict(data)
     assert error.value.key_path == key
+
+
+@pytest.mark.long  # a reward-model run, then an RLVR run on Ray scored by its checkpoint
+def test_an_rlvr_run_scores_with_the_trained_checkpoint(tmp_path):
+    from tests.pipelines.sim_config import sim_config
+
+    cfg = rm_config(tmp_path, max_steps=2)
+    checkpoint = run(cfg) / "checkpoint-2"
+    rl = load_config_dict(sim_config(tmp_path / "rl", 0, max_steps=2, eval_steps=0, rewards={
+        "rm": {"reward_type": "reward_model",
+               "model_args": {"model_name_or_path": str(checkpoint)}}}))
+    rows = [json.loads(x) for x in (run(rl) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all("reward/mean" in r for r in rows)
