@@ -23,8 +23,9 @@ from dataclasses import fields
 from flywheel.algorithms.preference import LOSS_NAMES
 from flywheel.config.checks.pair_keys import PREFERENCE_KEYS
 from flywheel.config.checks.sft import SFT_ACTOR_KEYS
+from flywheel.config.derived import lora_on, reference_from_actor
 from flywheel.config.kinds import kind_of, kind_title, kinds_said
-from flywheel.config.schema import ActorTrainConfig, PipelineConfig, WorkerConfig
+from flywheel.config.schema import ActorTrainConfig, ModelArgs, PipelineConfig, WorkerConfig
 from flywheel.config.schema.preference import PreferenceKeys
 from flywheel.platform.config.errors import ConfigError
 
@@ -97,19 +98,36 @@ def check_loss_keys(cfg: PipelineConfig) -> None:
 
 
 def check_reference(cfg: PipelineConfig) -> None:
+    """The reference runs in the driver from its model alone: only
+    reference.model_args.model_name_or_path acts (the copy takes actor_train's precision),
+    and with LoRA the reference is actor_train's base with the adapter off, so a reference
+    of another model is refused there."""
     loss = loss_type(cfg)
     if cfg.reference is None:
         return
     if not LOSS_NAMES[loss]:
         raise ConfigError("", "reference", f"{loss} uses no reference policy; remove the "
                                            f"reference block")
-    bare = WorkerConfig(model_args=cfg.reference.model_args, name=cfg.reference.name)
+    model = cfg.reference.model_args
+    bare = WorkerConfig(model_args=model, name=cfg.reference.name)
     for f in fields(WorkerConfig):
         if getattr(cfg.reference, f.name) != getattr(bare, f.name):
             raise ConfigError("", f"reference.{f.name}", "the DPO reference runs frozen in "
                                                          "the driver beside actor_train: "
-                                                         "only its model_args act; remove "
+                                                         "only its model_args."
+                                                         "model_name_or_path acts; remove "
                                                          "it")
+    named = ModelArgs(model_name_or_path=model.model_name_or_path)
+    for f in fields(ModelArgs):
+        if getattr(model, f.name) != getattr(named, f.name):
+            raise ConfigError("", f"reference.model_args.{f.name}",
+                              "the DPO reference is a frozen copy in actor_train's precision: "
+                              "only model_name_or_path acts; remove it")
+    if lora_on(cfg.actor_train.model_args) and not reference_from_actor(cfg):
+        raise ConfigError("", "reference.model_args.model_name_or_path",
+                          "with LoRA the DPO reference is actor_train's base model with the "
+                          "adapter disabled; another reference model is not supported: "
+                          "remove it")
 
 
 def check_in_process(cfg: PipelineConfig) -> None:
