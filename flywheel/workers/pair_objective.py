@@ -53,6 +53,9 @@ class PairObjective:
         return loss, pair_metrics(logps, out)
 
 
+MARGIN_EXTRA = "pair_margin"  # [2P] per sample: each pair's Bradley-Terry margin
+
+
 @dataclass(frozen=True)
 class BradleyTerryObjective:
     """The reward model's objective over the value head (algorithms/preference/
@@ -66,7 +69,11 @@ class BradleyTerryObjective:
     def __call__(self, outputs: torch.Tensor, entropy: torch.Tensor | None,
                  micro: TokenBatch, counts: Counts) -> tuple[torch.Tensor, dict[str, float]]:
         scores = sequence_sums(outputs, micro.response_mask)  # [2P]
-        chosen, rejected = split_pairs(scores, micro.extra(PAIR_EXTRA))
-        losses = bradley_terry_loss(chosen, rejected)
+        pair = micro.extra(PAIR_EXTRA)
+        chosen, rejected = split_pairs(scores, pair)
+        margin = None
+        if MARGIN_EXTRA in micro.extras:  # margin_key: the pair's margin on both its rows
+            margin = split_pairs(micro.extra(MARGIN_EXTRA).to(scores.device), pair)[0]
+        losses = bradley_terry_loss(chosen, rejected, margin)
         loss = losses.sum() / (counts.num_seqs / 2.0)
         return loss, bradley_terry_metrics(chosen, rejected, losses)

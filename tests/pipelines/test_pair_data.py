@@ -86,3 +86,12 @@ def test_an_overlong_pair_is_dropped_truncated_or_refused(tmp_path, tokenizer):
         pairs(tmp_path, tokenizer, rows, length=8, overlong="error")
     with pytest.raises(DataError, match="no pair is left"):
         pairs(tmp_path, tokenizer, rows, length=4)
+
+
+def test_a_margin_column_is_read_and_a_bad_one_names_its_line(tmp_path):
+    args, path = write(tmp_path, [{"prompt": "a", "chosen": "b", "rejected": "c", "m": 2},
+                                  {"prompt": "a", "chosen": "b", "rejected": "c", "m": "x"}])
+    with pytest.raises(DataError, match=rf"^{path}:2: column 'm' \(margin_key\) is a number"):
+        load_pairs(args, "actor_train", "chosen", "rejected", "m")
+    args, _ = write(tmp_path, [{"prompt": "a", "chosen": "b", "rejected": "c", "m": 2}])
+    assert load_pairs(args, "actor_train", "chosen", "rejected", "m")[0].margin == 2.0

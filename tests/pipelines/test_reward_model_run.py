@@ -80,6 +80,7 @@ def test_a_yaml_run_logs_held_out_pairwise_accuracy(tmp_path):
 @pytest.mark.parametrize(("extra", "key"), [
     ({"beta": 0.2}, "beta"),
     ({"reference": {}}, "reference"),
+    ({"pipeline_type": "dpo", "margin_key": "m"}, "margin_key"),
     ({"actor_train": {"model_args": {"lora_target": "q_proj"},
                       "data_args": {"file_name": "x.jsonl"}}},
      "actor_train.model_args.lora_target"),

@@ -99,3 +99,19 @@ def test_the_pair_step_does_not_depend_on_the_micro_batch_cut(tiny_model_path):
     assert cut["actor/grad_norm"] == pytest.approx(whole["actor/grad_norm"], rel=1e-5)
     for name, grad in g1.items():
         assert torch.allclose(g2[name], grad, atol=1e-7, rtol=1e-4), name
+
+
+def test_the_reward_model_objective_reads_each_pairs_margin():
+    from flywheel.workers.pair_objective import MARGIN_EXTRA, BradleyTerryObjective
+    from flywheel.workers.strategies.train_loop import Counts
+
+    # two pairs, scores read at the one response column: (1.0, 0.5) margin 1, (2.0, 0.0) m 0
+    batch = pack_sequences([[1, 2]] * 4, [[0]] * 4, pad_id=0)
+    outputs = torch.zeros(4, 3)
+    outputs[:, 2] = torch.tensor([1.0, 0.5, 2.0, 0.0])
+    batch.attach(PAIR_EXTRA, pair_layout([0, 1]), per="sample")
+    batch.attach(MARGIN_EXTRA, torch.tensor([1.0, 1.0, 0.0, 0.0]), per="sample")
+    loss, metrics = BradleyTerryObjective()(outputs, None, batch, Counts(4.0, 4.0))
+    # (-log sigma(0.5 - 1) - log sigma(2)) / 2 = (0.9740770 + 0.1269280) / 2
+    assert float(loss) == pytest.approx((0.9740769842 + 0.1269280110) / 2, abs=1e-6)
+    assert metrics["rm/accuracy"] == 1.0

@@ -46,6 +46,10 @@ class PreferenceKeys:
     chosen_key: str = "chosen"
     # The column of the dispreferred response, as chosen_key's.
     rejected_key: str = "rejected"
+    # Reward-model training only: the column of each pair's margin m (a number >= 0: how
+    # much better chosen is, e.g. a rating gap), trained as -log sigma(r_w - r_l - m)
+    # (Llama 2's margin; TRL's `margin` column). Unset: no margin (m = 0).
+    margin_key: str | None = None
     # A pair whose prompt + response + eos is over sequence_length tokens (unset:
     # prompt_length + response_length): drop it and count it (ROLL drops such pairs, without
     # a count), truncate: cut the responses' ends to fit (counted; a prompt that leaves no

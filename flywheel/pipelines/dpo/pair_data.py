@@ -60,6 +60,7 @@ class PairRecord:
     prompt: Prompt
     chosen: str
     rejected: str
+    margin: float = 0.0  # margin_key's value (reward-model training), else 0
 
 
 @dataclass
@@ -115,8 +116,10 @@ def reply_text(value: Any, where: str, column: str) -> str:
 
 
 def parse_pair(row: dict, where: str, prompt_column: str, messages: bool,
-               chosen_key: str, rejected_key: str) -> PairRecord:
-    for column in (prompt_column, chosen_key, rejected_key):
+               chosen_key: str, rejected_key: str, margin_key: str | None = None
+               ) -> PairRecord:
+    for column in (prompt_column, chosen_key, rejected_key, *([margin_key] if margin_key
+                                                               else [])):
         if column not in row:
             raise DataError(f"{where}: no column '{column}' (columns: {', '.join(row)}); a "
                             f"preference record needs a prompt, '{chosen_key}' and "
@@ -131,12 +134,19 @@ def parse_pair(row: dict, where: str, prompt_column: str, messages: bool,
                             f"messages nor its JSON text") from None
     if not isinstance(prompt, str):
         prompt = checked_messages(prompt, where)
+    margin = 0.0
+    if margin_key:
+        margin = row[margin_key]
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not (
+                0 <= margin < float("inf")):
+            raise DataError(f"{where}: column '{margin_key}' (margin_key) is a number >= 0, "
+                            f"got {str(margin)[:40]}")
     return PairRecord(where, prompt, reply_text(row[chosen_key], where, chosen_key),
-                      reply_text(row[rejected_key], where, rejected_key))
+                      reply_text(row[rejected_key], where, rejected_key), float(margin))
 
 
-def load_pairs(args: DataArgs, role: str, chosen_key: str, rejected_key: str
-               ) -> list[PairRecord]:
+def load_pairs(args: DataArgs, role: str, chosen_key: str, rejected_key: str,
+               margin_key: str | None = None) -> list[PairRecord]:
     """Every record of `args.file_name` (the first max_samples); errors name file:line."""
     if not args.file_name:
         raise DataError(f"{role}.data_args.file_name: no data files given")
@@ -152,7 +162,7 @@ def load_pairs(args: DataArgs, role: str, chosen_key: str, rejected_key: str
                                                 args.overlong_prompts, role))
                 continue
             records.append(parse_pair(row, where, columns.prompt, columns.prompt_is_messages,
-                                      chosen_key, rejected_key))
+                                      chosen_key, rejected_key, margin_key))
     warn_oversize(log, oversize, args.max_record_bytes, role)
     records = records[: args.max_samples] if args.max_samples else records
     if not records:

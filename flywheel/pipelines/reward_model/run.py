@@ -11,7 +11,8 @@ run does:
    scoring time exactly the tokens it was trained on. A row is those ids and one read
    position after them (`BradleyTerryObjective`): the score is the head at the last
    token, where `*ForSequenceClassification` reads it.
-2. `max_steps` steps of the Bradley-Terry loss (algorithms/preference/bradley_terry.py) on
+2. `max_steps` steps of the Bradley-Terry loss (algorithms/preference/bradley_terry.py;
+   with `margin_key`, each pair's margin from its record, as the `pair_margin` extra) on
    per_device_train_batch_size x gradient_accumulation_steps pairs, through the shared
    update loop on the value head (a `*ForTokenClassification` model with one label: the
    critic's head, no dropout) without its score bias (a sequence-classification head has
@@ -44,7 +45,7 @@ from flywheel.pipelines.run.metric_views import PANELS
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.tracking import Tracker
 from flywheel.workers.batch import TokenBatch, pack_sequences
-from flywheel.workers.pair_objective import BradleyTerryObjective
+from flywheel.workers.pair_objective import MARGIN_EXTRA, BradleyTerryObjective
 from flywheel.workers.rewards.reward_model import render_ids
 from flywheel.workers.strategies.hf_train import HFTrainStrategy
 from flywheel.workers.strategies.model_head import VALUE
@@ -69,6 +70,8 @@ class RenderedPairs:
         rows = [ids for i in pairs for ids in (self.chosen[i], self.rejected[i])]
         batch = pack_sequences(rows, [[pad_id]] * len(rows), pad_id)
         batch.attach(PAIR_EXTRA, pair_layout(pairs), per="sample")
+        margins = [self.records[i].margin for i in pairs for _ in range(2)]
+        batch.attach(MARGIN_EXTRA, torch.tensor(margins), per="sample")
         return batch
 
 
@@ -111,7 +114,7 @@ def render_pairs(records: list[PairRecord], role: str, tokenizer, sequence_lengt
 
 def load(cfg: PipelineConfig, role: str, tokenizer) -> RenderedPairs:
     args = cfg.actor_train.data_args if role == "actor_train" else cfg.validation.data_args
-    records = load_pairs(args, role, cfg.chosen_key, cfg.rejected_key)
+    records = load_pairs(args, role, cfg.chosen_key, cfg.rejected_key, cfg.margin_key)
     if role == "validation" and cfg.val_batch_size:
         records = records[: cfg.val_batch_size]
     return render_pairs(records, role, tokenizer, sequence_limit(cfg), cfg.overlong_pairs,
