@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from flywheel.config.checks.pair_keys import DPO_KEYS, REWARD_MODEL_KEYS
 from flywheel.config.checks.sft import SFT_KEYS
 from flywheel.platform.config.catalogs import Catalog, check_import_path, register_entry
 
@@ -148,6 +149,18 @@ KINDS: dict[str, PipelineKind] = {
                         "actor_infer", "rewards", "reward_aggregation", "import_allowlist",
                         "env_import_allowlist", "tracking", "timeouts", "ray"}),
         doc="generate and score a dataset with a checkpoint, no training"),
+    "dpo": PipelineKind(
+        rl=False, samples=None, prompts=True, rewards=False, roles=("reference",),
+        reads_roles=("reference",), title="DPO", keys=DPO_KEYS,
+        config_check="flywheel.config.checks.preference:check_dpo",
+        run="flywheel.pipelines.dpo.run:run_dpo",
+        doc="offline preference learning on (chosen, rejected) pairs: DPO, IPO, SimPO"),
+    "reward_model": PipelineKind(
+        rl=False, samples=None, prompts=True, rewards=False, roles=(),
+        title="reward-model training", keys=REWARD_MODEL_KEYS,
+        config_check="flywheel.config.checks.preference:check_reward_model_pairs",
+        run="flywheel.pipelines.reward_model.run:run_reward_model",
+        doc="a scalar-head reward model trained on pairs (Bradley-Terry)"),
 }
 KIND_CATALOG: Catalog[PipelineKind] = Catalog("pipeline_type", KINDS)
 

@@ -23,6 +23,7 @@ from flywheel.config.checks.judge import check_llm_judge
 from flywheel.config.checks.keys import check_keys_act
 from flywheel.config.checks.kind import check_kind
 from flywheel.config.checks.names import check_exp_name
+from flywheel.config.checks.preference import check_pair_keys
 from flywheel.config.checks.reasoning_gym import check_reasoning_gym
 from flywheel.config.checks.reward_model import check_reward_model
 from flywheel.config.checks.rewards import check_reward_routing
@@ -47,6 +48,7 @@ from flywheel.platform.config.errors import ConfigError, did_you_mean
 def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
     check_kind(cfg)  # first: the kind's own refusals (an RL key in an SFT file, as such)
+    check_pair_keys(cfg)  # a DPO / reward-model key under a kind that does not read it
     estimator_of(cfg)  # an unknown adv_estimator: one line listing the known ones
     check_positive(cfg)
     check_exp_name(cfg)

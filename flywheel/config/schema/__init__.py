@@ -8,6 +8,7 @@
     algorithm.py   sample filters and masks, advantages, clipping, KL, importance corrections
     asynchrony.py  generation ahead of training, partial rollouts, offloading, weight sync
     agentic.py     env tags, env pools, tools, episodes as training rows
+    preference.py  DPO: the pairwise loss, the pair columns, bad pairs
     pipeline.py    PipelineConfig: every top-level key, from the key groups above, in order
 
 The YAML stays flat (ROLL's shape): each module's `...Keys` dataclass holds its top-level

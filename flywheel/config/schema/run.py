@@ -106,6 +106,11 @@ class RunKeys:
     # gradient_accumulation_steps records, drawn in a seeded shuffled order, epoch after
     # epoch), data_args (records: prompt/answer pairs, or chat messages whose last message
     # is the assistant's reply), infer_batch_size and num_threads. RL-only keys are refused.
+    # dpo: preference learning on (chosen, rejected) pairs (schema/preference.py,
+    # pipelines/dpo/run.py): the keys SFT reads, the pairwise loss's, sequence_length and
+    # the reference's model. reward_model: a scalar-head reward model trained on the same
+    # pairs (Bradley-Terry, pipelines/reward_model/run.py), whose checkpoint
+    # reward_type: reward_model loads.
     pipeline_type: str = "rlvr"
     # Experiment name: the runs/<exp_name>/ folder and the mlflow experiment.
     exp_name: str = "flywheel"

@@ -1,0 +1,1 @@
+"""Preference learning pipelines: offline DPO on pairs (and the pieces they share)."""

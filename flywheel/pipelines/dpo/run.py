@@ -1,0 +1,195 @@
+"""`pipeline_type: dpo`: offline preference learning from pairs, on the shared update loop.
+
+What a run does, in order:
+
+1. Pairs from `actor_train.data_args` (and `validation.data_args`): a prompt, a chosen and
+   a rejected response (pair_data.py), each pair two rows `prompt | reply <eos>` side by
+   side (the pair layout); bad pairs refused or dropped and counted, the counts in the
+   first step's metrics (`dpo/pairs_*`).
+2. `max_steps` steps, each one optimizer step of the pairwise loss (`dpo_loss_type`:
+   workers/pair_objective.py, algorithms/preference/pair_losses.py) on
+   per_device_train_batch_size x gradient_accumulation_steps *pairs* (twice as many rows:
+   ROLL's DPO doubles the batch the same way), through actor_train's `train_step` (the
+   shared update loop: schedule, warmup, clipping, micro-batches that never split a pair).
+   Pairs come in a seeded shuffled order, epoch after epoch (`prompt_data.PromptOrder`).
+   With sequence packing and shared_prefix_packing a pair's prompt is laid once for both
+   responses.
+3. Before each step, the reference's log-probs of the step's rows (no gradient): a frozen
+   copy of the model (`reference.model_args.model_name_or_path`, else the run's
+   pretrain), or, with LoRA, actor_train's own model with the adapter disabled (as RL's
+   reference, config/derived.py `reference_from_actor`): no second model is held. SimPO
+   uses none.
+4. Every eval_steps and after the last step: the validation pairs' `val/dpo/*` (the loss
+   and reward metrics under the current policy) and `val/accuracy` (greedy decoding up to
+   response_length tokens equal to the chosen response, whitespace stripped).
+5. Every save_steps and at the end: `checkpoint-<step>/` as SFT writes it (an HF folder,
+   or `adapter/` with LoRA), an RL run's `pretrain`.
+
+In process, as SFT: actor_train (and the reference) run as `HFTrainStrategy` in the driver
+on one device (config/checks/preference.py refuses other backends and several devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from flywheel.algorithms.preference.pair_losses import PairLossArgs
+from flywheel.config.checks.preference import loss_type
+from flywheel.config.persisted import written_config
+from flywheel.config.schema import PipelineConfig
+from flywheel.pipelines.data.prompt_data import PromptOrder
+from flywheel.pipelines.dpo.pair_data import EncodedPairs, encode_pairs, load_pairs
+from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
+from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
+from flywheel.pipelines.sft.run import save_checkpoint
+from flywheel.platform.plots import refresh_run_plots
+from flywheel.platform.run_status import write_status
+from flywheel.platform.tracking import Tracker, default_mlflow_uri
+from flywheel.workers.batch import TokenBatch
+from flywheel.workers.pair_objective import PairObjective
+from flywheel.workers.strategies.hf_train import HFTrainStrategy
+
+log = logging.getLogger(__name__)
+
+
+def sequence_limit(cfg: PipelineConfig) -> int:
+    """A row's most tokens: sequence_length, unset: prompt_length + response_length."""
+    return cfg.sequence_length or cfg.prompt_length + cfg.response_length
+
+
+def objective(cfg: PipelineConfig) -> PairObjective:
+    return PairObjective(loss_type(cfg), PairLossArgs(cfg.beta, cfg.label_smoothing,
+                                                      cfg.simpo_gamma))
+
+
+def load(cfg: PipelineConfig, role: str, tokenizer) -> EncodedPairs:
+    args = cfg.actor_train.data_args if role == "actor_train" else cfg.validation.data_args
+    records = load_pairs(args, role, cfg.chosen_key, cfg.rejected_key)
+    if role == "validation" and cfg.val_batch_size:
+        records = records[: cfg.val_batch_size]
+    # validation pairs are encoded as actor_train's are (its template)
+    return encode_pairs(records, cfg.actor_train.data_args, role, tokenizer,
+                        sequence_limit(cfg), cfg.overlong_pairs, cfg.equal_pairs)
+
+
+class Reference:
+    """The reference policy's log-probs of a batch (module docstring, step 3)."""
+
+    def __init__(self, cfg: PipelineConfig, model_path: str, policy: HFTrainStrategy):
+        self.policy, self.frozen = policy, None
+        if not objective(cfg).needs_reference:
+            self.policy = None
+        elif policy.adapter is None:  # a frozen copy, in actor_train's precision
+            wcfg = cfg.actor_train
+            name = cfg.reference.model_args.model_name_or_path if cfg.reference else None
+            self.frozen = HFTrainStrategy(name or model_path, wcfg, cfg.seed, total_steps=1,
+                                          trainable=False)
+
+    @torch.no_grad()
+    def log_probs(self, batch: TokenBatch) -> torch.Tensor | None:
+        if self.frozen is not None:
+            return self.frozen.forward(batch)
+        if self.policy is not None:
+            return self.policy.forward_base_logprobs(batch)
+        return None
+
+
+def pair_worker_config(cfg: PipelineConfig):
+    """actor_train's block with its batch sizes in rows: two per pair."""
+    wcfg = cfg.actor_train
+    args = wcfg.training_args
+    return dataclasses.replace(wcfg, training_args=dataclasses.replace(
+        args, per_device_train_batch_size=2 * args.per_device_train_batch_size))
+
+
+@torch.no_grad()
+def validate(strategy: HFTrainStrategy, reference: Reference, tokenizer, val: EncodedPairs,
+             loss: PairObjective, max_new_tokens: int) -> dict[str, float]:
+    """val/dpo/* on the held-out pairs, and val/accuracy (greedy equals chosen)."""
+    from flywheel.workers.strategies.train_loop import local_counts
+
+    batch = val.batch(list(range(len(val))), tokenizer.pad_token_id)
+    batch.ref_log_probs = reference.log_probs(batch)
+    _, metrics = loss(strategy.forward(batch), None, batch, local_counts(batch))
+    out = {f"val/{k}": v for k, v in metrics.items()}
+    replies = greedy_complete_ids(strategy.model, tokenizer, val.prompts, max_new_tokens,
+                                  batch_size=strategy.cfg.infer_batch_size)
+    out["val/accuracy"] = sum(r.strip() == rec.chosen.strip()
+                              for r, rec in zip(replies, val.records)) / len(val)
+    return out
+
+
+def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: EncodedPairs,
+               val: EncodedPairs | None, tracker: Tracker, output_dir: Path) -> None:
+    args = cfg.actor_train.training_args
+    pairs_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    strategy = HFTrainStrategy(model_path, pair_worker_config(cfg), cfg.seed,
+                               total_steps=cfg.max_steps)
+    reference = Reference(cfg, model_path, strategy)
+    order = PromptOrder(list(range(len(train))), cfg.seed)
+    loss = objective(cfg)
+    for step in range(1, cfg.max_steps + 1):
+        start = time.perf_counter()
+        batch = train.batch(order.batch(step - 1, pairs_per_step), tokenizer.pad_token_id)
+        batch.ref_log_probs = reference.log_probs(batch)
+        metrics = strategy.train_step(batch, loss)
+        if step == 1:
+            metrics |= train.counts.metrics("dpo")
+        metrics["dpo/epoch"] = step * pairs_per_step / len(train)
+        metrics["time/step"] = time.perf_counter() - start
+        last = step == cfg.max_steps
+        if val is not None and (step % cfg.eval_steps == 0 or last):
+            metrics.update(validate(strategy, reference, tokenizer, val, loss,
+                                    cfg.response_length))
+        tracker.log(step, metrics)
+        if last or (cfg.save_steps and step % cfg.save_steps == 0):
+            save_checkpoint(output_dir, step, strategy, tokenizer, cfg.save_total_limit)
+
+
+def run_dpo(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path: str,
+            tokenizer, config_path: str | None = None) -> Path:
+    """The DPO run into `output_dir` (launch.run made it, config.yaml in it), from
+    `model_path` (pretrain resolved); returns the run directory."""
+    train = load(cfg, "actor_train", tokenizer)
+    val = load(cfg, "validation", tokenizer) if cfg.validation is not None else None
+    return run_in_process(cfg, output_dir, is_default, config_path, lambda tracker: train_loop(
+        cfg, model_path, tokenizer, train, val, tracker, output_dir))
+
+
+def run_in_process(cfg: PipelineConfig, output_dir: Path, is_default: bool,
+                   config_path: str | None, train: Callable[[Tracker], None]) -> Path:
+    """`train(tracker)` with the run's status, tracker, threads and plots around it, as
+    SFT's run has them (the reward-model pipeline shares it)."""
+    write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
+    status, tracker = "failed", None
+    previous_threads = torch.get_num_threads()
+    try:
+        if cfg.actor_train.num_threads:
+            torch.set_num_threads(cfg.actor_train.num_threads)
+        tracker = Tracker.open(output_dir, cfg, output_dir.name,
+                               params=written_config(cfg, config_path),
+                               mlflow_uri=default_mlflow_uri(output_dir, is_default),
+                               progress_keys=PROGRESS_KEYS)
+        train(tracker)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        torch.set_num_threads(previous_threads)
+        try:
+            if tracker is not None:
+                tracker.close({"finished": "FINISHED", "failed": "FAILED",
+                               "interrupted": "KILLED"}[status])
+        finally:
+            write_status(output_dir, status)
+            refresh_run_plots(output_dir, PANELS)
+    print(f"done: metrics in {output_dir / 'metrics.jsonl'}, model in "
+          f"{output_dir / f'checkpoint-{cfg.max_steps}'}", flush=True)
+    return output_dir

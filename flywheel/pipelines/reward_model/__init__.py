@@ -1,0 +1,1 @@
+"""Reward-model training from preference pairs (`pipeline_type: reward_model`)."""
