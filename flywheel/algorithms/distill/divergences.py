@@ -133,17 +133,14 @@ def _kl(log_a: Tensor, log_b: Tensor, valid: Tensor) -> Tensor:
 
 
 def _mix(log_a: Tensor, log_b: Tensor, weight_a: float) -> Tensor:
-    """log(w·a + (1 − w)·b), in log space; −inf where both are (an outcome of neither,
-    kept out of logaddexp, whose gradient there is nan)."""
+    """log(w·a + (1 − w)·b), in log space. (An outcome of neither is −inf in both, whose
+    logaddexp gradient is nan; it never reaches the student: support_distributions put
+    the −inf there with a `where`, which passes no gradient back from that branch.)"""
     if weight_a <= 0.0:
         return log_b
     if weight_a >= 1.0:
         return log_a
-    neither = (log_a == -math.inf) & (log_b == -math.inf)
-    zero = torch.zeros_like(log_a)
-    mixed = torch.logaddexp(torch.where(neither, zero, log_a) + math.log(weight_a),
-                            torch.where(neither, zero, log_b) + math.log1p(-weight_a))
-    return torch.where(neither, torch.full_like(mixed, -math.inf), mixed)
+    return torch.logaddexp(log_a + math.log(weight_a), log_b + math.log1p(-weight_a))
 
 
 def forward_kl(log_p: Tensor, log_q: Tensor, valid: Tensor, params: DivergenceParams
