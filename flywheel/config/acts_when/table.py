@@ -18,6 +18,7 @@ refused under it.
 
 from __future__ import annotations
 
+from flywheel.config.acts_when.distill_rows import DISTILL_ROWS
 from flywheel.config.acts_when.rule import ActsWhen, Condition, field_names
 from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
 from flywheel.config.derived import (
@@ -274,6 +275,7 @@ LORA_ELSEWHERE = {
                  "actor_train's model with the adapter disabled",
     "critic": "the critic trains its whole value model (LoRA critics are not built)",
     "rewards.*": "a judge model is never trained",
+    "teacher.*": "a teacher is never trained",
 }
 # Keys of a reference that runs inside actor_train: its model, devices and backend are
 # actor_train's.
@@ -546,4 +548,4 @@ PIPELINE_ROWS = [
 # Pipeline rows first: a key the pipeline never reads is reported as such.
 ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
                         *ROLE_ROWS, *LORA_ROWS, *IMAGE_ROWS,
-                        *FREEZE_ROWS]
+                        *FREEZE_ROWS, *DISTILL_ROWS]

@@ -1,0 +1,83 @@
+"""On-policy distillation's rules (schema/distill.py), checked without the data or models.
+
+- the pipeline kind reads a teacher (its catalog entry says so), or the block is refused;
+- a teacher's name is a metric-name segment;
+- a teacher runs on a training backend: it scores the student's tokens with a forward
+  pass, which the generation backends do not offer;
+- with tag routing (`tag_included`), every domain the data mix names has a teacher;
+- `opd_mode: pure` reads no verifier advantage, so a critic (gae) would train for nothing.
+
+What needs the data or the models is checked at start: every record's tag has a teacher
+(pipelines/distill/teachers.py `check_teacher_tags`), and each teacher's tokenizer is the
+student's (`check_teacher_tokenizers`). Pure functions on a `PipelineConfig`, run by
+`checks.check_config`; each raises `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from flywheel.config.catalogs import BackendEntry
+from flywheel.config.schema import PipelineConfig
+from flywheel.platform.config.catalogs import Catalog
+from flywheel.platform.config.errors import ConfigError
+
+TEACHER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def kind_reads_teacher(cfg: PipelineConfig) -> bool:
+    """Whether this run's pipeline kind reads a teacher (its rollout adds the teachers'
+    advantage)."""
+    return cfg.pipeline_type == "rlvr"  # replaced by the kinds catalog's entry (issue 43)
+
+
+def check_distill(cfg: PipelineConfig, backends: Catalog[BackendEntry]) -> None:
+    if not cfg.teacher:
+        return
+    if not kind_reads_teacher(cfg):
+        raise ConfigError("", "teacher", f"pipeline_type {cfg.pipeline_type} reads no "
+                                         f"teacher (on-policy distillation is a teacher on an "
+                                         f"RLVR run): remove the teacher block")
+    for name, teacher in cfg.teacher.items():
+        key = f"teacher.{name}"
+        if not TEACHER_NAME.fullmatch(name):
+            raise ConfigError("", key, "a teacher's name is part of its metric names: use "
+                                       "letters, digits, '_' and '-'")
+        backend = teacher.strategy_args.strategy_name
+        if backend in backends and backends.get(backend, key).kind != "train":
+            trains = ", ".join(n for n, e in backends.items() if e.kind == "train"
+                               and "reference" in e.roles and not e.latency_only)
+            raise ConfigError("", f"{key}.strategy_args.strategy_name",
+                              f"'{backend}' is a generation backend; a teacher scores the "
+                              f"student's tokens with a forward pass, on a training "
+                              f"backend ({trains})")
+    check_teacher_domains(cfg)
+    if cfg.opd_mode == "pure" and cfg.critic is not None:
+        raise ConfigError("", "critic", "opd_mode pure takes the advantage from the teachers "
+                                        "alone, so a critic of the verifier rewards would "
+                                        "train for nothing: remove it (and adv_estimator "
+                                        "gae), or set opd_mode: mixed")
+
+
+def teacher_tags(cfg: PipelineConfig) -> dict[str, tuple[str, ...]]:
+    """Per teacher, the tags it takes (empty: every tag)."""
+    return {name: tuple(t.tag_included) for name, t in cfg.teacher.items()}
+
+
+def untaught_tags(tags: list[str], routing: dict[str, tuple[str, ...]]) -> list[str]:
+    """The tags of `tags` no teacher takes, sorted."""
+    if any(not included for included in routing.values()):
+        return []
+    taken = {tag for included in routing.values() for tag in included}
+    return sorted(set(tags) - taken)
+
+
+def check_teacher_domains(cfg: PipelineConfig) -> None:
+    """Every domain of the data mix has a teacher (the records are checked at start)."""
+    domains = list(cfg.actor_train.data_args.domain_interleave_probs or {})
+    missing = untaught_tags(domains, teacher_tags(cfg))
+    if missing:
+        raise ConfigError("", "teacher", f"no teacher takes domain(s) {', '.join(missing)} "
+                                         f"of actor_train.data_args.domain_interleave_probs: "
+                                         f"add them to a teacher's tag_included, or give a "
+                                         f"teacher an empty tag_included (every tag)")
