@@ -67,6 +67,7 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
         roles.append(role_devices("reference", cfg.reference))
     if cfg.critic is not None:
         roles.append(role_devices("critic", cfg.critic))
+    roles += [role_devices(f"teacher.{name}", t) for name, t in cfg.teacher.items()]
     if cfg.pipeline_type == "rlvr":
         roles += [role_devices(f"rewards.{name}", reward)
                   for name, reward in cfg.rewards.items() if loads_model(reward)]
@@ -118,6 +119,8 @@ class Roles:
     schedule_steps: int = 0
     # the reference is actor_train's LoRA base (derived.py reference_from_actor)
     reference_in_actor: bool = False
+    # on-policy distillation's teachers by name (forward-only, like a reference)
+    teachers: dict[str, TrainRole] = field(default_factory=dict)
 
     def reference_logprobs(self, batch: TokenBatch) -> Pending | None:
         """The reference policy's log-probs of `batch`, under way; None without one."""
@@ -226,6 +229,10 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False,
                               head=reference_policy)
+        teachers = {name: start(f"teacher.{name}", TrainRole, TrainWorker, tcfg,
+                                total_steps=total_steps, trainable=False,
+                                head=reference_policy)
+                    for name, tcfg in cfg.teacher.items()}
         critic = None
         if cfg.critic is not None:
             critic = start("critic", TrainRole, TrainWorker, cfg.critic,
@@ -257,7 +264,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         for cluster in started:  # every role is starting; now wait for each
             cluster.wait_ready(cfg.timeouts.startup_s)
         for cluster, wcfg in ((actor_train, cfg.actor_train), (reference, cfg.reference),
-                              (critic, cfg.critic)):
+                              (critic, cfg.critic),
+                              *((teachers[n], cfg.teacher[n]) for n in teachers)):
             if cluster is not None:
                 join_process_group(cluster, wcfg)
         train_path = actor_train_model(cfg, model_path)
@@ -284,4 +292,4 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         placement.release()
         raise
     return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started,
-                 schedule_steps=total_steps, reference_in_actor=in_actor)
+                 schedule_steps=total_steps, reference_in_actor=in_actor, teachers=teachers)
