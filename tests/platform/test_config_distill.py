@@ -43,7 +43,8 @@ def test_a_teacher_on_a_generation_backend_is_refused():
 def test_a_teacher_on_a_kind_that_does_not_read_one_is_refused():
     error = error_for({"pipeline_type": "agentic", "teacher": {"t": teacher()}})
     assert error.key_path == "teacher"
-    assert "pipeline_type agentic reads no teacher" in error.message
+    assert "pipeline_type agentic has no teacher role: remove it" in error.message
+    assert load_config_dict({"pipeline_type": "agentic", "teacher": {}}).teacher == {}
 
 
 def test_a_domain_no_teacher_takes_is_refused():

@@ -1,6 +1,7 @@
 """On-policy distillation's rules (schema/distill.py), checked without the data or models.
 
-- the pipeline kind reads a teacher (its catalog entry says so), or the block is refused;
+- the pipeline kind has a teacher role and reads it (config/kinds.py: `roles`,
+  `reads_roles`; a kind without the role is refused in checks/kind.py);
 - a teacher's name is a metric-name segment;
 - a teacher runs on a training backend: it scores the student's tokens with a forward
   pass, which the generation backends do not offer;
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 
 from flywheel.config.catalogs import BackendEntry
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError
@@ -25,19 +27,14 @@ from flywheel.platform.config.errors import ConfigError
 TEACHER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def kind_reads_teacher(cfg: PipelineConfig) -> bool:
-    """Whether this run's pipeline kind reads a teacher (its rollout adds the teachers'
-    advantage)."""
-    return cfg.pipeline_type == "rlvr"  # replaced by the kinds catalog's entry (issue 43)
-
-
 def check_distill(cfg: PipelineConfig, backends: Catalog[BackendEntry]) -> None:
     if not cfg.teacher:
         return
-    if not kind_reads_teacher(cfg):
-        raise ConfigError("", "teacher", f"pipeline_type {cfg.pipeline_type} reads no "
-                                         f"teacher (on-policy distillation is a teacher on an "
-                                         f"RLVR run): remove the teacher block")
+    # a kind without the role is refused by checks/kind.py; one with it must read it
+    if not kind_of(cfg).reads("teacher"):
+        raise ConfigError("", "teacher", f"pipeline_type {cfg.pipeline_type} has a teacher "
+                                         f"role but reads none (its kind's reads_roles): "
+                                         f"remove the teacher block")
     for name, teacher in cfg.teacher.items():
         key = f"teacher.{name}"
         if not TEACHER_NAME.fullmatch(name):

@@ -1,7 +1,9 @@
 """The teachers' log-probs of a training batch, and the OPD term of its advantages.
 
-`teacher_scores` lays each group's per-response teacher log-probs (teacher_scoring.py)
-onto the batch's columns; `add_opd` adds the teachers' per-token advantage
+`attach_teacher_scores` lays each group's per-response teacher log-probs
+(teacher_scoring.py) onto the batch's columns as batch extras (workers/batch.py):
+`teacher_log_probs.<name>` per token, `teacher_rows.<name>` per sample (the rows that
+teacher scored); `teacher_scores` reads them back; `add_opd` adds the teachers' per-token advantage
 (algorithms/distill/opd_advantage.py) to the verifier rewards' advantage (opd_mode
 mixed) or puts it in its place (pure: only the KL-to-reference penalty's reward-to-go,
 when there is one, stays beside it).
@@ -32,8 +34,7 @@ class TeacherScores:
     routes: dict[str, torch.Tensor]
 
 
-def teacher_scores(groups: list[Group], batch: TokenBatch, teachers: list[str]
-                   ) -> TeacherScores:
+def attach_teacher_scores(groups: list[Group], batch: TokenBatch, teachers: list[str]) -> None:
     """The batch's rows are the groups' responses in order (rlvr/train_batch.pack_groups)."""
     rows, width = batch.input_ids.shape
     log_probs = {n: torch.zeros(rows, width) for n in teachers}
@@ -50,7 +51,15 @@ def teacher_scores(groups: list[Group], batch: TokenBatch, teachers: list[str]
                 log_probs[name][row, start:start + len(values)] = torch.tensor(values)
                 routes[name][row] = True
             row += 1
-    return TeacherScores(log_probs, routes)
+    for name in teachers:
+        batch.attach(f"teacher_log_probs.{name}", log_probs[name], per="token")
+        batch.attach(f"teacher_rows.{name}", routes[name], per="sample")
+
+
+def teacher_scores(batch: TokenBatch, teachers: list[str]) -> TeacherScores:
+    """The teachers' log-probs and rows the batch carries (attach_teacher_scores)."""
+    return TeacherScores({n: batch.extra(f"teacher_log_probs.{n}") for n in teachers},
+                         {n: batch.extra(f"teacher_rows.{n}") for n in teachers})
 
 
 def add_opd(advantages: torch.Tensor, penalty_to_go: torch.Tensor, batch: TokenBatch,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flywheel.config.checks.distill import teacher_tags
-from flywheel.config.derived import IMAGE_INFER_BACKENDS, takes_images
+from flywheel.config.derived import takes_image_inputs, takes_images
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.prompt_data import (
@@ -35,7 +35,7 @@ from flywheel.pipelines.data.prompt_data import (
     prompt_encoder,
 )
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
-from flywheel.pipelines.distill.opd_batch import TeacherScores, teacher_scores
+from flywheel.pipelines.distill.opd_batch import attach_teacher_scores, teacher_scores
 from flywheel.pipelines.distill.teacher_scoring import TeacherScoring, submit_teachers
 from flywheel.pipelines.distill.teachers import check_teacher_tags, check_teacher_tokenizers
 from flywheel.pipelines.loop.seams import Taken
@@ -69,7 +69,7 @@ from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.infer_worker import STREAM_CALLS
 from flywheel.workers.strategies.hf_model import load_tokenizer
-from flywheel.workers.strategies.registry import strategy_spec
+from flywheel.workers.strategies.registry import backends_with, strategy_spec
 
 
 @dataclass
@@ -113,7 +113,7 @@ def image_processor(cfg: PipelineConfig):
         raise DataError("the data has images, which this run's backends cannot take: image "
                         "prompts need pipeline_type rlvr, actor_train (and reference) on "
                         f"hf_train without sequence_packing, actor_infer on "
-                        f"{' or '.join(IMAGE_INFER_BACKENDS)} and no critic")
+                        f"{' or '.join(backends_with(takes_image_inputs, 'infer'))} and no critic")
     return load_vl_processor(resolve_pretrain(cfg.pretrain))
 
 
@@ -150,9 +150,6 @@ class RLVRRollout:
     order: PromptOrder | DomainOrder = field(init=False)  # prompts of each batch
     encoder: PromptEncoder = field(init=False)  # prompt -> ids, by actor_train's data_args
     health: RewardHealth = field(init=False)  # rewards that score nothing (reward_health.py)
-    # on-policy distillation: the teachers' log-probs of the batch `pack` made last, read by
-    # `add_advantages` right after it (train_on calls them in that order)
-    teacher_scores: TeacherScores | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.order = training_order(self.train_records, self.cfg)
@@ -203,8 +200,8 @@ class RLVRRollout:
 
     def pack(self, groups: list[Group]) -> TokenBatch:
         batch = pack_groups(groups, self.tokenizer.pad_token_id)
-        if self.roles.teachers:
-            self.teacher_scores = teacher_scores(groups, batch, list(self.roles.teachers))
+        if self.roles.teachers:  # the teachers' log-probs ride the batch as extras
+            attach_teacher_scores(groups, batch, list(self.roles.teachers))
         if self.image_encoder is not None:  # each row with its prompt's image tensors
             inputs = [g.images if g.images is not None or not g.record.images
                       else self.encode([g.record], self.image_encoder)[1][0] for g in groups]
@@ -215,8 +212,9 @@ class RLVRRollout:
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         group_size = self.cfg.num_return_sequences_in_group
         masked = apply_sample_masks(batch, self.cfg, group_size)  # before: whitening skips them
-        return masked | add_advantages(batch, self.cfg, group_size, kl_coef,
-                                       self.teacher_scores)
+        teachers = (teacher_scores(batch, list(self.roles.teachers)) if self.roles.teachers
+                    else None)
+        return masked | add_advantages(batch, self.cfg, group_size, kl_coef, teachers)
 
     def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:
         self.health.check(taken, step)  # says, or stops, a reward that scores nothing

@@ -21,13 +21,13 @@ import torch
 from flywheel.algorithms import (
     advantage_clip,
     apply_kl_penalty,
-    compute_advantages,
     compute_gae,
     masked_mean,
     reward_clip,
     scores_to_token_rewards,
     whiten_advantages,
 )
+from flywheel.algorithms.estimators import estimator_spec, sample_estimator
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.distill.opd_batch import TeacherScores, add_opd
 from flywheel.pipelines.rlvr.generation import Group
@@ -79,7 +79,8 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                                                batch.ref_log_probs, mask, kl_coef,
                                                cfg.kl_penalty)
         metrics.update(kl_metrics)
-    if cfg.adv_estimator == "gae":
+    spec = estimator_spec(cfg.adv_estimator)  # algorithms/estimators.py
+    if spec.rows == "token":
         # Outcome score on the last response token, KL penalty on every token, then GAE
         # against the critic's values (Schulman et al. 2016).
         outcome = scores_to_token_rewards(scores, mask) if batch.turn_rewards is None else (
@@ -91,9 +92,9 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
         to_go = torch.zeros_like(mask)  # the penalty is in GAE's rewards (pure OPD with
         #                                  gae, which would lose it, is refused)
     else:
-        adv = compute_advantages(cfg.adv_estimator, scores, group_size,
-                                 norm_mean_type=cfg.norm_mean_type,
-                                 norm_std_type=cfg.norm_std_type)  # [B]
+        adv = sample_estimator(spec.fn)(scores, group_size,
+                                        norm_mean_type=cfg.norm_mean_type,
+                                        norm_std_type=cfg.norm_std_type)  # [B]
         # Reward-to-go of the per-token KL penalty keeps it causal.
         to_go = torch.flip(torch.cumsum(torch.flip(penalty * mask, [1]), 1), [1])  # [B, L]
         advantages = (adv[:, None] + to_go) * mask  # [B, L]
