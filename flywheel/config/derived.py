@@ -51,8 +51,10 @@ def roles(cfg: PipelineConfig) -> Iterator[Role]:
     for name, reward in cfg.rewards.items():
         yield Role(f"rewards.{name}", "rewards", reward)
     # a teacher is, to its backend, what a reference is: a forward-only log-prob scorer
+    # (one of the student's own weights is actor_train's forward, no role of its own)
     for name, teacher in cfg.teacher.items():
-        yield Role(f"teacher.{name}", "reference", teacher)
+        if teacher.weights == "own":
+            yield Role(f"teacher.{name}", "reference", teacher)
 
 
 def is_rule_reward(role: Role, rewards: Catalog[RewardEntry]) -> bool:

@@ -38,7 +38,7 @@ def test_a_teachers_result_becomes_each_responses_values_and_the_batch_columns()
     result = torch.tensor([[0.0, -9.0, -0.1, 0.0],
                            [0.0, -9.0, -0.2, -0.3],
                            [0.0, -0.4, -0.5, -0.6]])
-    write_teacher_log_probs(groups, TeacherPart("t", None, [], [0, 1]), result)
+    write_teacher_log_probs(groups, TeacherPart("t", None, [], [0, 1], [2, 1]), result)
     assert groups[0].teacher_log_probs["t"] == [pytest.approx([-0.1]),
                                                pytest.approx([-0.2, -0.3])]
     assert groups[1].teacher_log_probs["t"] == [pytest.approx([-0.4, -0.5, -0.6])]

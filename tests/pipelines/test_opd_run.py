@@ -78,3 +78,18 @@ def test_the_students_reverse_kl_to_the_teacher_falls(tmp_path, ray_session, ari
     kl = [r["distill/reverse_kl"] for r in records]
     assert all(r["distill/reverse_kl/seed1"] == r["distill/reverse_kl"] for r in records)
     assert sum(kl[-3:]) / 3 < 0.9 * sum(kl[:3]) / 3, kl
+
+
+@pytest.mark.long
+def test_self_distillation_runs_on_actor_train_with_no_teacher_worker(tmp_path, ray_session,
+                                                                      arith_model_path):
+    """The student as its own teacher with the answer in its context: 2 steps, its signal
+    logged, and no teacher worker (the run's worker logs name its roles)."""
+    out = tmp_path / "run"
+    run(load_config(EXAMPLE, SMALL + [
+        "max_steps=2", "eval_steps=0", "validation=null", "save_steps=0", f"output_dir={out}",
+        "teacher.me.weights=student",
+        "teacher.me.context_template={prompt}{answer} {prompt}"]))
+    records = [r for r in read_metrics(out) if "distill/reverse_kl/me" in r]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["distill/rows/me"] == 1.0 and r["distill/reverse_kl"] != 0 for r in records)

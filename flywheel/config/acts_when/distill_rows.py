@@ -12,7 +12,16 @@ _NEVER_SAMPLES = Condition("on actor_infer and validation", lambda cfg, _: False
 _NEVER_TRAINS = Condition("on actor_train and critic", lambda cfg, _: False)
 _NEVER_BACKWARD = Condition("on actor_train", lambda cfg, _: False)
 
+OWN_TEACHER = Condition("on a teacher with weights: own",
+                        lambda cfg, path: cfg.teacher[str(path[1])].weights == "own")
+# a teacher of the student's own weights loads nothing and starts no worker
+OWN_KEYS = ("model_args", "strategy_args", "device_mapping", "num_gpus_per_worker",
+            "infer_batch_size", "num_threads", "cpu_affinity")
+
 DISTILL_ROWS = [
+    *[ActsWhen(f"teacher.*.{key}", OWN_TEACHER, "the teacher's own model and workers",
+               "weights: student scores on actor_train (no second model, no worker): "
+               "remove it") for key in OWN_KEYS],
     ActsWhen("opd_mode", TEACHER, "whether the teachers' signal replaces or adds to the "
                                   "verifier rewards' advantage", "add a teacher, or remove it"),
     ActsWhen("opd_gamma", TEACHER, "the discount of the teachers' per-token signal",

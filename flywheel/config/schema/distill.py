@@ -33,6 +33,18 @@ class TeacherConfig(WorkerConfig):
     # The data tags (a record's `tag`, the domains) whose rows this teacher scores; empty:
     # every tag. A tag no teacher takes is refused at start (ROLL's tag_included).
     tag_included: list[str] = field(default_factory=list)
+    # Whose weights score: own (the teacher's model_args model, on its own workers), or
+    # student (on-policy self-distillation, prime-rl's opsd: actor_train's current weights,
+    # scored on actor_train right before its update, so never stale; no second model is
+    # loaded and the teacher's model, backend and device keys are refused). student needs
+    # context_template: on the student's own context it would score itself (a 0 signal).
+    weights: Literal["own", "student"] = "own"
+    # The teacher's prompt, written from the record, e.g. "{prompt} (the answer is
+    # {answer}) ": privileged context the student does not see (a reference answer, a
+    # hint). Placeholders: {prompt} (the record's text prompt), {answer}, {tag}; encoded by
+    # actor_train's data_args template like the student's prompt. Unset: the student's
+    # prompt.
+    context_template: str | None = None
 
 
 OpdMode = Literal["pure", "mixed"]

@@ -8,12 +8,19 @@ same `Scoring` protocol, loop/seams.py). A teacher's weights never change, so it
 are never stale, whenever they were taken.
 
 Each teacher scores only the groups routed to it by their record's tag (`tag_included`;
-empty: every tag). Its batch is sharded over its ranks like any forward pass; a group
-whose rows do not divide is padded with copies of its first row, whose scores are dropped.
+empty: every tag), on the prompt its `context_template` writes from the record (the
+student's prompt without one): the response tokens are the student's either way, so its
+log-probs line up with the student's tokens. Its batch is sharded over its ranks like any
+forward pass; rows that do not divide are padded with copies of the first row, whose scores
+are dropped.
+
+A teacher of the student's own weights (weights: student) is not scored here: it scores on
+actor_train when the batch is packed (`score_on`), with the weights about to be updated.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
@@ -33,33 +40,61 @@ class TeacherPart:
     cluster: TrainRole
     refs: list[ray.ObjectRef]  # one per rank, in rank order
     indices: list[int]  # the groups it scores (positions in the job's groups)
+    starts: list[int]  # per group it scores, the length of the prompt it was shown
 
 
-def rows_of(groups: list[Group], indices: list[int], world_size: int
+TeacherPrompt = Callable[[str, Group], list[int]]  # (teacher name, group) -> prompt ids
+
+
+def rows_of(groups: list[Group], indices: list[int], world_size: int,
+            prompt_ids: list[list[int]] | None = None
             ) -> tuple[list[list[int]], list[list[int]]]:
     """(prompts, responses) of the groups' responses in order, padded with copies of the
-    first row to a multiple of `world_size`."""
-    prompts = [groups[gi].prompt_ids for gi in indices for _ in groups[gi].responses]
+    first row to a multiple of `world_size`; `prompt_ids[i]`: the prompt group indices[i]
+    is shown (default: its own)."""
+    shown = prompt_ids or [groups[gi].prompt_ids for gi in indices]
+    prompts = [p for gi, p in zip(indices, shown) for _ in groups[gi].responses]
     responses = [r.token_ids for gi in indices for r in groups[gi].responses]
     pad = -len(prompts) % world_size
     return prompts + prompts[:1] * pad, responses + responses[:1] * pad
 
 
+def routed(groups: list[Group], included: tuple[str, ...]) -> list[int]:
+    """The groups a teacher of these tags scores (empty: every tag)."""
+    return [gi for gi, g in enumerate(groups)
+            if g.responses and (not included or g.record.tag in included)]
+
+
+def submit_part(name: str, cluster: TrainRole, groups: list[Group], indices: list[int],
+                prompt: TeacherPrompt, pad_id: int) -> TeacherPart:
+    """One teacher's forward pass over the rows of `indices`, without waiting."""
+    shown = [prompt(name, groups[gi]) for gi in indices]
+    prompts, responses = rows_of(groups, indices, cluster.world_size, shown)
+    refs = cluster.forward_logprobs(pack_sequences(prompts, responses, pad_id)).refs
+    return TeacherPart(name, cluster, refs, indices, [len(p) for p in shown])
+
+
 def submit_teachers(groups: list[Group], teachers: dict[str, TrainRole],
-                    routing: dict[str, tuple[str, ...]], pad_id: int) -> list[TeacherPart]:
+                    routing: dict[str, tuple[str, ...]], prompt: TeacherPrompt,
+                    pad_id: int) -> list[TeacherPart]:
     """Every teacher's forward pass over the groups routed to it, without waiting."""
     parts = []
     for name, cluster in teachers.items():
-        included = routing[name]
-        indices = [gi for gi, g in enumerate(groups)
-                   if g.responses and (not included or g.record.tag in included)]
-        if not indices:
-            continue
-        prompts, responses = rows_of(groups, indices, cluster.world_size)
-        batch = pack_sequences(prompts, responses, pad_id)
-        refs = cluster.forward_logprobs(batch).refs
-        parts.append(TeacherPart(name, cluster, refs, indices))
+        indices = routed(groups, routing[name])
+        if indices:
+            parts.append(submit_part(name, cluster, groups, indices, prompt, pad_id))
     return parts
+
+
+def score_on(cluster: TrainRole, names: list[str], groups: list[Group],
+             routing: dict[str, tuple[str, ...]], prompt: TeacherPrompt, pad_id: int) -> None:
+    """Teachers of the student's own weights: each one's pass on `cluster` (actor_train),
+    waited for, its log-probs written into the groups."""
+    for name in names:
+        indices = routed(groups, routing[name])
+        if indices:
+            part = submit_part(name, cluster, groups, indices, prompt, pad_id)
+            write_teacher_log_probs(groups, part, torch.cat(cluster.gather(part.refs)))
 
 
 def write_teacher_log_probs(groups: list[Group], part: TeacherPart,
@@ -67,9 +102,8 @@ def write_teacher_log_probs(groups: list[Group], part: TeacherPart,
     """Each response's teacher log-probs [len(response)] from the part's [rows, L] result
     (aligned with input_ids: the response columns follow the prompt)."""
     row = 0
-    for gi in part.indices:
+    for gi, start in zip(part.indices, part.starts):
         group = groups[gi]
-        start = len(group.prompt_ids)
         scored = []
         for response in group.responses:
             scored.append(log_probs[row, start:start + len(response.token_ids)].tolist())

@@ -1,5 +1,6 @@
-"""What on-policy distillation checks at start, before any worker: each teacher's tokenizer
-is the student's, and every training record's tag has a teacher.
+"""What on-policy distillation checks at start, before any worker (each teacher's tokenizer
+is the student's, every training record's tag has a teacher, a context_template's records
+have text prompts), and the prompt each teacher is shown (`teacher_prompt`).
 
 A teacher scores the student's token ids as they are; with another tokenizer the same ids
 are other text, and the log-ratio would compare unrelated tokens. Re-tokenizing the
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable
 from flywheel.config.checks.distill import teacher_tags, untaught_tags
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.records import DataError, PromptRecord
+from flywheel.pipelines.rlvr.generation import Group
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.models.builtin import resolve_pretrain
 
@@ -57,6 +59,25 @@ def check_teacher_tokenizers(cfg: PipelineConfig, student_tokenizer,
                               f"one tokenizer (flywheel does not re-tokenize)")
 
 
+def render_context(template: str, record: PromptRecord) -> str:
+    """The teacher's prompt text from the record (placeholders checked at load:
+    checks/distill.py check_context_template)."""
+    return template.format(prompt=record.prompt, answer=record.answer, tag=record.tag)
+
+
+def teacher_prompt(cfg: PipelineConfig, encode: Callable[[str, str], list[int]]
+                   ) -> Callable[[str, Group], list[int]]:
+    """(teacher name, group) -> the prompt ids that teacher scores the group's responses
+    on: its context_template's text encoded like the student's prompt (`encode`: the
+    rollout's PromptEncoder), or the student's own prompt ids."""
+    def prompt(name: str, group: Group) -> list[int]:
+        template = cfg.teacher[name].context_template
+        if template is None:
+            return group.prompt_ids
+        return encode(render_context(template, group.record), group.record.tag)
+    return prompt
+
+
 def check_teacher_tags(cfg: PipelineConfig, records: Iterable[PromptRecord]) -> None:
     """Every training record's tag is taken by some teacher; else a one-line DataError."""
     if not cfg.teacher:
@@ -69,3 +90,14 @@ def check_teacher_tags(cfg: PipelineConfig, records: Iterable[PromptRecord]) -> 
         raise DataError(f"actor_train.data_args: {counts[tag]} record(s) with {shown} would "
                         f"go to no teacher (teachers' tag_included: {taken}); add the tag to "
                         f"a teacher's tag_included, or a teacher with an empty tag_included")
+
+
+def check_teacher_contexts(cfg: PipelineConfig, records: list[PromptRecord]) -> None:
+    """A context_template writes a text prompt: records of chat messages are refused."""
+    templated = [n for n, t in cfg.teacher.items() if t.context_template is not None]
+    chats = sum(not isinstance(r.prompt, str) for r in records)
+    if templated and chats:
+        raise DataError(f"actor_train.data_args: {chats} record(s) have chat messages as "
+                        f"their prompt; teacher.{templated[0]}.context_template writes a "
+                        f"text prompt ({{prompt}} is the record's text): use text prompts, "
+                        f"or remove context_template")

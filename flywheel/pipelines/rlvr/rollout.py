@@ -36,8 +36,13 @@ from flywheel.pipelines.data.prompt_data import (
 )
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
 from flywheel.pipelines.distill.opd_batch import attach_teacher_scores, teacher_scores
-from flywheel.pipelines.distill.teacher_scoring import TeacherScoring, submit_teachers
-from flywheel.pipelines.distill.teachers import check_teacher_tags, check_teacher_tokenizers
+from flywheel.pipelines.distill.teacher_scoring import TeacherScoring, score_on, submit_teachers
+from flywheel.pipelines.distill.teachers import (
+    check_teacher_contexts,
+    check_teacher_tags,
+    check_teacher_tokenizers,
+    teacher_prompt,
+)
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rlvr.domain_mix import DomainOrder, check_routing, training_order
 from flywheel.pipelines.rlvr.generation import (
@@ -102,6 +107,7 @@ def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
     check_template_tags(train_args.tag_to_template, train + validation)
     check_routing(cfg, train, validation)
     check_teacher_tags(cfg, train)
+    check_teacher_contexts(cfg, train)
     check_teacher_tokenizers(cfg, tokenizer, load_tokenizer)
     return PromptSets(train, validation, loaded.image_encoder, val_images)
 
@@ -174,11 +180,11 @@ class RLVRRollout:
     def score(self, groups: list[Group]) -> ScoringJob | TeacherScoring:
         """The rewards' scoring, and with teachers their forward passes beside it."""
         job = self.score_rewards(groups)
-        if not self.roles.teachers:
+        if not self.roles.teachers:  # none, or only the student's own (scored in `pack`)
             return job
-        return TeacherScoring(job, submit_teachers(groups, self.roles.teachers,
-                                                   teacher_tags(self.cfg),
-                                                   self.tokenizer.pad_token_id))
+        return TeacherScoring(job, submit_teachers(
+            groups, self.roles.teachers, teacher_tags(self.cfg),
+            teacher_prompt(self.cfg, self.encoder), self.tokenizer.pad_token_id))
 
     def score_rewards(self, groups: list[Group]) -> ScoringJob:
         return submit_scoring(groups, self.roles.rewards, self.cfg.rewards, self.tokenizer,
@@ -200,8 +206,12 @@ class RLVRRollout:
 
     def pack(self, groups: list[Group]) -> TokenBatch:
         batch = pack_groups(groups, self.tokenizer.pad_token_id)
-        if self.roles.teachers:  # the teachers' log-probs ride the batch as extras
-            attach_teacher_scores(groups, batch, list(self.roles.teachers))
+        if self.cfg.teacher:  # the teachers' log-probs ride the batch as extras
+            own = [n for n, t in self.cfg.teacher.items() if t.weights == "student"]
+            if own:  # the student as its own teacher: actor_train, before its update
+                score_on(self.roles.actor_train, own, groups, teacher_tags(self.cfg),
+                         teacher_prompt(self.cfg, self.encoder), self.tokenizer.pad_token_id)
+            attach_teacher_scores(groups, batch, list(self.cfg.teacher))
         if self.image_encoder is not None:  # each row with its prompt's image tensors
             inputs = [g.images if g.images is not None or not g.record.images
                       else self.encode([g.record], self.image_encoder)[1][0] for g in groups]
@@ -212,8 +222,7 @@ class RLVRRollout:
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         group_size = self.cfg.num_return_sequences_in_group
         masked = apply_sample_masks(batch, self.cfg, group_size)  # before: whitening skips them
-        teachers = (teacher_scores(batch, list(self.roles.teachers)) if self.roles.teachers
-                    else None)
+        teachers = teacher_scores(batch, list(self.cfg.teacher)) if self.cfg.teacher else None
         return masked | add_advantages(batch, self.cfg, group_size, kl_coef, teachers)
 
     def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:

@@ -68,7 +68,8 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
         roles.append(role_devices("reference", cfg.reference))
     if cfg.critic is not None:
         roles.append(role_devices("critic", cfg.critic))
-    roles += [role_devices(f"teacher.{name}", t) for name, t in cfg.teacher.items()]
+    roles += [role_devices(f"teacher.{name}", t) for name, t in cfg.teacher.items()
+              if t.weights == "own"]  # the student's own weights: actor_train's
     if kind_of(cfg).rewards:
         roles += [role_devices(f"rewards.{name}", reward)
                   for name, reward in cfg.rewards.items() if loads_model(reward)]
@@ -120,7 +121,8 @@ class Roles:
     schedule_steps: int = 0
     # the reference is actor_train's LoRA base (derived.py reference_from_actor)
     reference_in_actor: bool = False
-    # on-policy distillation's teachers by name (forward-only, like a reference)
+    # on-policy distillation's teachers of their own weights, by name (forward-only, like a
+    # reference); a teacher of the student's weights scores on actor_train
     teachers: dict[str, TrainRole] = field(default_factory=dict)
 
     def reference_logprobs(self, batch: TokenBatch) -> Pending | None:
@@ -233,7 +235,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         teachers = {name: start(f"teacher.{name}", TrainRole, TrainWorker, tcfg,
                                 total_steps=total_steps, trainable=False,
                                 head=reference_policy)
-                    for name, tcfg in cfg.teacher.items()}
+                    for name, tcfg in cfg.teacher.items() if tcfg.weights == "own"}
         critic = None
         if cfg.critic is not None:
             critic = start("critic", TrainRole, TrainWorker, cfg.critic,
