@@ -89,7 +89,9 @@ def test_self_distillation_runs_on_actor_train_with_no_teacher_worker(tmp_path, 
     run(load_config(EXAMPLE, SMALL + [
         "max_steps=2", "eval_steps=0", "validation=null", "save_steps=0", f"output_dir={out}",
         "teacher.me.weights=student",
-        "teacher.me.context_template={prompt}{answer} {prompt}"]))
+        "teacher.me.context_template='{prompt}{answer} {prompt}'"]))
     records = [r for r in read_metrics(out) if "distill/reverse_kl/me" in r]
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["distill/rows/me"] == 1.0 and r["distill/reverse_kl"] != 0 for r in records)
+    assert sorted(p.name for p in (out / "logs").iterdir()) == [  # no teacher worker
+        "actor_infer-0.log", "actor_train-0.log", "rewards.math_rule-0.log"]
