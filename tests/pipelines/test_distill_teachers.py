@@ -45,6 +45,14 @@ def test_a_teacher_with_another_tokenizer_is_refused_at_start_with_the_reason(st
     assert "does not re-tokenize" in info.value.message
 
 
+def test_a_teacher_folder_without_a_tokenizer_is_refused(student, tmp_path):
+    def bare(path):
+        return load_tokenizer(str(tmp_path))  # an empty folder: no tokenizer files
+
+    with pytest.raises(ConfigError, match="its tokenizer does not load"):
+        check_teacher_tokenizers(config(), student, bare)
+
+
 def test_the_first_differing_token_and_special_ids_are_named(student):
     class Swapped:
         eos_token_id, pad_token_id, bos_token_id = (student.eos_token_id,

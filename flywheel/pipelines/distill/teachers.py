@@ -51,12 +51,21 @@ def check_teacher_tokenizers(cfg: PipelineConfig, student_tokenizer,
         model = teacher.model_args.model_name_or_path
         if not model:
             continue
-        why = tokenizer_mismatch(student_tokenizer, load(resolve_pretrain(model)))
+        key = f"teacher.{name}.model_args.model_name_or_path"
+        try:
+            tokenizer = load(resolve_pretrain(model))
+        except (OSError, ValueError) as e:  # no tokenizer files there (a bare checkpoint)
+            raise ConfigError("", key, f"{model}: its tokenizer does not load "
+                                       f"({type(e).__name__}), so it cannot be checked to be "
+                                       f"the student's: give the folder its tokenizer files "
+                                       f"(`platform export` writes a model folder with "
+                                       f"them)") from None
+        why = tokenizer_mismatch(student_tokenizer, tokenizer)
         if why is not None:
-            raise ConfigError("", f"teacher.{name}.model_args.model_name_or_path",
-                              f"{model}'s tokenizer is not the student's ({why}); a teacher "
-                              f"scores the student's token ids as they are, so both need "
-                              f"one tokenizer (flywheel does not re-tokenize)")
+            raise ConfigError("", key, f"{model}'s tokenizer is not the student's ({why}); "
+                                       f"a teacher scores the student's token ids as they "
+                                       f"are, so both need one tokenizer (flywheel does not "
+                                       f"re-tokenize)")
 
 
 def render_context(template: str, record: PromptRecord) -> str:
