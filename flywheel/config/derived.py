@@ -35,7 +35,8 @@ JUDGE_FIELDS = ("prompt", "response", "reference")  # the placeholders of a judg
 @dataclass(frozen=True)
 class Role:
     key_path: str  # "actor_train", "rewards.math_rule"
-    kind: str  # actor_train, actor_infer, reference, critic or rewards (BackendEntry.roles)
+    kind: str  # actor_train, actor_infer, reference (teachers too), critic or rewards
+    #            (BackendEntry.roles)
     worker: WorkerConfig
 
 
@@ -49,6 +50,11 @@ def roles(cfg: PipelineConfig) -> Iterator[Role]:
         yield Role("critic", "critic", cfg.critic)
     for name, reward in cfg.rewards.items():
         yield Role(f"rewards.{name}", "rewards", reward)
+    # a teacher is, to its backend, what a reference is: a forward-only log-prob scorer
+    # (one of the student's own weights is actor_train's forward, no role of its own)
+    for name, teacher in cfg.teacher.items():
+        if teacher.weights == "own":
+            yield Role(f"teacher.{name}", "reference", teacher)
 
 
 def is_rule_reward(role: Role, rewards: Catalog[RewardEntry]) -> bool:

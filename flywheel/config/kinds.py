@@ -26,7 +26,10 @@ from flywheel.config.checks.sft import SFT_KEYS
 from flywheel.platform.config.catalogs import Catalog, check_import_path, register_entry
 
 # The roles a run may declare besides actor_train (each a top-level block of the schema).
-ROLE_BLOCKS = ("actor_infer", "reference", "critic")
+# The optional role blocks (schema/roles.py, schema/distill.py); a kind has the RL ones
+# unless it says otherwise, and a teacher only where it names it.
+RL_ROLES = ("actor_infer", "reference", "critic")
+ROLE_BLOCKS = (*RL_ROLES, "teacher")
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ class PipelineKind:
     # Its rollout carries a prompt's images (derived.takes_images: on image backends).
     images: bool = False
     # Roles it may have besides actor_train (ROLE_BLOCKS; also a new role's block name).
-    roles: tuple[str, ...] = ROLE_BLOCKS
+    roles: tuple[str, ...] = RL_ROLES
     # Roles whose outputs its rollout or loss reads whatever the algorithm's terms say: a
     # `reference` listed here acts without a KL term (a distillation teacher's log-probs).
     reads_roles: tuple[str, ...] = ()
@@ -128,6 +131,7 @@ KINDS: dict[str, PipelineKind] = {
         rl=True, samples="responses", prompts=True, rewards=True, images=True, title="RLVR",
         prepare="flywheel.pipelines.rlvr.rollout:load_prompt_sets",
         rollout="flywheel.pipelines.rlvr.rollout:start_rlvr", loss=PG_LOSS,
+        roles=(*RL_ROLES, "teacher"), reads_roles=("teacher",),  # on-policy distillation
         doc="RL on prompts scored by verifiers (rewards:)"),
     "agentic": PipelineKind(
         rl=True, samples="episodes", prompts=False, rewards=False, title="agentic",

@@ -40,7 +40,8 @@ SCHEMA_PATHS = tuple(sorted(Path(schema.__file__).parent.glob("*.py")))
 # The placeholder shown for a key the user chooses, by the dict field holding it.
 DICT_KEYS = {"custom_envs": "<tag>", "rewards": "<name>"}
 # Role blocks, written `<role>` where a block appears under each of them.
-ROLE_PATHS = ("actor_train", "actor_infer", "reference", "critic", "rewards.<name>")
+ROLE_PATHS = ("actor_train", "actor_infer", "reference", "critic", "rewards.<name>",
+              "teacher.<name>")
 
 
 @dataclass
@@ -286,7 +287,8 @@ def render_markdown(root: type = schema.PipelineConfig) -> str:
         "and `platform show-config --config F.yaml` prints every value a file resolves to.",
         "",
         "`<role>` stands for any role block (`actor_train`, `actor_infer`, `reference`, "
-        "`critic`, `rewards.<name>`); `<name>` and `<tag>` for a key you choose. A type "
+        "`critic`, `rewards.<name>`, `teacher.<name>`); `<name>` and `<tag>` for a key you "
+        "choose. A type "
         "`a | b` lists the accepted values; `null` means the key may be left unset.",
         "",
     ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flywheel.algorithms.estimators import EstimatorSpec, estimators_where
+from flywheel.config.acts_when.distill_rows import DISTILL_ROWS
 from flywheel.config.acts_when.rule import ActsWhen, Condition, field_names
 from flywheel.config.catalogs import estimator_of
 from flywheel.config.checks.sft import SFT_ACTOR_KEYS, sft_ranks_backend
@@ -361,6 +362,7 @@ LORA_ELSEWHERE = {
                  "actor_train's model with the adapter disabled",
     "critic": "the critic trains its whole value model (LoRA critics are not built)",
     "rewards.*": "a judge model is never trained",
+    "teacher.*": "a teacher is never trained",
 }
 # Keys of a reference that runs inside actor_train: its model, devices and backend are
 # actor_train's.
@@ -653,4 +655,4 @@ PIPELINE_ROWS = [
 # Pipeline rows first: a key the pipeline never reads is reported as such.
 ROWS: list[ActsWhen] = [*PIPELINE_ROWS, *VARIANT_ROWS, *ALGORITHM_ROWS, *FEATURE_ROWS,
                         *ROLE_ROWS, *LORA_ROWS, *IMAGE_ROWS,
-                        *FREEZE_ROWS]
+                        *FREEZE_ROWS, *DISTILL_ROWS]

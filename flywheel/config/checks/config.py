@@ -18,6 +18,7 @@ from dataclasses import fields
 
 from flywheel.config.catalogs import BackendEntry, Catalogs, estimator_of
 from flywheel.config.checks.agentic import check_agentic
+from flywheel.config.checks.distill import check_distill
 from flywheel.config.checks.import_allowlist import check_import_paths
 from flywheel.config.checks.judge import check_llm_judge
 from flywheel.config.checks.keys import check_keys_act
@@ -52,6 +53,7 @@ def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     estimator_of(cfg)  # an unknown adv_estimator: one line listing the known ones
     check_positive(cfg)
     check_exp_name(cfg)
+    check_distill(cfg, catalogs.backends)  # before the backends: a teacher's own message
     check_strategies(cfg, catalogs)
     check_device_groups(cfg)
     check_batch_sizes(cfg)

@@ -16,7 +16,7 @@ def check_kind(cfg: PipelineConfig) -> None:
         import_object(kind.config_check)(cfg)
     for role in ROLE_BLOCKS:
         # actor_infer is always there (its defaults); an optional block written is refused
-        if role != "actor_infer" and getattr(cfg, role, None) is not None and (
-                not kind.has_role(role)):
+        written = getattr(cfg, role, None) not in (None, {})  # teacher: {} is none
+        if role != "actor_infer" and written and not kind.has_role(role):
             raise ConfigError("", role, f"pipeline_type {cfg.pipeline_type} has no {role} "
                                         f"role: remove it")

@@ -5,6 +5,7 @@
     data.py        the data blocks; batch size and lengths
     roles.py       the role blocks (actor_train, actor_infer, reference, critic, validation)
     rewards.py     the reward blocks (`rewards.<name>`), code sandbox, LLM judge
+    distill.py     on-policy distillation: the teacher blocks, opd_mode, opd_gamma
     algorithm.py   sample filters and masks, advantages, clipping, KL, importance corrections
     asynchrony.py  generation ahead of training, partial rollouts, offloading, weight sync
     agentic.py     env tags, env pools, tools, episodes as training rows
@@ -24,6 +25,7 @@ from flywheel.config.schema.agentic import (
 )
 from flywheel.config.schema.algorithm import KlEstimator, LossAggMode, NormType
 from flywheel.config.schema.data import DataArgs, ReasoningGymArgs, ReasoningGymTask
+from flywheel.config.schema.distill import TeacherConfig
 from flywheel.config.schema.pipeline import PipelineConfig
 from flywheel.config.schema.rewards import (
     DEFAULT_JUDGE_TEMPLATE,
@@ -75,6 +77,7 @@ __all__ = [
     "RewardConfig",
     "RolloutMockConfig",
     "StrategyArgs",
+    "TeacherConfig",
     "TimeoutsConfig",
     "ToolConfig",
     "ToolUseConfig",

@@ -25,6 +25,7 @@ from flywheel.config.schema.agentic import AgenticKeys
 from flywheel.config.schema.algorithm import AlgorithmKeys
 from flywheel.config.schema.asynchrony import AsyncKeys
 from flywheel.config.schema.data import BatchKeys
+from flywheel.config.schema.distill import DistillKeys
 from flywheel.config.schema.preference import PreferenceKeys
 from flywheel.config.schema.rewards import RewardKeys
 from flywheel.config.schema.roles import ModelKeys, RoleKeys, ValidationKeys
@@ -35,8 +36,9 @@ from flywheel.config.schema.run import InfraKeys, RunKeys, StepKeys
 # base to the first, so the keys keep the order they are written in (and shown by
 # `platform show-config`): RunKeys first, InfraKeys last.
 @dataclass
-class PipelineConfig(InfraKeys, PreferenceKeys, AgenticKeys, ValidationKeys, RewardKeys,
-                     RoleKeys, AlgorithmKeys, AsyncKeys, StepKeys, BatchKeys, ModelKeys, RunKeys):
+class PipelineConfig(InfraKeys, PreferenceKeys, AgenticKeys, ValidationKeys, DistillKeys,
+                     RewardKeys, RoleKeys, AlgorithmKeys, AsyncKeys, StepKeys, BatchKeys,
+                     ModelKeys, RunKeys):
     """A whole run. ROLL's top-level keys, plus flywheel's `pipeline_type`."""
 
 

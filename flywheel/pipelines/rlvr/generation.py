@@ -71,6 +71,9 @@ class Group:
     # not checkpointed (tensors and images): a restored group's are encoded again from its
     # record (RLVRRollout.pack)
     images: PromptImages | None = None
+    # On-policy distillation: per teacher that scored this group, each response's teacher
+    # log-probs of its tokens (pipelines/distill/teacher_scoring.py)
+    teacher_log_probs: dict[str, list[list[float]]] = field(default_factory=dict)
 
     # What the replay buffer, ledger and step metrics read of any group (RLVR or agentic).
     @property

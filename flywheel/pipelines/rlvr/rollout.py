@@ -21,6 +21,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.config.checks.distill import teacher_tags
 from flywheel.config.derived import takes_image_inputs, takes_images
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
@@ -34,6 +35,14 @@ from flywheel.pipelines.data.prompt_data import (
     prompt_encoder,
 )
 from flywheel.pipelines.data.qwen_vl_pieces import load_vl_processor
+from flywheel.pipelines.distill.opd_batch import attach_teacher_scores, teacher_scores
+from flywheel.pipelines.distill.teacher_scoring import TeacherScoring, score_on, submit_teachers
+from flywheel.pipelines.distill.teachers import (
+    check_teacher_contexts,
+    check_teacher_tags,
+    check_teacher_tokenizers,
+    teacher_prompt,
+)
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.rlvr.domain_mix import DomainOrder, check_routing, training_order
 from flywheel.pipelines.rlvr.generation import (
@@ -64,6 +73,7 @@ from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.infer_worker import STREAM_CALLS
+from flywheel.workers.strategies.hf_model import load_tokenizer
 from flywheel.workers.strategies.registry import backends_with, strategy_spec
 
 
@@ -96,6 +106,9 @@ def load_prompt_sets(cfg: PipelineConfig, tokenizer) -> PromptSets:
         validation, val_images = loaded_val.records, loaded_val.image_encoder
     check_template_tags(train_args.tag_to_template, train + validation)
     check_routing(cfg, train, validation)
+    check_teacher_tags(cfg, train)
+    check_teacher_contexts(cfg, train)
+    check_teacher_tokenizers(cfg, tokenizer, load_tokenizer)
     return PromptSets(train, validation, loaded.image_encoder, val_images)
 
 
@@ -164,7 +177,16 @@ class RLVRRollout:
                                            capacity // cfg.num_return_sequences_in_group))
         return source
 
-    def score(self, groups: list[Group]) -> ScoringJob:
+    def score(self, groups: list[Group]) -> ScoringJob | TeacherScoring:
+        """The rewards' scoring, and with teachers their forward passes beside it."""
+        job = self.score_rewards(groups)
+        if not self.roles.teachers:  # none, or only the student's own (scored in `pack`)
+            return job
+        return TeacherScoring(job, submit_teachers(
+            groups, self.roles.teachers, teacher_tags(self.cfg),
+            teacher_prompt(self.cfg, self.encoder), self.tokenizer.pad_token_id))
+
+    def score_rewards(self, groups: list[Group]) -> ScoringJob:
         return submit_scoring(groups, self.roles.rewards, self.cfg.rewards, self.tokenizer,
                               self.cfg.reward_aggregation)
 
@@ -184,6 +206,12 @@ class RLVRRollout:
 
     def pack(self, groups: list[Group]) -> TokenBatch:
         batch = pack_groups(groups, self.tokenizer.pad_token_id)
+        if self.cfg.teacher:  # the teachers' log-probs ride the batch as extras
+            own = [n for n, t in self.cfg.teacher.items() if t.weights == "student"]
+            if own:  # the student as its own teacher: actor_train, before its update
+                score_on(self.roles.actor_train, own, groups, teacher_tags(self.cfg),
+                         teacher_prompt(self.cfg, self.encoder), self.tokenizer.pad_token_id)
+            attach_teacher_scores(groups, batch, list(self.cfg.teacher))
         if self.image_encoder is not None:  # each row with its prompt's image tensors
             inputs = [g.images if g.images is not None or not g.record.images
                       else self.encode([g.record], self.image_encoder)[1][0] for g in groups]
@@ -194,7 +222,8 @@ class RLVRRollout:
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         group_size = self.cfg.num_return_sequences_in_group
         masked = apply_sample_masks(batch, self.cfg, group_size)  # before: whitening skips them
-        return masked | add_advantages(batch, self.cfg, group_size, kl_coef)
+        teachers = teacher_scores(batch, list(self.cfg.teacher)) if self.cfg.teacher else None
+        return masked | add_advantages(batch, self.cfg, group_size, kl_coef, teachers)
 
     def step_metrics(self, taken: Taken[Group], step: int) -> dict[str, float]:
         self.health.check(taken, step)  # says, or stops, a reward that scores nothing
@@ -215,7 +244,7 @@ class RLVRRollout:
         chunks = batch_chunks(0, records, ids, sampling, size, cfg.seed, images)
         # paused (the caller): every update sent has loaded, so no version to wait for
         groups = generate_chunks(self.roles.actor_infer, chunks, stream=streams(cfg))
-        self.score(groups).finish()
+        self.score_rewards(groups).finish()  # the teachers score training batches only
         scores = [s for g in groups for s in g.scores]
         lengths = [len(r.token_ids) for g in groups for r in g.responses]
         return {"val/accuracy": sum(scores) / len(scores),

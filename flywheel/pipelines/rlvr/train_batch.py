@@ -29,6 +29,7 @@ from flywheel.algorithms import (
 )
 from flywheel.algorithms.estimators import estimator_spec, sample_estimator
 from flywheel.config.schema import PipelineConfig
+from flywheel.pipelines.distill.opd_batch import TeacherScores, add_opd
 from flywheel.pipelines.rlvr.generation import Group
 from flywheel.workers.batch import TokenBatch, pack_sequences
 
@@ -63,8 +64,10 @@ def _clipped(rewards: torch.Tensor, clip: float | None) -> torch.Tensor:
 
 
 def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
-                   kl_coef: float) -> dict[str, float]:
-    """Fill batch.advantages [B, L]; returns metrics (incl. kl/penalty_mean for the KL ctl)."""
+                   kl_coef: float, teachers: TeacherScores | None = None) -> dict[str, float]:
+    """Fill batch.advantages [B, L]; returns metrics (incl. kl/penalty_mean for the KL ctl).
+    With teachers (on-policy distillation), their per-token term is added to the rewards'
+    advantage, or replaces it (opd_mode pure), before whitening and clipping, as in ROLL."""
     mask = batch.response_mask  # [B, L]
     scores = batch.scores.float()  # [B]
     if cfg.reward_clip is not None:
@@ -86,6 +89,8 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
         advantages, returns = compute_gae(token_rewards, batch.values, mask,
                                           cfg.gamma, cfg.lambd)
         batch.returns = returns
+        to_go = torch.zeros_like(mask)  # the penalty is in GAE's rewards (pure OPD with
+        #                                  gae, which would lose it, is refused)
     else:
         adv = sample_estimator(spec.fn)(scores, group_size,
                                         norm_mean_type=cfg.norm_mean_type,
@@ -93,6 +98,9 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
         # Reward-to-go of the per-token KL penalty keeps it causal.
         to_go = torch.flip(torch.cumsum(torch.flip(penalty * mask, [1]), 1), [1])  # [B, L]
         advantages = (adv[:, None] + to_go) * mask  # [B, L]
+    if teachers is not None:
+        advantages, opd_metrics = add_opd(advantages, to_go * mask, batch, teachers, cfg)
+        metrics.update(opd_metrics)
     if cfg.whiten_advantages:
         advantages = whiten_advantages(advantages, mask)
     if cfg.advantage_clip is not None:

@@ -68,6 +68,8 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
         roles.append(role_devices("reference", cfg.reference))
     if cfg.critic is not None:
         roles.append(role_devices("critic", cfg.critic))
+    roles += [role_devices(f"teacher.{name}", t) for name, t in cfg.teacher.items()
+              if t.weights == "own"]  # the student's own weights: actor_train's
     if kind_of(cfg).rewards:
         roles += [role_devices(f"rewards.{name}", reward)
                   for name, reward in cfg.rewards.items() if loads_model(reward)]
@@ -119,6 +121,9 @@ class Roles:
     schedule_steps: int = 0
     # the reference is actor_train's LoRA base (derived.py reference_from_actor)
     reference_in_actor: bool = False
+    # on-policy distillation's teachers of their own weights, by name (forward-only, like a
+    # reference); a teacher of the student's weights scores on actor_train
+    teachers: dict[str, TrainRole] = field(default_factory=dict)
 
     def reference_logprobs(self, batch: TokenBatch) -> Pending | None:
         """The reference policy's log-probs of `batch`, under way; None without one."""
@@ -227,6 +232,10 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
             reference = start("reference", TrainRole, TrainWorker, cfg.reference,
                               total_steps=total_steps, trainable=False,
                               head=reference_policy)
+        teachers = {name: start(f"teacher.{name}", TrainRole, TrainWorker, tcfg,
+                                total_steps=total_steps, trainable=False,
+                                head=reference_policy)
+                    for name, tcfg in cfg.teacher.items() if tcfg.weights == "own"}
         critic = None
         if cfg.critic is not None:
             critic = start("critic", TrainRole, TrainWorker, cfg.critic,
@@ -258,7 +267,8 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         for cluster in started:  # every role is starting; now wait for each
             cluster.wait_ready(cfg.timeouts.startup_s)
         for cluster, wcfg in ((actor_train, cfg.actor_train), (reference, cfg.reference),
-                              (critic, cfg.critic)):
+                              (critic, cfg.critic),
+                              *((teachers[n], cfg.teacher[n]) for n in teachers)):
             if cluster is not None:
                 join_process_group(cluster, wcfg)
         train_path = actor_train_model(cfg, model_path)
@@ -285,4 +295,4 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
         placement.release()
         raise
     return Roles(actor_train, actor_infer, reference, critic, rewards, placement, all=started,
-                 schedule_steps=total_steps, reference_in_actor=in_actor)
+                 schedule_steps=total_steps, reference_in_actor=in_actor, teachers=teachers)
