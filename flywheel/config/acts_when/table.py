@@ -227,9 +227,13 @@ RL = kind_condition(lambda kind: kind.rl)
 ON_RAY = kind_condition(lambda kind: kind.reads_key("ray"))  # its roles are Ray workers
 # The reference acts with a KL term, or under a kind that reads its log-probs itself
 # (`reads_roles`, e.g. a distillation teacher's log-probs read by its loss).
-REFERENCE_READ = Condition(KL_TERM.says + "".join(
-    f" or {kinds_said(lambda kind: kind.reads('reference'))}"
-    for _ in kinds_where(lambda kind: kind.reads("reference"))[:1]),
+def _reads_reference(kind: PipelineKind) -> bool:
+    return kind.reads("reference")
+
+
+REFERENCE_READ = Condition(
+    KL_TERM.says + (f" or {kinds_said(_reads_reference)}"
+                    if kinds_where(_reads_reference) else ""),
     lambda cfg, path: KL_TERM.holds(cfg, path) or kind_of(cfg).reads("reference"))
 NEVER_SAMPLES = Condition("on actor_infer and validation",
                           lambda cfg, _: False)
