@@ -248,9 +248,13 @@ def _OR_RANKS(cfg: PipelineConfig) -> str:
 
 # The reference acts with a KL term, or under a kind that reads its log-probs itself
 # (`reads_roles`, e.g. a distillation teacher's log-probs read by its loss).
-REFERENCE_READ = Condition(KL_TERM.says + "".join(
-    f" or {kinds_said(lambda kind: kind.reads('reference'))}"
-    for _ in kinds_where(lambda kind: kind.reads("reference"))[:1]),
+def _reads_reference(kind: PipelineKind) -> bool:
+    return kind.reads("reference")
+
+
+REFERENCE_READ = Condition(
+    KL_TERM.says + (f" or {kinds_said(_reads_reference)}"
+                    if kinds_where(_reads_reference) else ""),
     lambda cfg, path: KL_TERM.holds(cfg, path) or kind_of(cfg).reads("reference"))
 # Fixed records trained without sampling (SFT): ROLL SFT's query column and whole epochs
 # (pipelines/sft/run.py) act there.
