@@ -3,7 +3,7 @@
 `TokenGenerator.generate(prompt_ids, sampling)` returns the policy version that sampled
 and `sampling.n` Generations (workers/strategies/base.py). Two implementations:
 
-- `InferRoleGenerator`: actor_infer's Ray workers, the run's engine. A request goes to
+- `ActorsGenerator`: actor_infer's Ray workers, the run's engine. A request goes to
   the least busy worker as an ordinary `generate` call (or `generate_stream` on a
   streaming backend such as vllm, so it shares the engine's batch with every other
   request in flight); the actor's answer is awaited on the endpoint's event loop.
@@ -40,28 +40,25 @@ class StrategyGenerator:
         return await asyncio.to_thread(run)
 
 
-class InferRoleGenerator:
-    """actor_infer (pipelines/roles/handles.py InferRole) behind the endpoint.
+class ActorsGenerator:
+    """actor_infer's workers (their Ray actor handles) behind the endpoint. A request
+    goes to the worker with the fewest of this generator's requests in flight; on a
+    streaming backend as `generate_stream` (weights of at least version 0: the prefetch
+    sends a job only after pending weight updates landed, as for env workers)."""
 
-    `min_version`: a streaming call waits for weights of at least this version (the
-    caller's latest published one), as the RLVR prefetch's calls do."""
-
-    def __init__(self, actor_infer: Any, streams: bool, min_version: int = 0) -> None:
-        self.pool = actor_infer
+    def __init__(self, actors: list[Any], streams: bool) -> None:
+        self.actors = actors
         self.streams = streams
-        self.min_version = min_version
-        self.busy = [0] * actor_infer.world_size  # requests in flight per worker
+        self.busy = [0] * len(actors)  # requests in flight per worker
 
     async def generate(self, prompt_ids: list[int],
                        sampling: SamplingParams) -> tuple[int, list[Generation]]:
         rank = min(range(len(self.busy)), key=self.busy.__getitem__)
         self.busy[rank] += 1
+        actor = self.actors[rank]
         try:
-            if self.streams:
-                ref = self.pool.generate_stream(rank, [prompt_ids], sampling,
-                                                min_version=self.min_version)
-            else:
-                ref = self.pool.generate(rank, [prompt_ids], sampling)
+            ref = (actor.generate_stream.remote([prompt_ids], sampling, 0) if self.streams
+                   else actor.generate.remote([prompt_ids], sampling))
             result = await ref
         finally:
             self.busy[rank] -= 1
