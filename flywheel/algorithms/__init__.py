@@ -21,8 +21,9 @@ What it deliberately does not own
 
 How to extend
     A new pg_variant: one file in policy_loss/ and one line in policy_loss/registry.py (see
-    the policy_loss package docstring). A new advantage estimator or KL estimator: a branch
-    in its function plus its name in the Literal next to it. Every function cites its
+    the policy_loss package docstring). A new advantage estimator: its function and one line
+    in estimators.py's catalog (`ESTIMATORS`, or `register_estimator`). A new KL estimator:
+    a branch in its function plus its name in the Literal next to it. Every function cites its
     formula and paper in its docstring; tests in tests/algorithms/ check it against numbers
     worked out by hand.
 

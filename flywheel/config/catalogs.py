@@ -1,14 +1,18 @@
 """The catalogs the run's config reads: what is implemented above the config, by name.
 
-Six keys name something the config does not implement: `strategy_args.strategy_name` (a
+Eight keys name something the config does not implement: `strategy_args.strategy_name` (a
 backend), `rewards.<name>.reward_type` (a reward), `actor_train.pg_variant` (a policy loss),
-`data_args.template` (a prompt template), `custom_envs.<tag>.env_type` (an env) and
-`custom_envs.<tag>.tool_use.tools[i].tool_id` (a tool). Each concept has one catalog (a
-`flywheel.platform.config.catalogs.Catalog`), kept by the layer that implements it:
+`data_args.template` (a prompt template), `custom_envs.<tag>.env_type` (an env),
+`custom_envs.<tag>.tool_use.tools[i].tool_id` (a tool), `adv_estimator` (an advantage
+estimator) and `pipeline_type` (a pipeline kind, config/kinds.py: the config's own).
+Each concept has one catalog (a `flywheel.platform.config.catalogs.Catalog`), kept by the
+layer that implements it:
 
     backends   flywheel/workers/strategies/registry.py   STRATEGIES     register_backend
     rewards    flywheel/workers/rewards/registry.py      REWARDS        register_reward
     losses     flywheel/algorithms/policy_loss/registry.py POLICY_LOSSES register_policy_loss
+    estimators flywheel/algorithms/estimators.py         ESTIMATORS     register_estimator
+    kinds      flywheel/config/kinds.py                  KINDS          register_kind
     templates  flywheel/pipelines/data/prompt_templates.py    TEMPLATES
     envs       flywheel/envs/registry.py                 (make, ...)    flywheel.envs.register
     tools      flywheel/tools/registry.py                TOOLS
@@ -33,7 +37,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from flywheel.algorithms.estimators import ESTIMATORS, EstimatorSpec
 from flywheel.platform.config.catalogs import Catalog
+
+# The adv_estimator catalog is pure data of algorithms/ (no torch, nothing above platform/),
+# read directly: the acts-when rules ask it too, and they are handed no catalogs.
+ESTIMATOR_CATALOG: Catalog[EstimatorSpec] = Catalog("adv_estimator", ESTIMATORS)
+
+
+def estimator_of(cfg: object) -> EstimatorSpec:
+    """The spec of `cfg.adv_estimator`; a ConfigError at adv_estimator listing the known
+    estimators when it names none."""
+    return ESTIMATOR_CATALOG.get(cfg.adv_estimator, "adv_estimator")
 
 
 class BackendEntry(Protocol):

@@ -15,9 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flywheel.config.catalogs import RewardEntry
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import ModelArgs, PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError
+
+# The backends' registry is pure data (stdlib imports only): its capability flags are read
+# here and by the acts-when rules, which are handed no catalogs.
+from flywheel.workers.strategies.registry import BackendSpec, has_capability
 
 # megatron_train splits each worker group into model-parallel groups of this many devices;
 # data parallelism is what remains.
@@ -66,7 +71,7 @@ def devices(worker: WorkerConfig) -> list[int]:
 
 def model_parallel_size(worker: WorkerConfig, key_path: str = "") -> int:
     """Devices per model replica inside one worker group (megatron TP x PP x CP), else 1."""
-    if worker.strategy_args.strategy_name != "megatron_train":
+    if not has_capability(worker.strategy_args.strategy_name, lambda s: s.model_parallel):
         return 1
     size = 1
     for key in MEGATRON_PARALLEL_KEYS:
@@ -85,9 +90,10 @@ def data_parallel_size(worker: WorkerConfig, key_path: str = "") -> int:
 
 
 def context_length(cfg: PipelineConfig) -> int | None:
-    """Tokens a generation engine must hold per sequence: RLVR prompt_length +
-    response_length; agentic sequence_length (None when unset: the engine's default)."""
-    if cfg.pipeline_type == "rlvr":
+    """Tokens a generation engine must hold per sequence: a kind sampling responses (RLVR)
+    prompt_length + response_length; else sequence_length (agentic; None when unset: the
+    engine's default)."""
+    if kind_of(cfg).responses:
         return cfg.prompt_length + cfg.response_length
     return cfg.sequence_length
 
@@ -120,7 +126,7 @@ def loss_norm_length(cfg: PipelineConfig) -> int | None:
     mode without it). None under the other modes, which do not read it."""
     if cfg.actor_train.loss_agg_mode != "seq-mean-token-sum-norm":
         return None
-    return cfg.response_length if cfg.pipeline_type == "rlvr" else cfg.sequence_length
+    return cfg.response_length if kind_of(cfg).responses else cfg.sequence_length
 
 
 def template_parts(template: str) -> list[tuple[str, str | None]]:
@@ -168,7 +174,7 @@ def offloads_between_phases(cfg: PipelineConfig) -> bool:
     """`auto`/true: whether actor_train and actor_infer take turns on shared devices, each
     freeing its memory for the other (pipelines/loop/phase_switch.py); true with no shared
     device is refused by the checks, so both mean the same here."""
-    if cfg.pipeline_type == "sft" or cfg.offload_between_phases is False:
+    if not kind_of(cfg).rl or cfg.offload_between_phases is False:  # SFT: no phases
         return False
     return bool(shared_actor_devices(cfg)) and cfg.async_generation_ratio == 0
 
@@ -206,24 +212,28 @@ def derived_values(cfg: PipelineConfig) -> dict[str, str]:
     out = {}
     if cfg.infer_is_correction == "auto":
         out["infer_is_correction"] = infer_is_correction(cfg)
-    if cfg.offload_between_phases == "auto" and cfg.pipeline_type != "sft":
+    if cfg.offload_between_phases == "auto" and kind_of(cfg).rl:
         out["offload_between_phases"] = str(offloads_between_phases(cfg)).lower()
     return out
 
 
 # Images in prompts (issue 29): the backends whose requests and batches carry a prompt's
-# image inputs (workers/image_inputs.py: hf_infer's generate, vllm's multi_modal_data,
-# hf_train's and deepspeed_train's forwards). sglang and megatron_train take text alone
-# (their requests and forwards carry no image tensors), and so does a critic's value model.
-IMAGE_TRAIN_BACKENDS = ("hf_train", "deepspeed_train")
-IMAGE_INFER_BACKENDS = ("hf_infer", "vllm")
+# image inputs declare `images` in their registry entry (workers/strategies/registry.py;
+# workers/image_inputs.py: hf_infer's generate, vllm's multi_modal_data, hf_train's and
+# deepspeed_train's forwards). sglang and megatron_train take text alone (their requests
+# and forwards carry no image tensors), and so does a critic's value model.
+
+
+def takes_image_inputs(spec: BackendSpec) -> bool:
+    return spec.images
 
 
 def takes_images(cfg: PipelineConfig) -> bool:
     """Whether an RLVR run's roles can take image prompts (module note above)."""
     roles = [cfg.actor_train] + ([cfg.reference] if cfg.reference is not None else [])
     # packed rows (workers/strategies/sequence_packing.py) carry no per-row image tensors
-    return (cfg.pipeline_type == "rlvr" and cfg.critic is None
+    return (kind_of(cfg).images and cfg.critic is None
             and not cfg.actor_train.training_args.sequence_packing
-            and cfg.actor_infer.strategy_args.strategy_name in IMAGE_INFER_BACKENDS
-            and all(r.strategy_args.strategy_name in IMAGE_TRAIN_BACKENDS for r in roles))
+            and has_capability(cfg.actor_infer.strategy_args.strategy_name, takes_image_inputs)
+            and all(has_capability(r.strategy_args.strategy_name, takes_image_inputs)
+                    for r in roles))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.config.kinds import kind_named
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
 
@@ -27,8 +28,9 @@ REFERENCE = "${response_length}"
 
 
 def fill_max_new_tokens(data: dict[str, Any]) -> list[str]:
-    """Fill unset max_new_tokens with `${response_length}`; the blocks that wrote their own."""
-    if data.get("pipeline_type", "rlvr") != "rlvr":
+    """Fill unset max_new_tokens with `${response_length}` where the kind samples responses
+    (kinds.py); the blocks that wrote their own."""
+    if not _samples_responses(data):
         return []
     written = []
     for block in BLOCKS:
@@ -67,10 +69,17 @@ def loadable_config_data(data: dict[str, Any]) -> dict[str, Any]:
     """A loaded config's plain data (config_to_dict) as a file that loads back to it: without
     response_length when a max_new_tokens differs from it (it was unset, hence its default,
     and written beside the differing max_new_tokens it would be refused)."""
-    if data.get("pipeline_type", "rlvr") != "rlvr":
+    if not _samples_responses(data):
         return data
     lengths = [(data.get(block) or {}).get("generating_args", {}).get("max_new_tokens")
                for block in BLOCKS]
     if all(n in (None, data.get("response_length")) for n in lengths):
         return data
     return {k: v for k, v in data.items() if k != "response_length"}
+
+
+def _samples_responses(data: dict[str, Any]) -> bool:
+    """Whether the raw config's kind samples responses budgeted by response_length (an
+    unknown name: no; the conversion reports it)."""
+    kind = kind_named(data.get("pipeline_type", PipelineConfig.pipeline_type))
+    return kind is not None and kind.responses

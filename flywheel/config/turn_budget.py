@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.config.kinds import kind_named
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError, KeyPath
 
@@ -28,7 +29,8 @@ def take_turn_cap(data: dict[str, Any]) -> int | None:
     """Agentic: the written max_new_tokens, taken out of the resolved `data`; else None."""
     actor_infer = data.get("actor_infer")
     gen = actor_infer.get("generating_args") if isinstance(actor_infer, dict) else None
-    if data.get("pipeline_type") != "agentic" or not isinstance(gen, dict) or \
+    kind = kind_named(data.get("pipeline_type", PipelineConfig.pipeline_type))
+    if kind is None or not kind.envs or not isinstance(gen, dict) or \
             "max_new_tokens" not in gen:
         return None
     most = gen.pop("max_new_tokens")

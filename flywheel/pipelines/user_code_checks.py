@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flywheel.config.checks.import_allowlist import allowed_prefixes
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig
 from flywheel.envs import check_env_config, register_from_import_path
 from flywheel.platform.config.errors import ConfigError
@@ -97,7 +98,8 @@ def check_user_code(cfg: PipelineConfig,
         announce(key_path)
         return _import_at(key_path, load, *args)
 
-    if cfg.pipeline_type == "agentic":
+    kind = kind_of(cfg)
+    if kind.envs:
         for tag, env in cfg.custom_envs.items():
             key = f"custom_envs.{tag}"
             if env.env_import_path:
@@ -114,7 +116,7 @@ def check_user_code(cfg: PipelineConfig,
                     if not callable(built):
                         raise ConfigError("", at, f"names a {type(built).__name__}, not a "
                                                   f"class or function that builds the tool")
-    if cfg.pipeline_type == "rlvr":
+    if kind.rewards:
         for name, reward in cfg.rewards.items():
             if reward.reward_type == "python" and reward.reward_import_path:
                 at = f"rewards.{name}.reward_import_path"

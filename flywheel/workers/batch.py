@@ -10,19 +10,58 @@ log-probs, scores, versions), the log-prob phase (old / reference log-probs, val
 advantage phase (advantages, returns) and the mismatch correction (is_weights). Each is
 named here once; splitting a batch splits all of them together, so a micro-batch never
 mixes rows.
+
+Extras. What one kind of pipeline's loss reads and no other does (a distillation teacher's
+log-probs, a preference pair's layout) travels as a named `Extra` in `extras`, not as a new
+field here: a rollout attaches it (`batch.attach("teacher_log_probs", tensor, per="token")`),
+every split, move, trim and concatenation carries it with its rows, and the loss reads it
+(`micro.extra("teacher_log_probs")`, an error naming what is there when it is missing).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
 from flywheel.workers.image_inputs import RowImages
 
 Rows = slice | torch.Tensor
+
+
+@dataclass(frozen=True)
+class Extra:
+    """One tensor a rollout attaches for its loss: per token ([B, L], aligned with
+    input_ids like old_log_probs, 0 off the response) or per sample ([B, ...])."""
+
+    values: torch.Tensor
+    per: Literal["token", "sample"]
+
+    def __post_init__(self) -> None:
+        if self.per not in ("token", "sample"):
+            raise ValueError(f"an Extra is per 'token' or 'sample', not {self.per!r}")
+
+    def map(self, per_token: Callable[[torch.Tensor], torch.Tensor],
+            per_sample: Callable[[torch.Tensor], torch.Tensor]) -> Extra:
+        return Extra((per_token if self.per == "token" else per_sample)(self.values),
+                     self.per)
+
+
+class Extras(dict[str, Extra]):
+    """name -> Extra; indexing by rows (`extras[rows]`, as a [B] tensor is indexed) picks
+    those rows of every tensor, so code that re-rows a batch field by field carries them."""
+
+    def __getitem__(self, key):  # a name: its Extra; rows: the Extras of those rows
+        if isinstance(key, str):
+            return super().__getitem__(key)
+        return self.map(lambda t: t[key], lambda t: t[key])
+
+    def map(self, per_token: Callable[[torch.Tensor], torch.Tensor],
+            per_sample: Callable[[torch.Tensor], torch.Tensor]) -> Extras:
+        return Extras({name: extra.map(per_token, per_sample) for name, extra in self.items()})
 
 
 @dataclass
@@ -51,6 +90,8 @@ class TokenBatch:
     # image prompts: each row's image tensors (image_inputs.py), passed to the model with
     # the ids; None: a text batch
     images: RowImages | None = None
+    # what one kind's loss reads (module note, "Extras"); empty for RLVR and agentic
+    extras: Extras = field(default_factory=Extras)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -66,9 +107,28 @@ class TokenBatch:
                 continue
             if f.name == "images":  # rows picked as per_sample picks a [B] tensor's
                 out[f.name] = value[per_sample(torch.arange(len(self))).cpu()]
+            elif f.name == "extras":
+                out[f.name] = value.map(per_token, per_sample)
             else:
                 out[f.name] = (per_sample if f.name in SAMPLE_FIELDS else per_token)(value)
         return TokenBatch(**out)
+
+    def attach(self, name: str, values: torch.Tensor, per: Literal["token", "sample"]) -> None:
+        """Attach a tensor for the loss (module note, "Extras"): per token [B, L] or per
+        sample [B, ...]; its shape is checked against the batch here, not in the worker."""
+        want = tuple(self.input_ids.shape) if per == "token" else (len(self),)
+        if tuple(values.shape[:len(want)]) != want or (per == "token" and values.dim() != 2):
+            raise ValueError(f"extra {name!r} per {per}: expected shape {list(want)}"
+                             f"{'' if per == 'token' else ' + ...'}, got {list(values.shape)}")
+        self.extras[name] = Extra(values, per)
+
+    def extra(self, name: str) -> torch.Tensor:
+        """The tensor attached as `name`; KeyError naming the extras there if none."""
+        if name not in self.extras:
+            raise KeyError(f"the batch carries no extra {name!r} (it has: "
+                           f"{', '.join(self.extras) or 'none'}); the kind's rollout attaches "
+                           f"what its loss reads")
+        return self.extras[name].values
 
     def select(self, rows: Rows) -> TokenBatch:
         return self.map(lambda t: t[rows], lambda t: t[rows])

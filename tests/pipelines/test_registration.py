@@ -1,8 +1,10 @@
 """A reward and a policy-loss variant added through the public registration (the docs'
-recipe, docs_site/docs/python-api.md), each with a setting of its own: `platform validate`
-accepts a config naming both, and a real RLVR step on the tiny model runs both, with the
-config's settings, in other processes than the one that registered them (the training
-worker; the reward worker's scoring process)."""
+recipe, docs_site/docs/python-api.md), each with a setting of its own, and a pipeline kind
+and an advantage estimator (docs_site/docs/extending/pipeline-kinds.md): `platform
+validate` accepts a config naming all four, and a real step on the tiny model runs all
+four, with the config's settings, in other processes than the one that registered them
+(the training worker; the reward worker's scoring process); the kind's batch extras reach
+its loss in the training worker."""
 
 from __future__ import annotations
 
@@ -13,24 +15,31 @@ import pytest
 import yaml
 
 from flywheel import cli
+from flywheel.algorithms.estimators import ESTIMATORS, EstimatorSpec, register_estimator
 from flywheel.algorithms.policy_loss.registry import (
     POLICY_LOSSES,
     LossSpec,
     register_policy_loss,
 )
+from flywheel.config.kinds import KINDS, register_kind
 from flywheel.pipelines.config import load_config, load_config_dict
 from flywheel.pipelines.run.launch import run
 from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.rewards.registry import REWARDS, RewardSpec, register_reward
+from tests.pipelines import user_kind
 
 REWARD = "odd_codes"
 LOSS = "weighted_reinforce"
+KIND = "marked_rlvr"
+ESTIMATOR = "constant"
 SCORE = 0.123  # what no 0/1 reward averages to (it is no multiple of 1/n for n <= 100)
 
 
-def config_file(tmp_path, reward_type: str = REWARD, pg_variant: str = LOSS):
+def config_file(tmp_path, reward_type: str = REWARD, pg_variant: str = LOSS,
+                pipeline_type: str = KIND, adv_estimator: str = ESTIMATOR):
     path = tmp_path / "registered.yaml"
     path.write_text(yaml.safe_dump({
+        "pipeline_type": pipeline_type, "adv_estimator": adv_estimator,
         "exp_name": "registered", "output_dir": str(tmp_path / "run"),
         "pretrain": "builtin://tiny-qwen2",
         "max_steps": 1, "eval_steps": 0,           # one step is the point
@@ -47,23 +56,30 @@ def config_file(tmp_path, reward_type: str = REWARD, pg_variant: str = LOSS):
 
 @pytest.fixture(scope="module")
 def registered():
-    """Both registered as a user would; afterwards the catalogs are as they were, so the
-    tests that list every known name see only flywheel's own."""
-    before = dict(REWARDS), dict(POLICY_LOSSES)
+    """All four registered as a user would; afterwards the catalogs are as they were, so
+    the tests that list every known name see only flywheel's own."""
+    catalogs = (REWARDS, POLICY_LOSSES, KINDS, ESTIMATORS)
+    before = [dict(c) for c in catalogs]
     register_reward(REWARD, RewardSpec("rule", "tests.pipelines.user_reward:build",
                                        settings="tests.pipelines.user_reward:OddCodesSettings"))
     register_policy_loss(LOSS, LossSpec(
         "tests.pipelines.user_loss:weighted_reinforce_loss",
         settings="tests.pipelines.user_loss:WeightedReinforceSettings"))
+    register_kind(KIND, user_kind.marked_kind(KINDS["rlvr"]))
+    register_estimator(ESTIMATOR, EstimatorSpec(
+        "sample", "tests.pipelines.user_kind:constant_advantages", normalisation="configurable"))
     yield
-    for catalog, entries in zip((REWARDS, POLICY_LOSSES), before, strict=True):
+    for catalog, entries in zip(catalogs, before, strict=True):
         catalog.clear()
         catalog.update(entries)
 
 
 def test_validate_refuses_the_names_before_they_are_registered(tmp_path, capsys):
     assert cli.main(["validate", "--config", str(config_file(tmp_path))]) == 2
-    assert f"rewards.mine.reward_type: unknown reward_type '{REWARD}'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"rewards.mine.reward_type: unknown reward_type '{REWARD}'" in err
+    assert f"pipeline_type: unknown pipeline_type '{KIND}'; known: rlvr, agentic, sft" in err
+    assert f"adv_estimator: unknown adv_estimator '{ESTIMATOR}'; known: grpo," in err
 
 
 def test_a_registered_reward_and_loss_validate_and_run_one_rlvr_step(
@@ -80,6 +96,9 @@ def test_a_registered_reward_and_loss_validate_and_run_one_rlvr_step(
     assert record["reward/parse_rate"] == 0.0  # every sample was scored by the registered reward
     odd = record["reward/mean"] * 8 / SCORE
     assert odd == pytest.approx(round(odd)), record["reward/mean"]
+    assert record["advantages/mean"] == pytest.approx(user_kind.ADVANTAGE)  # the estimator
+    assert record["user/row_mark"] == pytest.approx(user_kind.ROW_MARK)  # extras: the loss
+    assert record["user/token_mark"] == pytest.approx(user_kind.TOKEN_MARK)
 
 
 @pytest.mark.parametrize("block, key, value, message", [

@@ -72,8 +72,6 @@ def test_wrong_types_name_the_expected_type(data, key_path, message):
 
 
 @pytest.mark.parametrize("data, key_path, allowed", [
-    ({"adv_estimator": "grp"}, "adv_estimator", "'grpo', 'reinforce', 'gae'"),
-    ({"pipeline_type": "dpo"}, "pipeline_type", "'rlvr', 'agentic', 'sft'"),
     ({"actor_train": {"loss_agg_mode": "mean"}}, "actor_train.loss_agg_mode",
      "'token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'"),
     ({"actor_train": {"model_args": {"dtype": "float16"}}}, "actor_train.model_args.dtype",

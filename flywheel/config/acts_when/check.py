@@ -28,6 +28,7 @@ from typing import Any
 
 import flywheel.config.acts_when.table as acts_when_table  # ROWS read when called
 from flywheel.config.acts_when.rule import ActsWhen
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError, KeyPath, format_key_path
 
@@ -91,7 +92,8 @@ def check_written_keys(cfg: PipelineConfig, written: set[KeyPath]) -> None:
 def check_validation_schedule(cfg: PipelineConfig) -> None:
     """RLVR validates only from a validation block, every eval_steps (the block without
     eval_steps is a `validation` row of the table)."""
-    if cfg.pipeline_type == "rlvr" and cfg.eval_steps and cfg.validation is None:
+    kind = kind_of(cfg)
+    if kind.rl and kind.prompts and cfg.eval_steps and cfg.validation is None:
         raise ConfigError("", "eval_steps", f"is {cfg.eval_steps} but there is no validation "
                                             f"block to validate on: add "
                                             f"validation.data_args.file_name, or set "

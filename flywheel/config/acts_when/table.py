@@ -18,18 +18,31 @@ refused under it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from flywheel.algorithms.estimators import EstimatorSpec, estimators_where
 from flywheel.config.acts_when.rule import ActsWhen, Condition, field_names
-from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
+from flywheel.config.catalogs import estimator_of
+from flywheel.config.checks.sft import SFT_ACTOR_KEYS
 from flywheel.config.derived import (
-    IMAGE_INFER_BACKENDS,
     infer_is_correction,
     loads_model,
     lora_on,
     reference_from_actor,
+    takes_image_inputs,
     takes_images,
+)
+from flywheel.config.kinds import (
+    KINDS,
+    PipelineKind,
+    kind_of,
+    kind_title,
+    kinds_said,
+    kinds_where,
 )
 from flywheel.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.platform.config.errors import KeyPath
+from flywheel.workers.strategies.registry import BackendSpec, backends_with, has_capability
 
 # ---- policy-loss variants ------------------------------------------------------------------
 # ppo's clip keys (policy_loss/ppo.py clipped_surrogate), read by ppo and gspo alike.
@@ -115,13 +128,25 @@ SYMMETRIC_CLIP = Condition("with use_pg_clip_range: false",
                            lambda cfg, _: not cfg.use_pg_clip_range or bool(_unlisted(cfg)))
 DUAL_CLIP = Condition("with dual_clip_loss: true",
                       lambda cfg, _: cfg.dual_clip_loss or bool(_unlisted(cfg)))
-GAE = Condition("with adv_estimator gae", lambda cfg, _: cfg.adv_estimator == "gae")
-STEP_ESTIMATORS = ("step_reinforce", "gigpo")  # algorithms/step_credit.py
-REINFORCE = Condition("with adv_estimator reinforce, step_reinforce or gigpo",
-                      lambda cfg, _: cfg.adv_estimator in ("reinforce", *STEP_ESTIMATORS))
+
+
+# Conditions on the estimator: each asks its catalog entry (algorithms/estimators.py), and
+# says the estimators where it holds as the catalog has them when this module is imported.
+def estimator_condition(question: Callable[[EstimatorSpec], bool]) -> Condition:
+    return Condition(f"with adv_estimator {_listed(estimators_where(question))}",
+                     lambda cfg, _: question(estimator_of(cfg)))
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+GAE = estimator_condition(lambda spec: spec.rows == "token")  # a critic's token values
+REINFORCE = estimator_condition(lambda spec: spec.normalisation == "configurable")
 GIGPO = Condition("with adv_estimator gigpo", lambda cfg, _: cfg.adv_estimator == "gigpo")
+# the estimators that credit whole samples: a per-turn one credits each turn itself
 EPISODE_BASELINE = Condition("with adv_estimator grpo or reinforce",
-                             lambda cfg, _: cfg.adv_estimator not in STEP_ESTIMATORS)
+                             lambda cfg, _: not estimator_of(cfg).per_turn)
 KL_PENALTY = Condition("with init_kl_coef > 0", lambda cfg, _: cfg.init_kl_coef > 0)
 ADAPTIVE_KL = Condition("with target_kl set", lambda cfg, _: cfg.target_kl is not None)
 KL_LOSS = Condition("with use_kl_loss: true", lambda cfg, _: cfg.use_kl_loss)
@@ -130,15 +155,14 @@ KL_TERM = Condition("with use_kl_loss: true or init_kl_coef > 0",
 
 
 def _per_turn(cfg: PipelineConfig) -> bool:
-    return cfg.pipeline_type == "agentic" and (cfg.turn_level_returns or cfg.step_level_samples)
+    return kind_of(cfg).envs and (cfg.turn_level_returns or cfg.step_level_samples)
 
 
 EPISODE_SCORE = Condition("without agentic turn_level_returns / step_level_samples, or "
                           "with adv_estimator step_reinforce / gigpo",
-                          lambda cfg, _: not _per_turn(cfg)
-                          or cfg.adv_estimator in STEP_ESTIMATORS)
+                          lambda cfg, _: not _per_turn(cfg) or estimator_of(cfg).per_turn)
 DISCOUNTED = Condition("with adv_estimator gae or agentic turn_level_returns / "
-                       "step_level_samples", lambda cfg, _: cfg.adv_estimator == "gae"
+                       "step_level_samples", lambda cfg, _: estimator_of(cfg).rows == "token"
                        or _per_turn(cfg))
 EVAL = Condition("with eval_steps > 0", lambda cfg, _: cfg.eval_steps > 0)
 PARTIAL = Condition("with partial_rollout: true", lambda cfg, _: cfg.partial_rollout)
@@ -174,11 +198,10 @@ MLFLOW = Condition("when mlflow is a tracking backend", _mlflow_tracks)
 def _names_user_code(cfg: PipelineConfig, _: KeyPath) -> bool:
     """A path the allowlist checks (checks/import_allowlist.py) is written where it is read:
     every import-path extension point counts (a user tool alone is configurable)."""
-    if cfg.pipeline_type == "rlvr":
-        return any(r.reward_import_path for r in cfg.rewards.values())
-    return cfg.pipeline_type == "agentic" and any(
-        e.env_import_path or (e.tool_use and any(t.tool_import_path for t in e.tool_use.tools))
-        for e in cfg.custom_envs.values())
+    kind = kind_of(cfg)
+    return (kind.rewards and any(r.reward_import_path for r in cfg.rewards.values())) or (
+        kind.envs and any(e.env_import_path or (e.tool_use and any(
+            t.tool_import_path for t in e.tool_use.tools)) for e in cfg.custom_envs.values()))
 
 
 USER_CODE = Condition("when the config names user code by import path "
@@ -187,12 +210,27 @@ USER_CODE = Condition("when the config names user code by import path "
                       _names_user_code)
 PYTHON_REWARD = Condition("with reward_type python",
                           lambda cfg, path: cfg.rewards[str(path[1])].reward_type == "python")
-RLVR = Condition("with pipeline_type rlvr", lambda cfg, _: cfg.pipeline_type == "rlvr")
-PROMPTS = Condition("with pipeline_type rlvr or sft",
-                    lambda cfg, _: cfg.pipeline_type != "agentic")
-AGENTIC = Condition("with pipeline_type agentic",
-                    lambda cfg, _: cfg.pipeline_type == "agentic")
-RL = Condition("with pipeline_type rlvr or agentic", lambda cfg, _: cfg.pipeline_type != "sft")
+# Conditions on the pipeline kind: each asks the kind's entry (config/kinds.py), and says
+# the kinds where it holds as the catalog has them when this module is imported.
+
+
+def kind_condition(question: Callable[[PipelineKind], bool]) -> Condition:
+    return Condition(f"with {kinds_said(question)}", lambda cfg, _: question(kind_of(cfg)))
+
+
+REWARDS = kind_condition(lambda kind: kind.rewards)  # scores its samples with rewards:
+RESPONSES = kind_condition(lambda kind: kind.responses)  # groups of sampled responses
+RL_RESPONSES = kind_condition(lambda kind: kind.rl and kind.responses)  # trains on them
+PROMPTS = kind_condition(lambda kind: kind.prompts)
+AGENTIC = kind_condition(lambda kind: kind.envs)
+RL = kind_condition(lambda kind: kind.rl)
+ON_RAY = kind_condition(lambda kind: kind.reads_key("ray"))  # its roles are Ray workers
+# The reference acts with a KL term, or under a kind that reads its log-probs itself
+# (`reads_roles`, e.g. a distillation teacher's log-probs read by its loss).
+REFERENCE_READ = Condition(KL_TERM.says + "".join(
+    f" or {kinds_said(lambda kind: kind.reads('reference'))}"
+    for _ in kinds_where(lambda kind: kind.reads("reference"))[:1]),
+    lambda cfg, path: KL_TERM.holds(cfg, path) or kind_of(cfg).reads("reference"))
 NEVER_SAMPLES = Condition("on actor_infer and validation",
                           lambda cfg, _: False)
 NEVER_TRAINS = Condition("on actor_train and critic",
@@ -203,18 +241,42 @@ def _backend(path: KeyPath, cfg: PipelineConfig) -> str:
     return getattr(cfg, str(path[0])).strategy_args.strategy_name
 
 
+# Conditions on a role's backend ask its registry entry's capabilities
+# (workers/strategies/registry.py), and say the backends that have them as the registry
+# lists them when this module is imported.
+def _on(question: Callable[[BackendSpec], bool]) -> Callable[[PipelineConfig, KeyPath], bool]:
+    return lambda cfg, path: has_capability(_backend(path, cfg), question)
+
+
+def _names(question: Callable[[BackendSpec], bool], last: str = "or",
+           kind: str | None = None) -> str:
+    names = backends_with(question, kind)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def _hf_model(spec: BackendSpec) -> bool:
+    return spec.hf_model
+
+
+def _hf_backward(spec: BackendSpec) -> bool:
+    return spec.hf_model and spec.kind == "train"
+
+
+def _token_budget(spec: BackendSpec) -> bool:
+    return spec.token_budget
+
+
+def _lora(spec: BackendSpec) -> bool:
+    return spec.lora
+
+
 # transformers' AutoModelForCausalLM.from_pretrained (workers/strategies/hf_model.py
 # load_causal_lm) reads these; vllm, sglang and megatron build their own models.
-HF_MODEL_BACKENDS = ("hf_train", "deepspeed_train", "hf_infer")
-HF_MODEL = Condition("on hf_train, deepspeed_train and hf_infer",
-                     lambda cfg, path: _backend(path, cfg) in HF_MODEL_BACKENDS)
-HF_BACKWARD = Condition("on actor_train with hf_train or deepspeed_train",
-                        lambda cfg, path: _backend(path, cfg) in ("hf_train", "deepspeed_train"))
+HF_MODEL = Condition(f"on {_names(_hf_model, 'and')}", _on(_hf_model))
+HF_BACKWARD = Condition(f"on actor_train with {_names(_hf_backward)}", _on(_hf_backward))
 # the token-budget cut of train_loop.micro_batches: megatron's pipeline schedule runs
 # micro-batches of one shape (per_device_train_batch_size rows)
-TOKEN_BUDGET_BACKENDS = ("hf_train", "deepspeed_train")
-TOKEN_BUDGET = Condition("on hf_train or deepspeed_train",
-                         lambda cfg, path: _backend(path, cfg) in TOKEN_BUDGET_BACKENDS)
+TOKEN_BUDGET = Condition(f"on {_names(_token_budget)}", _on(_token_budget))
 DYNAMIC_BATCHING = Condition("with training_args.dynamic_batching: true", lambda cfg, path: (
     getattr(cfg, str(path[0])).training_args.dynamic_batching))
 SEQUENCE_PACKING = Condition("with training_args.sequence_packing: true", lambda cfg, path: (
@@ -244,25 +306,26 @@ LORA_KEYS = {"lora_target": "turns LoRA on and names its modules",
              "additional_target": "modules trained in full beside the adapter",
              "adapter_name_or_path": "the adapter to start from",
              "lora_sync": "what a weight sync sends actor_infer: merged weights or the adapter"}
-LORA_BACKENDS = ("hf_train", "deepspeed_train")
 LORA = Condition("with actor_train.model_args.lora_target set",
                  lambda cfg, _: lora_on(cfg.actor_train.model_args))
-LORA_BACKEND = Condition("on actor_train with hf_train or deepspeed_train",
-                         lambda cfg, path: _backend(path, cfg) in LORA_BACKENDS)
+LORA_BACKEND = Condition(f"on actor_train with {_names(_lora)}", _on(_lora))
 NEVER_LORA = Condition("on actor_train", lambda cfg, _: False)
 
 
 def _adapter_served(cfg: PipelineConfig) -> bool:
+    def adapters(spec: BackendSpec) -> bool:
+        return spec.adapter_sync
+
     train = cfg.actor_train
-    return (cfg.actor_infer.strategy_args.strategy_name == "vllm"
-            and train.strategy_args.strategy_name == "hf_train"
+    return (has_capability(cfg.actor_infer.strategy_args.strategy_name, adapters)
+            and has_capability(train.strategy_args.strategy_name, adapters)
             and train.model_args.additional_target is None)
 
 
 ADAPTER_SYNC = Condition(
     "in RL runs (SFT syncs nothing); as adapter with actor_train on hf_train, actor_infer "
     "on vllm and no additional_target",
-    lambda cfg, _: cfg.pipeline_type != "sft" and (
+    lambda cfg, _: kind_of(cfg).rl and (
         cfg.actor_train.model_args.lora_sync == "merged" or _adapter_served(cfg)))
 OWN_REFERENCE = Condition(
     "when the reference is a role of its own (not actor_train's LoRA base)",
@@ -335,7 +398,7 @@ ALGORITHM_ROWS = [
                                                              "remove it"),
     ActsWhen("kl_loss_type", KL_LOSS, "the KL loss's estimator", "set use_kl_loss: true, or "
                                                                 "remove it"),
-    ActsWhen("reference", KL_TERM, "the policy a KL term compares against; nothing else "
+    ActsWhen("reference", REFERENCE_READ, "the policy a KL term compares against; nothing else "
                                    "reads its log-probs", "remove the reference block, or "
                                                           "add a KL term", block=True),
     ActsWhen("adv_estimator", EPISODE_SCORE, "how scores become advantages", _SCORES),
@@ -437,9 +500,10 @@ ROLE_ROWS = [
                "by it: remove it") for role in ("actor_infer", "reference", "critic")],
 ]
 
-IMAGES = Condition(f"with pipeline_type rlvr, actor_train (and reference) on hf_train "
+IMAGES = Condition(f"with {kinds_said(lambda kind: kind.images)}, actor_train (and "
+                   f"reference) on hf_train "
                    f"without sequence_packing, actor_infer on "
-                   f"{' or '.join(IMAGE_INFER_BACKENDS)} and no critic",
+                   f"{_names(takes_image_inputs, kind='infer')} and no critic",
                    lambda cfg, _: takes_images(cfg))
 _NO_IMAGES = ("images reach only those backends' models (sglang, megatron_train, "
               "deepspeed_train, packed rows and a critic's value model take text alone "
@@ -455,7 +519,7 @@ IMAGE_ROWS = [
 
 FREEZE = Condition("on actor_train with hf_train or deepspeed_train and no LoRA",
                    lambda cfg, path: str(path[0]) == "actor_train"
-                   and _backend(path, cfg) in ("hf_train", "deepspeed_train")
+                   and has_capability(_backend(path, cfg), _lora)
                    and not lora_on(cfg.actor_train.model_args))
 FREEZE_ROWS = [
     ActsWhen(f"{role}.model_args.freeze_module_prefix", FREEZE, "modules that do not train "
@@ -482,22 +546,23 @@ PIPELINE_ROWS = [
              "agentic episodes come from custom_envs: remove it"),
     ActsWhen("validation.data_args", PROMPTS, "the validation records",
              "agentic validation plays val_env_manager's envs: remove it"),
-    *[ActsWhen(f"{block}.data_args.reasoning_gym", RLVR, "prompts generated by "
-               "reasoning-gym tasks", lambda cfg: "SFT trains on data files (file_name): remove it"
-               if cfg.pipeline_type == "sft" else "remove it")
+    *[ActsWhen(f"{block}.data_args.reasoning_gym", RESPONSES, "prompts generated by "
+               "reasoning-gym tasks", lambda cfg: f"{kind_title(cfg)} trains on data files "
+               f"(file_name): remove it" if kind_of(cfg).prompts else "remove it")
       for block in ("actor_train", "validation")],
-    *[ActsWhen(f"{role}.data_args.tag_to_template", RLVR, "the template of a record's tag",
+    *[ActsWhen(f"{role}.data_args.tag_to_template", RESPONSES, "the template of a record's tag",
                "SFT records carry no tag: remove it") for role in ("actor_train",
                                                                    "validation")],
-    *[ActsWhen(key, RLVR, does, "agentic episodes are scored by their envs: remove it")
+    *[ActsWhen(key, REWARDS, does, "agentic episodes are scored by their envs: remove it")
       for key, does in (("rewards", "the reward workers"),
                         ("reward_pretrain", "the reward model"),
                         ("reward_aggregation", "how several rewards combine"))],
-    *[ActsWhen(key, RLVR, does, instead) for key, does, instead in (
+    *[ActsWhen(key, RESPONSES, does, instead) for key, does, instead in (
         ("num_return_sequences_in_group", "samples per prompt",
          "agentic groups are train_env_manager.group_size envs: remove it"),
         ("is_num_return_sequences_expand", "the request layout of a prompt's samples",
-         "remove it"),
+         "remove it"))],
+    *[ActsWhen(key, RL_RESPONSES, does, instead) for key, does, instead in (
         ("partial_rollout", "partial rollout", "agentic turns are short requests that each "
                                                "run on the newest weights: remove it"),
         ("max_len_mask", "masks responses cut by the length limit", "an agentic episode is "
@@ -530,16 +595,23 @@ PIPELINE_ROWS = [
                "pipeline_type: agentic, or remove it")
       for key, does in (("chat_template", "renders turns with the model's chat template"),
                         ("tool_use", "the tools the model may call in the tag's episodes"))],
-    # SFT trains actor_train in the driver process: no Ray, no other role, one device
-    ActsWhen("ray", RL, "the Ray cluster", "SFT runs in this process, without Ray: remove it"),
-    ActsWhen("actor_train.device_mapping", RL, "the devices of actor_train's workers",
-             "SFT trains on this process's one device (CUDA when present): remove it"),
-    ActsWhen("actor_train.num_gpus_per_worker", RL, "devices per worker",
-             "SFT trains on this process's one device: remove it"),
-    *[ActsWhen(name, RL, "an RL setting", "SFT does not read it: remove it")
-      for name in field_names(PipelineConfig) if name not in SFT_KEYS | {"ray"}],
+    # SFT trains actor_train in the driver process: no Ray, no other role, one device (a
+    # kind whose `keys` lack "ray" runs in this process)
+    ActsWhen("ray", ON_RAY, "the Ray cluster",
+             lambda cfg: f"{kind_title(cfg)} runs in this process, without Ray: remove it"),
+    ActsWhen("actor_train.device_mapping", ON_RAY, "the devices of actor_train's workers",
+             lambda cfg: f"{kind_title(cfg)} trains on this process's one device (CUDA when "
+                         f"present): remove it"),
+    ActsWhen("actor_train.num_gpus_per_worker", ON_RAY, "devices per worker",
+             lambda cfg: f"{kind_title(cfg)} trains on this process's one device: remove it"),
+    *[ActsWhen(name, kind_condition(lambda kind, name=name: kind.reads_key(name)),
+               "an RL setting", lambda cfg: f"{kind_title(cfg)} does not read it: remove it")
+      for name in field_names(PipelineConfig) if name != "ray" and not all(
+          kind.reads_key(name) for kind in KINDS.values())],
     *[ActsWhen(f"actor_train.{name}", RL, "an RL setting of the policy",
-               "SFT trains with cross-entropy on response tokens: remove it")
+               lambda cfg: "SFT trains with cross-entropy on response tokens: remove it"
+               if kind_of(cfg).samples is None else f"{kind_title(cfg)} trains nothing: "
+                                                    f"remove it")
       for name in field_names(ActorTrainConfig) if name not in SFT_ACTOR_KEYS],
 ]
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import string
 
-from flywheel.config.catalogs import EnvCatalog, ToolEntry
+from flywheel.config.catalogs import EnvCatalog, ToolEntry, estimator_of
 from flywheel.config.checks.import_allowlist import check_allowed_import
 from flywheel.config.checks.tools import check_tool_use
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import CustomEnvConfig, EnvManagerArgs, PipelineConfig
 from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError, did_you_mean
@@ -25,7 +26,7 @@ from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog,
                   tools: Catalog[ToolEntry]) -> None:
-    if cfg.pipeline_type != "agentic":
+    if not kind_of(cfg).envs:  # only a kind playing episodes in envs reads them
         return
     for name, env in cfg.custom_envs.items():
         check_custom_env(f"custom_envs.{name}", env, cfg, catalog)
@@ -50,7 +51,7 @@ def check_agentic(cfg: PipelineConfig, catalog: EnvCatalog,
                           f"{cfg.rollout_batch_size} does not split into groups of "
                           f"train_env_manager.group_size={group}")
     per_turn = [k for k in ("turn_level_returns", "step_level_samples") if getattr(cfg, k)]
-    if per_turn and (cfg.init_kl_coef > 0 or cfg.adv_estimator == "gae"):
+    if per_turn and (cfg.init_kl_coef > 0 or estimator_of(cfg).rows == "token"):
         raise ConfigError("", per_turn[0],
                           "per-turn advantages are computed from discounted env returns; "
                           "they do not combine with a KL reward penalty (init_kl_coef > 0; "

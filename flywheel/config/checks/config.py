@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from flywheel.config.catalogs import BackendEntry, Catalogs
+from flywheel.config.catalogs import BackendEntry, Catalogs, estimator_of
 from flywheel.config.checks.agentic import check_agentic
 from flywheel.config.checks.import_allowlist import check_import_paths
 from flywheel.config.checks.judge import check_llm_judge
 from flywheel.config.checks.keys import check_keys_act
+from flywheel.config.checks.kind import check_kind
 from flywheel.config.checks.names import check_exp_name
 from flywheel.config.checks.reasoning_gym import check_reasoning_gym
 from flywheel.config.checks.reward_model import check_reward_model
 from flywheel.config.checks.rewards import check_reward_routing
-from flywheel.config.checks.sft import check_sft
 from flywheel.config.derived import (
     MEGATRON_PARALLEL_KEYS,
     Role,
@@ -37,6 +37,7 @@ from flywheel.config.derived import (
     roles,
     shared_actor_devices,
 )
+from flywheel.config.kinds import kind_of
 from flywheel.config.lora_args import check_lora
 from flywheel.config.schema import PipelineConfig, RewardConfig, StrategyArgs
 from flywheel.platform.config.catalogs import Catalog, entry_settings, import_object
@@ -45,7 +46,8 @@ from flywheel.platform.config.errors import ConfigError, did_you_mean
 
 def check_config(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     """Raise ConfigError for the first rule `cfg` breaks."""
-    check_sft(cfg)  # first: an RL key in an SFT file is refused as such
+    check_kind(cfg)  # first: the kind's own refusals (an RL key in an SFT file, as such)
+    estimator_of(cfg)  # an unknown adv_estimator: one line listing the known ones
     check_positive(cfg)
     check_exp_name(cfg)
     check_strategies(cfg, catalogs)
@@ -222,9 +224,10 @@ def check_sibling_devices(cfg: PipelineConfig) -> None:
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:
     """One step's samples must fill whole optimizer steps of every training role."""
-    if cfg.pipeline_type == "sft":  # a step is one optimizer step; no rollout batch
+    kind = kind_of(cfg)
+    if not kind.rl:  # SFT: a step is one optimizer step; no rollout batch
         return
-    if cfg.pipeline_type == "agentic" and cfg.batch_adjust_mode != "none":
+    if kind.envs and cfg.batch_adjust_mode != "none":
         return  # the rows are fitted to whole optimizer steps each step (agentic/batch.py)
     samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
     trainers = [r for r in roles(cfg) if r.kind in ("actor_train", "critic")]
@@ -388,9 +391,10 @@ def check_fractions(cfg: PipelineConfig) -> None:
 
 def check_algorithm_roles(cfg: PipelineConfig) -> None:
     """Algorithms that need a role must have it declared."""
-    if cfg.adv_estimator == "gae" and cfg.critic is None:
-        raise ConfigError("", "adv_estimator", "gae estimates advantages with a value model: "
-                                               "add a critic: block, or use grpo or reinforce")
+    if estimator_of(cfg).needs_critic and cfg.critic is None:
+        raise ConfigError("", "adv_estimator", f"{cfg.adv_estimator} estimates advantages "
+                                               f"with a value model: add a critic: block, or "
+                                               f"use grpo or reinforce")
     for key in ("kl_loss_coef", "init_kl_coef"):
         if getattr(cfg, key) < 0:
             raise ConfigError("", key, f"is a KL weight, >= 0; got {getattr(cfg, key):g} "

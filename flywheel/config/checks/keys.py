@@ -9,8 +9,9 @@ and backends are read from the catalogs the caller hands in (`catalogs.py`).
 
 from __future__ import annotations
 
-from flywheel.config.catalogs import Catalogs
+from flywheel.config.catalogs import Catalogs, estimator_of
 from flywheel.config.derived import is_rule_reward, roles
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import (
     DataArgs,
     GeneratingArgs,
@@ -49,16 +50,16 @@ def check_keys_act(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_data_args(cfg, catalogs)
     check_generating_args(cfg)
     check_lengths(cfg)
-    if cfg.adv_estimator in ("step_reinforce", "gigpo") and not (
-            cfg.pipeline_type == "agentic" and cfg.step_level_samples):
+    if estimator_of(cfg).per_turn and not (
+            kind_of(cfg).envs and cfg.step_level_samples):
         raise ConfigError("", "adv_estimator", f"{cfg.adv_estimator} credits each turn of an "
                                                f"agentic episode on its own row: it needs "
                                                f"pipeline_type: agentic with "
                                                f"step_level_samples: true")
-    if cfg.adv_estimator == "grpo" and (cfg.norm_mean_type, cfg.norm_std_type) != (
-            "group", "group"):
-        raise ConfigError("", "norm_mean_type", f"grpo always normalises by the group mean "
-                                                f"and std, so norm_mean_type="
+    if estimator_of(cfg).normalisation == "group" and (
+            cfg.norm_mean_type, cfg.norm_std_type) != ("group", "group"):
+        raise ConfigError("", "norm_mean_type", f"{cfg.adv_estimator} always normalises by "
+                                                f"the group mean and std, so norm_mean_type="
                                                 f"{cfg.norm_mean_type} / norm_std_type="
                                                 f"{cfg.norm_std_type} would do nothing; use "
                                                 f"adv_estimator: reinforce")
@@ -153,7 +154,7 @@ def check_generating_args(cfg: PipelineConfig) -> None:
 def check_lengths(cfg: PipelineConfig) -> None:
     """RLVR sequences (prompt_length + response_length) fit in sequence_length."""
     total = cfg.prompt_length + cfg.response_length
-    if cfg.pipeline_type == "rlvr" and cfg.sequence_length is not None and (
+    if kind_of(cfg).responses and cfg.sequence_length is not None and (
             total > cfg.sequence_length):
         raise ConfigError("", "sequence_length", f"is {cfg.sequence_length}, shorter than "
                                                  f"prompt_length + response_length = {total}")

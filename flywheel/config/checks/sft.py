@@ -1,4 +1,4 @@
-"""Cross-field rules of `pipeline_type: sft`, run by `checks.check_config` for SFT only.
+"""Cross-field rules of `pipeline_type: sft`, the SFT kind's `config_check` (config/kinds.py).
 
 SFT trains actor_train alone, in the driver process (pipelines/sft/run.py): no generation
 role, no rewards, no advantages, no env pools. A key that only RL reads would do nothing
@@ -30,8 +30,7 @@ SFT_ACTOR_KEYS = frozenset({
 
 
 def check_sft(cfg: PipelineConfig) -> None:
-    if cfg.pipeline_type != "sft":
-        return
+    """SFT's own refusals: the kind's `config_check` (config/kinds.py), run for SFT only."""
     defaults = PipelineConfig()
     for f in fields(PipelineConfig):
         if f.name not in SFT_KEYS and getattr(cfg, f.name) != getattr(defaults, f.name):

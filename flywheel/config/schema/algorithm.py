@@ -73,8 +73,9 @@ class AlgorithmKeys:
     # (algorithms/step_credit.py): step_reinforce (each turn's discounted return G_t,
     # normalised as reinforce's scores) and gigpo (GiGPO: the episode's normalised reward
     # plus G_t normalised among the group's turns that saw the same observation, weighted
-    # by episode_reward_weight / step_reward_weight).
-    adv_estimator: Literal["grpo", "reinforce", "gae", "step_reinforce", "gigpo"] = "grpo"
+    # by episode_reward_weight / step_reward_weight). A name in the estimator catalog
+    # (flywheel/algorithms/estimators.py; an unknown name is refused, listing the known ones).
+    adv_estimator: str = "grpo"
     # reinforce: subtract the batch or group mean score (norm_mean_type) and divide by the
     # batch or group std (norm_std_type), or skip either with none; batch/batch is
     # REINFORCE++, group/none Dr. GRPO. grpo always uses group/group: other values

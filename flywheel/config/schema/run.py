@@ -92,7 +92,9 @@ class RayConfig:
 class RunKeys:
     """What runs, where it writes, what it continues from."""
 
-    # Which pipeline runs this file: rlvr (prompts scored by verifiers), agentic, or sft
+    # Which pipeline runs this file, a name in the pipeline-kinds catalog
+    # (flywheel/config/kinds.py; an unknown name is refused, listing the known ones):
+    # rlvr (prompts scored by verifiers), agentic (episodes in envs), or sft
     # (supervised fine-tuning, e.g. before RL: cross-entropy on response tokens only;
     # pipelines/sft/run.py). SFT reads pretrain, seed, max_steps, output_dir, exp_name,
     # tracking, logging_steps, save_steps / save_total_limit (checkpoints are HF folders
@@ -104,7 +106,7 @@ class RunKeys:
     # gradient_accumulation_steps records, drawn in a seeded shuffled order, epoch after
     # epoch), data_args (records: prompt/answer pairs, or chat messages whose last message
     # is the assistant's reply), infer_batch_size and num_threads. RL-only keys are refused.
-    pipeline_type: Literal["rlvr", "agentic", "sft"] = "rlvr"
+    pipeline_type: str = "rlvr"
     # Experiment name: the runs/<exp_name>/ folder and the mlflow experiment.
     exp_name: str = "flywheel"
     # Seeds the prompt order, each generation request's sampling and the workers' random

@@ -37,6 +37,7 @@ import dataclasses
 import torch
 
 from flywheel.algorithms import advantage_clip, whiten_advantages
+from flywheel.algorithms.estimators import estimator_spec
 from flywheel.algorithms.step_credit import (
     anchor_ids,
     fitted_rows,
@@ -127,7 +128,7 @@ def _episode_returns(groups: list[EpisodeGroup], gamma: float) -> torch.Tensor:
 def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                        kl_coef: float) -> dict[str, float]:
     """Fill batch.advantages [B, L] (see the module docstring); metrics out."""
-    if cfg.adv_estimator in ("step_reinforce", "gigpo"):
+    if estimator_spec(cfg.adv_estimator).per_turn:  # step_reinforce, gigpo
         return _finish(batch, cfg, _step_advantages(batch, cfg, group_size))
     if not cfg.turn_level_returns and not cfg.step_level_samples:
         return add_advantages(batch, cfg, group_size, kl_coef)

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.algorithms.estimators import estimator_spec
 from flywheel.config.derived import data_parallel_size
 from flywheel.config.schema import PipelineConfig, ValidationGeneratingArgs
 from flywheel.pipelines.agentic.batch import (
@@ -96,7 +97,7 @@ class AgenticRollout:
     def pack(self, groups: list[EpisodeGroup]) -> TokenBatch:
         cfg = self.cfg
         if cfg.step_level_samples:
-            step_credit = cfg.adv_estimator in ("step_reinforce", "gigpo")
+            step_credit = estimator_spec(cfg.adv_estimator).per_turn
             return pack_steps(groups, self.tokenizer.pad_token_id, cfg.gamma,
                               cfg.turn_level_returns or step_credit,
                               self._data_parallel_rows(),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import DataArgs, PipelineConfig
 from flywheel.pipelines.data.data_files import read_rows
 from flywheel.pipelines.data.prompt_data import (
@@ -27,7 +28,7 @@ from flywheel.platform.config.errors import ConfigError
 
 def check_data_columns(cfg: PipelineConfig) -> None:
     """ConfigError for the first data file that lacks a column the config reads."""
-    if cfg.pipeline_type != "rlvr":
+    if not kind_of(cfg).responses:  # SFT reads its records itself (pipelines/sft)
         return
     reads = [("actor_train", cfg.actor_train.data_args)]
     if cfg.validation is not None and cfg.eval_steps:

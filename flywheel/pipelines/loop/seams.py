@@ -13,8 +13,10 @@ the generator, its source and the replay buffer is `Any`:
   RLVR prompt group, an agentic episode group). The buffer, the ledger and the step
   metrics read only what this protocol names.
 
-To add a kind of rollout: implement `Rollout` in a module of its own and add one line to
-the table in pipelines/run/launch.py (`ROLLOUTS`).
+To add a kind of rollout: implement `Rollout` in a folder of its own under pipelines/ and
+add one line to the pipeline-kinds catalog (flywheel/config/kinds.py `KINDS`) naming its
+`prepare` and `rollout` functions by import path (launch.py's PrepareRollout and
+StartRollout).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ One training step, in order:
                   policy) too when the KL reward penalty needs them here
   3. advantages   the rollout's (GRPO / reinforce / per-turn returns; + KL penalty,
                   whitening, clipping)
-  4. train        actor_train's train step with the configured pg_variant loss (and the
+  4. train        actor_train's train step with the kind's loss (config/kinds.py; RLVR and
+                  agentic: the configured pg_variant loss) (and the
                   critic's beside it); it computes the old log-probs and the train/infer
                   mismatch first when step 2 did not
   5. sync         publish the new weights to actor_infer (every model_update_frequency);
@@ -48,8 +49,8 @@ from flywheel.config.derived import (
     offloads_between_phases,
     shared_actor_devices,
 )
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig
-from flywheel.pipelines.loop.actor_loss_config import build_actor_loss
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.group_filter import group_filter
 from flywheel.pipelines.loop.layout_hint import LAST, idle_split_hint
@@ -66,11 +67,12 @@ from flywheel.pipelines.run.metric_views import PANELS
 from flywheel.platform.checkpoint import PIPELINE_STATE, prune_checkpoints, writing_checkpoint
 from flywheel.platform.checkpoint_state import read_pipeline_state
 from flywheel.platform.cluster import WorkerError
+from flywheel.platform.config.catalogs import import_object
 from flywheel.platform.timing import StepTimer
 from flywheel.platform.tracking import Tracker
-from flywheel.workers.actor_loss import ActorLoss
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.critic_loss import CriticLoss
+from flywheel.workers.strategies.train_loop import Objective
 
 PHASE_EVENTS = "phase_events.jsonl"  # a colocated run's phase switches (loop/phase_switch.py)
 # infer_is_correction -> (level, mode) of train_infer_mismatch_weights
@@ -113,7 +115,7 @@ class StepLoop(Generic[W, G]):
     # -- built from cfg ------------------------------------------------------------------
     window: AsyncWindow = field(init=False)
     kl_ctl: FixedKLController | AdaptiveKLController = field(init=False)
-    loss_fn: ActorLoss = field(init=False)
+    loss_fn: Objective = field(init=False)  # the kind's loss (config/kinds.py `loss`)
     correction: MismatchCorrection = field(init=False)  # infer_is_correction
     old_in_train: bool = field(init=False)  # actor_train computes the old log-probs itself
     switch: PhaseSwitch = field(init=False)  # colocated roles take turns (loop/phase_switch.py)
@@ -135,7 +137,7 @@ class StepLoop(Generic[W, G]):
         cfg = self.cfg
         self.window = AsyncWindow(cfg.async_generation_ratio, self.rollout.batch_groups,
                                   cfg.model_update_frequency)
-        self.loss_fn = build_actor_loss(cfg)
+        self.loss_fn = import_object(kind_of(cfg).loss)(cfg)
         self.correction = mismatch_correction(cfg)
         # Only the KL reward penalty needs the old log-probs before the train call.
         self.old_in_train = cfg.init_kl_coef == 0

@@ -21,7 +21,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flywheel.config.derived import IMAGE_INFER_BACKENDS, takes_images
+from flywheel.config.derived import takes_image_inputs, takes_images
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.data.image_prompts import ImageItem, ImagePromptEncoder
 from flywheel.pipelines.data.prompt_data import (
@@ -64,7 +64,7 @@ from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.image_inputs import PromptImages, RowImages
 from flywheel.workers.infer_worker import STREAM_CALLS
-from flywheel.workers.strategies.registry import strategy_spec
+from flywheel.workers.strategies.registry import backends_with, strategy_spec
 
 
 @dataclass
@@ -106,7 +106,7 @@ def image_processor(cfg: PipelineConfig):
         raise DataError("the data has images, which this run's backends cannot take: image "
                         "prompts need pipeline_type rlvr, actor_train (and reference) on "
                         f"hf_train without sequence_packing, actor_infer on "
-                        f"{' or '.join(IMAGE_INFER_BACKENDS)} and no critic")
+                        f"{' or '.join(backends_with(takes_image_inputs, 'infer'))} and no critic")
     return load_vl_processor(resolve_pretrain(cfg.pretrain))
 
 

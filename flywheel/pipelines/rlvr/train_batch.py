@@ -21,13 +21,13 @@ import torch
 from flywheel.algorithms import (
     advantage_clip,
     apply_kl_penalty,
-    compute_advantages,
     compute_gae,
     masked_mean,
     reward_clip,
     scores_to_token_rewards,
     whiten_advantages,
 )
+from flywheel.algorithms.estimators import estimator_spec, sample_estimator
 from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.rlvr.generation import Group
 from flywheel.workers.batch import TokenBatch, pack_sequences
@@ -76,7 +76,8 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                                                batch.ref_log_probs, mask, kl_coef,
                                                cfg.kl_penalty)
         metrics.update(kl_metrics)
-    if cfg.adv_estimator == "gae":
+    spec = estimator_spec(cfg.adv_estimator)  # algorithms/estimators.py
+    if spec.rows == "token":
         # Outcome score on the last response token, KL penalty on every token, then GAE
         # against the critic's values (Schulman et al. 2016).
         outcome = scores_to_token_rewards(scores, mask) if batch.turn_rewards is None else (
@@ -86,9 +87,9 @@ def add_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                                           cfg.gamma, cfg.lambd)
         batch.returns = returns
     else:
-        adv = compute_advantages(cfg.adv_estimator, scores, group_size,
-                                 norm_mean_type=cfg.norm_mean_type,
-                                 norm_std_type=cfg.norm_std_type)  # [B]
+        adv = sample_estimator(spec.fn)(scores, group_size,
+                                        norm_mean_type=cfg.norm_mean_type,
+                                        norm_std_type=cfg.norm_std_type)  # [B]
         # Reward-to-go of the per-token KL penalty keeps it causal.
         to_go = torch.flip(torch.cumsum(torch.flip(penalty * mask, [1]), 1), [1])  # [B, L]
         advantages = (adv[:, None] + to_go) * mask  # [B, L]

@@ -31,6 +31,7 @@ from flywheel.config.derived import (
     served_adapter,
     shared_actor_devices,
 )
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.pipelines.roles.handles import InferRole, Pending, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
@@ -67,7 +68,7 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
         roles.append(role_devices("reference", cfg.reference))
     if cfg.critic is not None:
         roles.append(role_devices("critic", cfg.critic))
-    if cfg.pipeline_type == "rlvr":
+    if kind_of(cfg).rewards:
         roles += [role_devices(f"rewards.{name}", reward)
                   for name, reward in cfg.rewards.items() if loads_model(reward)]
     return roles
@@ -142,7 +143,7 @@ def schedule_per_train_step(cfg: PipelineConfig) -> bool:
     has the schedule's last learning rate, above 0. (A bound from max_steps turns per
     episode would leave a run of shorter episodes partway down the curve, its warmup
     stretched by the same factor.)"""
-    return cfg.pipeline_type == "agentic" and cfg.step_level_samples
+    return kind_of(cfg).envs and cfg.step_level_samples
 
 
 def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) -> int:
@@ -152,7 +153,7 @@ def schedule_horizon(cfg: PipelineConfig, wcfg: WorkerConfig, train_steps: int) 
     if schedule_per_train_step(cfg):
         return train_steps
     rows = cfg.rollout_batch_size
-    if cfg.pipeline_type == "rlvr":
+    if kind_of(cfg).responses:  # rollout_batch_size counts prompts, each a group
         rows *= cfg.num_return_sequences_in_group
     per_replica = max(1, rows // data_parallel_size(wcfg))
     return train_steps * optimizer_steps_per_train_step(wcfg.training_args, per_replica,
@@ -234,7 +235,7 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                            schedule_per_train_step=schedule_per_train_step(cfg))
         rewards = {}
         # Agentic episodes are scored by their envs: no reward workers.
-        for name, rcfg in (cfg.rewards.items() if cfg.pipeline_type == "rlvr" else ()):
+        for name, rcfg in (cfg.rewards.items() if kind_of(cfg).rewards else ()):
             role, wcfg, where, threads = f"rewards.{name}", rcfg, None, 1
             devices = RoleDevices(role, tuple(range(max(1, rcfg.world_size))))
             if loads_model(rcfg):  # a judge model on the role's own devices

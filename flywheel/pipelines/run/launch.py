@@ -13,29 +13,26 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 
+from flywheel.config.kinds import PipelineKind, kind_of
 from flywheel.config.length_defaults import loadable_config_data
 from flywheel.config.persisted import written_config
 from flywheel.config.schema import PipelineConfig
-from flywheel.pipelines.agentic import rollout as agentic
 from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.loop.seams import Rollout
 from flywheel.pipelines.loop.step_loop import StepLoop
-from flywheel.pipelines.rlvr import rollout as rlvr
 from flywheel.pipelines.roles.roles import Roles, actor_train_model, num_slots, start_roles
 from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
 from flywheel.pipelines.run.resume_rules import SAFE_KEYS, schedule_steps
 from flywheel.pipelines.run.sample_texts import SampleTextLog
-from flywheel.pipelines.sft.run import run_sft
 from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
+from flywheel.platform.config.catalogs import import_object
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
@@ -59,22 +56,28 @@ class StartRollout(Protocol):
                  model_path: str, log_dir: Path | None) -> Rollout: ...
 
 
-@dataclass(frozen=True)
-class RolloutKind:
-    """How `platform run` builds one kind of rollout for the step loop."""
+class PrepareRollout(Protocol):
+    """Before Ray starts: what the rollout reads (prompts), loaded and checked."""
 
-    # before Ray starts: what the rollout reads (prompts), loaded and checked
-    prepare: Callable[[PipelineConfig, object], object]
-    start: StartRollout
+    def __call__(self, cfg: PipelineConfig, tokenizer: object) -> Any: ...
 
 
-# pipeline_type -> its rollout; a new kind of RL pipeline is one module and one line here.
-ROLLOUTS: dict[str, RolloutKind] = {
-    "rlvr": RolloutKind(rlvr.load_prompt_sets, rlvr.start_rlvr),
-    "agentic": RolloutKind(agentic.no_data, agentic.start_agentic),
-}
-# pipeline_type -> a loop of its own (no rollout: SFT trains on fixed data)
-OWN_LOOPS = {"sft": run_sft}
+class OwnLoop(Protocol):
+    """A kind with a loop of its own (SFT: the update loop over fixed data): the whole run
+    into `output_dir`, which `run` made with config.yaml in it; returns the run directory."""
+
+    def __call__(self, cfg: PipelineConfig, output_dir: Path, is_default: bool,
+                 model_path: str, tokenizer: object, config_path: str | None) -> Path: ...
+
+
+# A kind names these by import path in its catalog entry (flywheel/config/kinds.py): a new
+# pipeline kind is one folder under pipelines/ and one line there, nothing here.
+def own_loop(kind: PipelineKind) -> OwnLoop:
+    return import_object(kind.run)
+
+
+def rollout_parts(kind: PipelineKind) -> tuple[PrepareRollout, StartRollout]:
+    return import_object(kind.prepare), import_object(kind.rollout)
 
 
 def output_dir_for(cfg: PipelineConfig, checkpoint: Path | None = None) -> tuple[Path, bool]:
@@ -125,11 +128,11 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
 
     model_path = resolve_pretrain(cfg.pretrain)
     tokenizer = load_tokenizer(model_path)
-    if cfg.pipeline_type in OWN_LOOPS:  # SFT: actor_train's hf_train here, no Ray, no roles
-        return OWN_LOOPS[cfg.pipeline_type](cfg, output_dir, is_default, model_path, tokenizer,
-                                            config_path)
-    kind = ROLLOUTS[cfg.pipeline_type]
-    data = kind.prepare(cfg, tokenizer)
+    kind = kind_of(cfg)
+    if kind.loop == "own":  # SFT: actor_train's hf_train here, no Ray, no roles
+        return own_loop(kind)(cfg, output_dir, is_default, model_path, tokenizer, config_path)
+    prepare, start_rollout = rollout_parts(kind)
+    data = prepare(cfg, tokenizer)
     recorded = recorded_for(cfg)  # rollout_mock: the dump is read before workers start
 
     write_status(output_dir, "running", max_steps=cfg.max_steps, config=config_path)
@@ -158,7 +161,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
                                mlflow_uri=default_mlflow_uri(output_dir, is_default),
                                resumed_at=checkpoint_step(checkpoint) if checkpoint else None,
                                progress_keys=PROGRESS_KEYS)
-        rollout = kind.start(cfg, roles, tokenizer, data, model_path, log_dir)
+        rollout = start_rollout(cfg, roles, tokenizer, data, model_path, log_dir)
         pipeline = StepLoop(cfg, roles, rollout, tracker, output_dir, recorded=recorded)
         pipeline.ledger.on_trained = SampleTextLog(tracker, tokenizer).trained
         if checkpoint is not None:
@@ -183,12 +186,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
         raise
     finally:
         try:
-            if tracker is not None:
-                tracker.close(MLFLOW_STATUS[status])
-            if roles is not None:
-                roles.shutdown()
-            if owns_ray:
-                stop_ray()
+            close_run(tracker, roles, owns_ray, status)
         finally:
             write_status(output_dir, status)
             refresh_run_plots(output_dir, PANELS)
@@ -197,6 +195,17 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     print(f"done: metrics in {output_dir / 'metrics.jsonl'}, plots in "
           f"{output_dir / 'plots.png'}", flush=True)
     return output_dir
+
+
+def close_run(tracker: Tracker | None, roles: Roles | None, owns_ray: bool,
+              status: str) -> None:
+    """The trackers (marked as the run ended), the roles, and Ray if this run started it."""
+    if tracker is not None:
+        tracker.close(MLFLOW_STATUS[status])
+    if roles is not None:
+        roles.shutdown()
+    if owns_ray:
+        stop_ray()
 
 
 def _print_report(report: str | None) -> None:

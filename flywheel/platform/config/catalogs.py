@@ -64,9 +64,14 @@ class Catalog(Generic[S]):
         return self._entries[name]
 
 
-def register_entry(entries: dict[str, S], key: str, name: str, spec: S) -> None:
+def register_entry(entries: dict[str, S], key: str, name: str, spec: S,
+                   spec_type: type | None = None) -> None:
     """Add `spec` as `name` to an owner's dict: the same spec again is a no-op, another spec
-    under a taken name a ValueError (a user's entry never silently replaces a built-in)."""
+    under a taken name a ValueError (a user's entry never silently replaces a built-in);
+    with `spec_type`, a spec of another type is a ValueError too."""
+    if spec_type is not None and not isinstance(spec, spec_type):
+        raise ValueError(f"{key} {name!r}: expected a {spec_type.__name__}, got "
+                         f"{type(spec).__name__}")
     if not isinstance(name, str) or not name:
         raise ValueError(f"a {key} name must be a non-empty string, got {name!r}")
     if name in entries and entries[name] != spec:

@@ -10,10 +10,10 @@ its name in `schema.TrackerName`).
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from dataclasses import dataclass
 
+from flywheel.platform.config.catalogs import import_object
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.trackers.base import SampleText, TrackerBackend, TrackerRun
 
@@ -45,5 +45,5 @@ def open_backend(name: str, run: TrackerRun) -> TrackerBackend:
     if importlib.util.find_spec(spec.requires) is None:
         raise ConfigError("", "tracking.backends",
                           f"'{name}' needs the {spec.requires} package: {spec.install_hint}")
-    backend_cls = getattr(importlib.import_module(spec.module), spec.cls)
+    backend_cls = import_object(f"{spec.module}:{spec.cls}")  # the one checked loader
     return backend_cls.open(run)

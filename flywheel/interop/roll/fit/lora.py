@@ -5,7 +5,7 @@ the adapter) and writes the same keys on actor_infer, whose vLLM then serves the
 actor_train's keys carry over as written (roll_rules.MODEL_ARGS); here the rest fits:
 
 - The backend. flywheel trains an adapter on hf_train and deepspeed_train
-  (acts_when_table.LORA_BACKENDS). Three of ROLL's four LoRA examples train on
+  (the registry entries' `lora` flag). Three of ROLL's four LoRA examples train on
   megatron_train, which trains none here: they go to deepspeed_train
   (roll_megatron.megatron_to_deepspeed, which MoE files share), whose ZeRO stage shards
   what Megatron's layout shards. The update is the same: LoRA on the same base with the
@@ -23,11 +23,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flywheel.config.acts_when.table import LORA_BACKENDS, LORA_ELSEWHERE, LORA_KEYS
+from flywheel.config.acts_when.table import LORA_ELSEWHERE, LORA_KEYS
 from flywheel.interop.roll.fit.megatron import megatron_to_deepspeed
+from flywheel.workers.strategies.registry import backends_with
 
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
+
+# The backends that train a LoRA adapter (their registry entries' flag).
+LORA_BACKENDS = backends_with(lambda spec: spec.lora)
 
 def fit_lora(out: Conversion) -> None:
     for role in LORA_ELSEWHERE:

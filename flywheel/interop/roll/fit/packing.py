@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flywheel.config.acts_when.table import TOKEN_BUDGET_BACKENDS
+from flywheel.workers.strategies.registry import backends_with
 
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
+
+# The backends that cut micro-batches by a token budget and pack rows (their registry flag).
+TOKEN_BUDGET_BACKENDS = backends_with(lambda spec: spec.token_budget)
 
 KEYS = ("use_sequence_packing", "sequence_packing_args")
 WIDTH = "max_packed_sequence_length_train"

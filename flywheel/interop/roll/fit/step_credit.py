@@ -24,6 +24,7 @@ import copy
 import string
 from typing import TYPE_CHECKING, Any
 
+from flywheel.algorithms.estimators import estimators_where
 from flywheel.config.checks.config import check_batch_sizes
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.conversion import to_config
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
 
 KEYS = ("step_reward_gamma", "batch_adjust_mode")  # converted here, not by roll_rules
-STEP_ESTIMATORS = ("gigpo", "step_reinforce")
+# ROLL's per-turn estimators carry over by name: flywheel's catalog says which credit turns
+STEP_ESTIMATORS = tuple(estimators_where(lambda spec: spec.per_turn))
 TRAJ_MANAGERS = ("TrajEnvManager", "ProxyEnvManager")
 STEP_MANAGERS = ("StepEnvManager", "StepConcatEnvManager", "AgentNativeStepEnvManager")
 MANAGER_NOTES = {

@@ -30,15 +30,15 @@ import copy
 import re
 from typing import TYPE_CHECKING, Any
 
-from flywheel.config.derived import (
-    IMAGE_INFER_BACKENDS,
-    IMAGE_TRAIN_BACKENDS,
-    lora_on,
-    takes_images,
-)
+from flywheel.config.derived import lora_on, takes_image_inputs, takes_images
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.conversion import to_config
 from flywheel.platform.config.errors import ConfigError, KeyPath
+from flywheel.workers.strategies.registry import backends_with
+
+# The backends whose forwards / requests carry image tensors (their registry entries' flag).
+IMAGE_TRAIN_BACKENDS = backends_with(takes_image_inputs, "train")
+IMAGE_INFER_BACKENDS = backends_with(takes_image_inputs, "infer")
 
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion

@@ -1,0 +1,173 @@
+"""The catalog of pipeline kinds: what each `pipeline_type` is, asked by every check.
+
+A check never compares `pipeline_type` with a name ("not sft", "== rlvr"): it asks the
+kind's entry (`kind_of(cfg).rl`, `.rewards`, `.prompts`, ...), so a new kind is classified
+by what it declares, never by exclusion. The entry names the code that runs it by import
+path ("package.module:attr"): reading the catalog imports nothing of pipelines/, Ray or
+torch, and `platform run` (pipelines/run/launch.py) imports only the named function.
+
+A new pipeline kind is one folder under `flywheel/pipelines/` (its rollout, or its own
+loop) and one line in `KINDS` below, or a `register_kind` call in a user's module (the
+same spec again is a no-op, another spec under a taken name an error). The docs' recipe:
+docs_site/docs/extending/pipeline-kinds.md.
+
+The ROLL converter (flywheel/interop/roll/) compares ROLL's own pipeline names; those are
+ROLL's, not flywheel's kinds, and stay there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from flywheel.config.checks.sft import SFT_KEYS
+from flywheel.platform.config.catalogs import Catalog, check_import_path, register_entry
+
+# The roles a run may declare besides actor_train (each a top-level block of the schema).
+ROLE_BLOCKS = ("actor_infer", "reference", "critic")
+
+
+@dataclass(frozen=True)
+class PipelineKind:
+    """One kind of pipeline: what it reads and trains, its roles, and the code that runs it.
+
+    Exactly one of `rollout` (the step loop runs it: generator, staleness bound, validation
+    pause, checkpoints) and `run` (a loop of its own, e.g. the shared update loop over
+    fixed data) is set."""
+
+    # RL on its own samples: the algorithm's keys (adv_estimator, KL, pg_variant, async
+    # generation, weight sync, Ray, the roles' devices) act. SFT: false.
+    rl: bool
+    # What actor_infer samples, if anything: "responses" (prompts -> groups of
+    # num_return_sequences_in_group responses, each budgeted by response_length; the
+    # context is prompt_length + response_length), "episodes" (multi-turn episodes played
+    # in custom_envs; sequence_length bounds one), or None (it samples nothing).
+    samples: Literal["responses", "episodes"] | None
+    # Reads prompt records from actor_train.data_args / validation.data_args.
+    prompts: bool
+    # Scores its samples with the `rewards:` block (reward workers, reward user code).
+    rewards: bool
+    # How messages name it ("SFT does not read it"): its name in capitals by default.
+    title: str = ""
+    # The top-level keys it reads; None: every key of the schema. A key it does not read,
+    # written, is refused ("SFT does not read it": acts_when/table.py).
+    keys: frozenset[str] | None = None
+    # Its rollout carries a prompt's images (derived.takes_images: on image backends).
+    images: bool = False
+    # Roles it may have besides actor_train (ROLE_BLOCKS; also a new role's block name).
+    roles: tuple[str, ...] = ROLE_BLOCKS
+    # Roles whose outputs its rollout or loss reads whatever the algorithm's terms say: a
+    # `reference` listed here acts without a KL term (a distillation teacher's log-probs).
+    reads_roles: tuple[str, ...] = ()
+    # "module:function" of its own cross-field checks (ConfigError for a key it refuses),
+    # run first by checks.check_config; None: it has none beyond the shared ones.
+    config_check: str | None = None
+    # Step-loop kinds: "module:function" loading what the rollout reads before Ray starts
+    # (prepare(cfg, tokenizer)) and "module:function" starting the rollout once the roles
+    # run (launch.StartRollout). Own-loop kinds: `run`, "module:function" with launch's
+    # OwnLoop signature, runs the whole pipeline.
+    prepare: str | None = None
+    rollout: str | None = None
+    run: str | None = None
+    # Step-loop kinds: "module:function" building actor_train's objective from the config
+    # (workers/strategies/train_loop.py `Objective`: loss and metrics per micro-batch; it
+    # may read the batch's extras, workers/batch.py). PG_LOSS: the policy-gradient loss.
+    loss: str | None = None
+    # One line a reader of the docs sees (platform validate, the kinds table).
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.rollout is None) == (self.run is None):
+            raise ValueError("a pipeline kind names exactly one of rollout (the step loop "
+                             "runs it) and run (a loop of its own)")
+        if self.rollout is not None and (self.prepare is None or self.loss is None):
+            raise ValueError("a step-loop kind names prepare (what its rollout reads) and "
+                             "loss (what actor_train minimises)")
+        for path in (self.config_check, self.prepare, self.rollout, self.run, self.loss):
+            if path is not None:
+                check_import_path(path, "pipeline kind")
+
+    @property
+    def loop(self) -> Literal["step", "own"]:
+        return "step" if self.rollout is not None else "own"
+
+    @property
+    def responses(self) -> bool:
+        """It samples one response per prompt request, in groups (RLVR's shape)."""
+        return self.samples == "responses"
+
+    @property
+    def envs(self) -> bool:
+        """It plays episodes in custom_envs (agentic)."""
+        return self.samples == "episodes"
+
+    def reads_key(self, key: str) -> bool:
+        """Whether the top-level `key` acts in this kind (`keys`)."""
+        return self.keys is None or key in self.keys
+
+    def has_role(self, role: str) -> bool:
+        return role == "actor_train" or role in self.roles
+
+    def reads(self, role: str) -> bool:
+        return role in self.reads_roles
+
+
+# The policy-gradient objective (pg_variant, KL loss, entropy bonus) of RLVR and agentic.
+PG_LOSS = "flywheel.pipelines.loop.actor_loss_config:build_actor_loss"
+
+# pipeline_type -> its kind; a new kind is one folder under pipelines/ and one line here.
+KINDS: dict[str, PipelineKind] = {
+    "rlvr": PipelineKind(
+        rl=True, samples="responses", prompts=True, rewards=True, images=True, title="RLVR",
+        prepare="flywheel.pipelines.rlvr.rollout:load_prompt_sets",
+        rollout="flywheel.pipelines.rlvr.rollout:start_rlvr", loss=PG_LOSS,
+        doc="RL on prompts scored by verifiers (rewards:)"),
+    "agentic": PipelineKind(
+        rl=True, samples="episodes", prompts=False, rewards=False, title="agentic",
+        prepare="flywheel.pipelines.agentic.rollout:no_data",
+        rollout="flywheel.pipelines.agentic.rollout:start_agentic", loss=PG_LOSS,
+        doc="RL on multi-turn episodes in environments (custom_envs:)"),
+    "sft": PipelineKind(
+        rl=False, samples=None, prompts=True, rewards=False, roles=(), title="SFT",
+        keys=SFT_KEYS - {"ray"},  # in this process: the ray block is refused as such
+        config_check="flywheel.config.checks.sft:check_sft",
+        run="flywheel.pipelines.sft.run:run_sft",
+        doc="supervised fine-tuning on fixed records (cross-entropy on response tokens)"),
+}
+KIND_CATALOG: Catalog[PipelineKind] = Catalog("pipeline_type", KINDS)
+
+
+def register_kind(name: str, kind: PipelineKind) -> None:
+    """Add a pipeline kind (a user's module calls this before the config loads)."""
+    register_entry(KINDS, "pipeline_type", name, kind, PipelineKind)
+
+
+def kind_of(cfg: Any) -> PipelineKind:
+    """The entry of `cfg.pipeline_type`; a ConfigError at pipeline_type listing the known
+    kinds when it names none."""
+    return KIND_CATALOG.get(cfg.pipeline_type, "pipeline_type")
+
+
+def kind_title(cfg: Any) -> str:
+    """How messages name the config's kind ("SFT", "RLVR")."""
+    return kind_of(cfg).title or cfg.pipeline_type.upper()
+
+
+def kind_named(name: object) -> PipelineKind | None:
+    """The entry of a raw config value (before conversion: any type), or None."""
+    return KINDS.get(name) if isinstance(name, str) else None
+
+
+def kinds_where(question: Callable[[PipelineKind], bool]) -> list[str]:
+    """The names of the kinds for which `question` holds, in catalog order."""
+    return [name for name, kind in KINDS.items() if question(kind)]
+
+
+def kinds_said(question: Callable[[PipelineKind], bool]) -> str:
+    """'pipeline_type rlvr or sft': how an error names the kinds where a key acts."""
+    names = kinds_where(question)
+    if not names:
+        return "no pipeline_type"
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f"pipeline_type {listed}"
