@@ -26,7 +26,7 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.mark.parametrize("data, message", [
     ({"pipeline_type": "dpo"}, "pipeline_type: unknown pipeline_type 'dpo'; known: rlvr, "
-                               "agentic, sft"),
+                               "agentic, agent, sft"),
     ({"adv_estimator": "grp"}, "adv_estimator: unknown adv_estimator 'grp' (did you mean "
                                "'grpo'?); known: grpo, reinforce, gae, step_reinforce, gigpo"),
 ])
@@ -97,7 +97,7 @@ def test_registration_refuses_a_taken_name_and_a_malformed_entry(own_kinds):
         PipelineKind(rl=True, samples=None, prompts=False, rewards=False)
     with pytest.raises(ValueError, match="must look like 'package.module:attr'"):
         PipelineKind(rl=False, samples=None, prompts=False, rewards=False, run="my.loop")
-    assert list(KINDS) == ["rlvr", "agentic", "sft"]
+    assert list(KINDS) == ["rlvr", "agentic", "agent", "sft"]
     assert list(ESTIMATORS) == ["grpo", "reinforce", "gae", "step_reinforce", "gigpo"]
 
 

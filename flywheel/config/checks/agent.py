@@ -5,7 +5,9 @@ What is refused, and why:
 - adv_estimator gae: a value per call would need a critic over the agent's calls, which
   has no state of its own between calls; step_reinforce and gigpo: the agent's calls have
   no per-call reward and no anchor state (an env's state), so neither has what it needs.
-  grpo and reinforce (episode reward, normalised over the episodes of a task) act.
+  The estimators that act are the catalog's per-sample ones (algorithms/estimators.py:
+  rows "sample", no critic; today grpo and reinforce), each an episode's reward
+  normalised over the episodes of its task.
 - num_return_sequences > 1 in actor_infer.generating_args: the agent's request says `n`.
 - step_level_samples / turn_level_returns: agentic's views of env episodes; an agent's
   rows are its calls already.
@@ -15,11 +17,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flywheel.algorithms.estimators import estimator_spec, estimators_where
 from flywheel.config.checks.import_allowlist import check_allowed_import
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
 
-ESTIMATORS = ("grpo", "reinforce")
+
+def _per_episode(spec) -> bool:
+    """One advantage per episode from its reward: what an agent's calls can be given."""
+    return spec.rows == "sample" and not spec.needs_critic
 
 
 def check_agent(cfg: PipelineConfig) -> None:
@@ -45,14 +51,15 @@ def check_agent(cfg: PipelineConfig) -> None:
                               ("max_calls", agent.max_calls, 1),
                               ("max_episode_tokens", agent.max_episode_tokens, 1),
                               ("max_body_bytes", agent.max_body_bytes, 1024),
-                              ("max_tokens_per_call", agent.max_tokens_per_call, 0)):
+                              ("max_tokens_per_call", agent.max_tokens_per_call, 1)):
         if value < least:
             raise ConfigError("", f"agent.{key}", f"must be >= {least:g}, got {value}")
-    if cfg.adv_estimator not in ESTIMATORS:
-        raise ConfigError("", "adv_estimator", f"pipeline_type agent trains with "
-                          f"{' or '.join(ESTIMATORS)} (an episode's reward over a task's "
-                          f"episodes); {cfg.adv_estimator} needs per-call rewards, values or "
-                          "anchor states that an agent's calls do not have")
+    if not _per_episode(estimator_spec(cfg.adv_estimator)):
+        known = " or ".join(estimators_where(_per_episode))
+        raise ConfigError("", "adv_estimator", f"pipeline_type agent trains with {known} (an "
+                          f"episode's reward over a task's episodes); {cfg.adv_estimator} "
+                          "needs per-call rewards, values or anchor states that an agent's "
+                          "calls do not have")
     if cfg.actor_infer.generating_args.num_return_sequences != 1:
         raise ConfigError("", "actor_infer.generating_args.num_return_sequences",
                           "the agent's request says n; leave it 1")

@@ -42,9 +42,8 @@ class AgentConfig:
     # Calls one episode may make; the next is answered 429 and the group dropped
     # (agent/over_budget).
     max_calls: int = 16
-    # New tokens one call may sample (a request's max_tokens is capped to it); 0: the
-    # run's actor_infer.generating_args.max_new_tokens.
-    max_tokens_per_call: int = 0
+    # New tokens one call may sample (a request's max_tokens is capped to it). >= 1.
+    max_tokens_per_call: int = 256
     # New tokens one episode may sample over all its calls; past it: 429, as max_calls.
     max_episode_tokens: int = 4096
     # A request body over this many bytes is refused (413) before it is read whole.

@@ -40,7 +40,7 @@ import ray
 import torch
 
 from flywheel.algorithms import advantage_clip, whiten_advantages
-from flywheel.algorithms.advantages import compute_advantages
+from flywheel.algorithms.estimators import estimator_spec, sample_estimator
 from flywheel.algorithms.kl import apply_kl_penalty
 from flywheel.config.derived import context_length, data_parallel_size
 from flywheel.config.schema import PipelineConfig, ValidationGeneratingArgs
@@ -252,17 +252,18 @@ def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int) -> Token
 
 def call_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
                     kl_coef: float) -> dict[str, float]:
-    """A_e of each episode e over its task's group (compute_advantages: GRPO, Shao et al.
-    2024 eq. 3 outcome supervision, (r_e - mean_g) / std_g; or reinforce), given to every
-    token of every row of e; plus the reward-to-go of the per-token KL penalty, as RLVR's."""
+    """A_e of each episode e over its task's group (a "sample" estimator of
+    algorithms/estimators.py: GRPO, Shao et al. 2024 eq. 3 outcome supervision,
+    (r_e - mean_g) / std_g; reinforce), given to every token of every row of e; plus the
+    reward-to-go of the per-token KL penalty, as RLVR's."""
     mask = batch.response_mask  # [B, L]
     real = batch.episode >= 0  # [B]
     episodes = int(batch.episode.max()) + 1
     reward = torch.zeros(episodes).index_copy_(0, batch.episode[real],
                                               batch.episode_return[real].float())  # [E]
-    per_episode = compute_advantages(cfg.adv_estimator, reward, group_size,
-                                     norm_mean_type=cfg.norm_mean_type,
-                                     norm_std_type=cfg.norm_std_type)  # [E]
+    estimate = sample_estimator(estimator_spec(cfg.adv_estimator).fn)
+    per_episode = estimate(reward, group_size, norm_mean_type=cfg.norm_mean_type,
+                           norm_std_type=cfg.norm_std_type)  # [E]
     per_row = torch.where(real, per_episode[batch.episode.clamp(min=0)], 0.0)  # [B]
     metrics: dict[str, float] = {}
     penalty = torch.zeros_like(mask)  # [B, L]

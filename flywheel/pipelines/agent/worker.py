@@ -58,8 +58,7 @@ class AgentWorker(RoleWorker):
         super().__init__(role, rank, world_size, 1, None, log_path)
         tokenizer = agent_tokenizer(model_path, agent)
         generator = ActorsGenerator(infer_actors, infer_streams)
-        limits = EndpointLimits(agent.max_body_bytes,
-                                agent.max_tokens_per_call or sampling.max_new_tokens,
+        limits = EndpointLimits(agent.max_body_bytes, agent.max_tokens_per_call,
                                 agent.max_calls, agent.max_episode_tokens, context_length)
         self.endpoints = {split: AgentEndpoint(generator, tokenizer, MODEL_NAME, s, limits,
                                                agent.tool_format)
