@@ -68,7 +68,8 @@ def test_chat_n_and_logprobs_are_the_engines_ids(served):
     assert len(reply.choices) == 3 and reply.model_extra["prompt_token_ids"] == prompt
     tok = endpoint.tokenizer
     assert prompt == tok.encode("<bos>user\n2+3=<eos>\n<bos>assistant\n",
-                                add_special_tokens=False)
+                                add_special_tokens=False, split_special_tokens=False)
+    assert prompt[0] == tok.bos_token_id  # the template's <bos> is the control token
     for choice, g in zip(reply.choices, generations):
         assert choice.model_extra["token_ids"] == g.token_ids and len(g.token_ids) <= 5
         assert choice.message.content == tok.decode(g.token_ids, skip_special_tokens=True)
