@@ -60,3 +60,15 @@ def test_the_agent_block_acts_only_in_the_agent_kind():
     with pytest.raises(ConfigError) as error:
         load_config_dict(raw)
     assert error.value.key_path == "agent" and "pipeline_type: agent" in str(error.value)
+
+
+def test_a_task_file_line_that_is_not_an_object_is_named(tmp_path):
+    from flywheel.pipelines.agent.rollout import read_tasks
+
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"agent.tasks: .*tasks.jsonl:2: expected a JSON object"):
+        read_tasks(str(bad), "agent.tasks")
+    bad.write_text("\n")
+    with pytest.raises(ValueError, match="holds no task"):
+        read_tasks(str(bad), "agent.tasks")

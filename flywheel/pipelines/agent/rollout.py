@@ -29,8 +29,6 @@ agent/engine_errors (episodes since the last step).
 
 from __future__ import annotations
 
-import json
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +40,7 @@ import torch
 from flywheel.algorithms import advantage_clip, whiten_advantages
 from flywheel.algorithms.estimators import estimator_spec, sample_estimator
 from flywheel.algorithms.kl import apply_kl_penalty
-from flywheel.config.derived import context_length, data_parallel_size
+from flywheel.config.derived import context_length
 from flywheel.config.schema import PipelineConfig, ValidationGeneratingArgs
 from flywheel.pipelines.agent.episodes import FAILURES
 from flywheel.pipelines.agent.jobs import (
@@ -52,7 +50,8 @@ from flywheel.pipelines.agent.jobs import (
     agent_group_to_dict,
 )
 from flywheel.pipelines.agent.worker import AGENT_ROLE, AgentRole, AgentWorker
-from flywheel.pipelines.agentic.batch import fit_rows
+from flywheel.pipelines.agentic.batch import data_parallel_rows, fit_rows, rows_per_optimizer_step
+from flywheel.pipelines.data.data_files import DataFileError, OversizeRow, read_rows
 from flywheel.pipelines.data.prompt_data import PromptOrder
 from flywheel.pipelines.loop.seams import Completion, Scored, Taken
 from flywheel.pipelines.rlvr.generation import sampling_params
@@ -64,6 +63,7 @@ FAILURE_METRICS = {"error": "errors", "timeout": "timeouts", "no_call": "no_call
                    "bad_reward": "bad_reward", "over_budget": "over_budget",
                    "engine": "engine_errors"}
 VAL_SEED = 2**31 - 1  # validation's job seeds, apart from every batch's
+MAX_TASK_BYTES = 1 << 20  # a task is a small JSON object; a longer line is refused unread
 
 
 @dataclass
@@ -73,21 +73,19 @@ class AgentTasks:
 
 
 def read_tasks(path: str, key: str) -> list[dict]:
-    """A .jsonl file of task objects; ValueError naming the key, line and what is wrong."""
+    """A .jsonl (or parquet) file of task objects (data_files.read_rows); ValueError naming
+    the key, the line and what is wrong."""
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"{key}: no file {path}")
     tasks = []
-    for n, line in enumerate(file.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            task = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{key}: {path} line {n} is not JSON ({error.msg})") from None
-        if not isinstance(task, dict):
-            raise ValueError(f"{key}: {path} line {n} is not a JSON object")
-        tasks.append(task)
+    try:
+        for where, row in read_rows(file, MAX_TASK_BYTES):
+            if isinstance(row, OversizeRow):
+                raise ValueError(f"{key}: {where}: a task over {MAX_TASK_BYTES} bytes")
+            tasks.append(row)
+    except DataFileError as error:
+        raise ValueError(f"{key}: {error}") from None
     if not tasks:
         raise ValueError(f"{key}: {path} holds no task")
     return tasks
@@ -206,19 +204,10 @@ class AgentRollout:
         return agent_group_from_dict(state)
 
     def _data_parallel_rows(self) -> int:
-        roles = (self.roles.actor_train, self.roles.reference, self.roles.critic)
-        return math.lcm(*(r.world_size for r in roles if r is not None))
+        return data_parallel_rows(self.roles)
 
     def _rows_per_optimizer_step(self) -> int:
-        """As agentic's: every training role's global batch and data-parallel split."""
-        sizes = [self._data_parallel_rows()]
-        for key in ("actor_train", "critic"):
-            worker = getattr(self.cfg, key)
-            if worker is not None:
-                args = worker.training_args
-                sizes.append(args.per_device_train_batch_size * args.gradient_accumulation_steps
-                             * data_parallel_size(worker, key))
-        return math.lcm(*sizes)
+        return rows_per_optimizer_step(self.cfg, self.roles)
 
 
 def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int) -> TokenBatch:
