@@ -147,6 +147,15 @@ KINDS: dict[str, PipelineKind] = {
         config_check="flywheel.config.checks.sft:check_sft",
         run="flywheel.pipelines.sft.run:run_sft",
         doc="supervised fine-tuning on fixed records (cross-entropy on response tokens)"),
+    "evaluate": PipelineKind(
+        rl=False, samples="responses", prompts=True, rewards=True, roles=("actor_infer",),
+        title="evaluate", run="flywheel.pipelines.evaluate.run:run_evaluate",
+        keys=frozenset({"pipeline_type", "exp_name", "seed", "output_dir", "logging_dir",
+                        "track_with", "tracker_kwargs", "pretrain", "reward_pretrain",
+                        "val_batch_size", "prompt_length", "response_length", "actor_train",
+                        "actor_infer", "rewards", "reward_aggregation", "import_allowlist",
+                        "env_import_allowlist", "tracking", "timeouts", "ray"}),
+        doc="generate and score a dataset with a checkpoint, no training"),
 }
 KIND_CATALOG: Catalog[PipelineKind] = Catalog("pipeline_type", KINDS)
 

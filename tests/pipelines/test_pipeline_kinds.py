@@ -26,7 +26,7 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.mark.parametrize("data, message", [
     ({"pipeline_type": "dpo"}, "pipeline_type: unknown pipeline_type 'dpo'; known: rlvr, "
-                               "agentic, agent, sft"),
+                               "agentic, agent, sft, evaluate"),
     ({"adv_estimator": "grp"}, "adv_estimator: unknown adv_estimator 'grp' (did you mean "
                                "'grpo'?); known: grpo, reinforce, gae, step_reinforce, gigpo"),
 ])
@@ -41,14 +41,20 @@ COMPARISON = re.compile(r"pipeline_type\b([\"'][^)\n]*\))?\s*(==|!=|in\s|not\s+i
                         r"|(==|!=)\s*[\w.]*pipeline_type\b")
 
 
+def lines_matching(pattern: re.Pattern, owner: str) -> list[str]:
+    """`path:line: text` of every line of flywheel/ matching `pattern`, outside the files
+    named `owner` (the catalog that may name them) and the ROLL interop (ROLL's names)."""
+    return [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+            for path in (ROOT / "flywheel").rglob("*.py")
+            if path.name != owner and "interop" not in path.parts
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if pattern.search(line)]
+
+
 def test_no_check_compares_pipeline_type_outside_the_catalog():
     """Checks ask the kind's entry (kind_of(cfg).rl, .rewards, ...), so a new kind is never
     classified by exclusion; ROLL's own pipeline names (interop/) are ROLL's."""
-    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
-             for path in (ROOT / "flywheel").rglob("*.py")
-             if path.name != "kinds.py" and "interop" not in path.parts
-             for n, line in enumerate(path.read_text().splitlines(), 1)
-             if COMPARISON.search(line)]
+    found = lines_matching(COMPARISON, "kinds.py")
     assert not found, "\n".join(found)
 
 
@@ -97,7 +103,7 @@ def test_registration_refuses_a_taken_name_and_a_malformed_entry(own_kinds):
         PipelineKind(rl=True, samples=None, prompts=False, rewards=False)
     with pytest.raises(ValueError, match="must look like 'package.module:attr'"):
         PipelineKind(rl=False, samples=None, prompts=False, rewards=False, run="my.loop")
-    assert list(KINDS) == ["rlvr", "agentic", "agent", "sft"]
+    assert list(KINDS) == ["rlvr", "agentic", "agent", "sft", "evaluate"]
     assert list(ESTIMATORS) == ["grpo", "reinforce", "gae", "step_reinforce", "gigpo"]
 
 
@@ -142,11 +148,7 @@ NAME_LIST = re.compile(rf'"({BACKEND_NAMES})"\s*,\s*"({BACKEND_NAMES})"')
 def test_no_backend_name_list_outside_the_registry():
     """Checks ask a backend's capability flags (workers/strategies/registry.py), never a
     list of names a new backend would have to join."""
-    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
-             for path in (ROOT / "flywheel").rglob("*.py")
-             if path.name != "registry.py" and "interop" not in path.parts
-             for n, line in enumerate(path.read_text().splitlines(), 1)
-             if NAME_LIST.search(line)]
+    found = lines_matching(NAME_LIST, "registry.py")
     assert not found, "\n".join(found)
     assert NAME_LIST.search('LORA_BACKENDS = ("hf_train", "deepspeed_train")')
 

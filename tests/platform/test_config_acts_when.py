@@ -190,7 +190,7 @@ CASES = [
      "with pipeline_type rlvr"),
     ("rewards", merged(AGENTIC, {"rewards": {"math_rule": {}}}), None,
      "scored by their envs"),
-    ("prompt_length", merged(AGENTIC, {"prompt_length": 64}), None, "rlvr or sft"),
+    ("prompt_length", merged(AGENTIC, {"prompt_length": 64}), None, "rlvr, sft or evaluate"),
     ("response_length", merged(AGENTIC, {"response_length": 64}), None,
      "custom_envs.<tag>.max_tokens_per_step"),
     ("validation.data_args", merged(AGENTIC, {"eval_steps": 2, "validation": {
