@@ -54,4 +54,6 @@ class AgentConfig:
 class AgentKeys:
     """The agent kind's one top-level key."""
 
+    # pipeline_type: agent's agent, tasks and limits (docs: pipelines/agent.md); acts only
+    # with that kind.
     agent: AgentConfig = field(default_factory=AgentConfig)
