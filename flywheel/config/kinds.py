@@ -46,8 +46,10 @@ class PipelineKind:
     # What actor_infer samples, if anything: "responses" (prompts -> groups of
     # num_return_sequences_in_group responses, each budgeted by response_length; the
     # context is prompt_length + response_length), "episodes" (multi-turn episodes played
-    # in custom_envs; sequence_length bounds one), or None (it samples nothing).
-    samples: Literal["responses", "episodes"] | None
+    # in custom_envs; sequence_length bounds one), "calls" (the calls a user's agent makes
+    # to the OpenAI-compatible endpoint, agent:; sequence_length bounds one), or None (it
+    # samples nothing).
+    samples: Literal["responses", "episodes", "calls"] | None
     # Reads prompt records from actor_train.data_args / validation.data_args.
     prompts: bool
     # Scores its samples with the `rewards:` block (reward workers, reward user code).
@@ -111,6 +113,11 @@ class PipelineKind:
         """It plays episodes in custom_envs (agentic)."""
         return self.samples == "episodes"
 
+    @property
+    def agents(self) -> bool:
+        """It runs the user's agent against the endpoint (the agent: block)."""
+        return self.samples == "calls"
+
     def reads_key(self, key: str) -> bool:
         """Whether the top-level `key` acts in this kind (`keys`)."""
         return self.keys is None or key in self.keys
@@ -138,6 +145,12 @@ KINDS: dict[str, PipelineKind] = {
         prepare="flywheel.pipelines.agentic.rollout:no_data",
         rollout="flywheel.pipelines.agentic.rollout:start_agentic", loss=PG_LOSS,
         doc="RL on multi-turn episodes in environments (custom_envs:)"),
+    "agent": PipelineKind(
+        rl=True, samples="calls", prompts=False, rewards=False, title="agent",
+        config_check="flywheel.config.checks.agent:check_agent",
+        prepare="flywheel.pipelines.agent.rollout:load_tasks",
+        rollout="flywheel.pipelines.agent.rollout:start_agent", loss=PG_LOSS,
+        doc="RL on the user's own agent behind an OpenAI-compatible endpoint (agent:)"),
     "sft": PipelineKind(
         rl=False, samples=None, prompts=True, rewards=False, roles=(), title="SFT",
         keys=SFT_KEYS - {"ray"},  # in this process unless on ranks (ON_RAY)

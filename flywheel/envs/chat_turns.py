@@ -111,7 +111,7 @@ class ChatTurns:
         before, after = self.deltas[role]
         if role == "tool" and not self.native_tools:
             content = f"<tool_response>\n{content}\n</tool_response>"
-        return (self._rest_of_close(list(response_ids)) + before + self._content_ids(content)
+        return (self.rest_of_close(list(response_ids)) + before + self._content_ids(content)
                 + after)
 
     # ---- finding the template's pieces ------------------------------------------------
@@ -142,7 +142,7 @@ class ChatTurns:
         before, after = full[len(base):].split(SENTINEL)
         return self._template_ids(before), self._template_ids(after)
 
-    def _rest_of_close(self, response_ids: list[int]) -> list[int]:
+    def rest_of_close(self, response_ids: list[int]) -> list[int]:
         """The closing ids the reply did not produce: none after a reply ending with the
         whole close, the rest after one ending with its start (the end-of-turn token),
         all of it after a reply the token budget cut."""

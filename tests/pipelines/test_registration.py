@@ -78,8 +78,8 @@ def test_validate_refuses_the_names_before_they_are_registered(tmp_path, capsys)
     assert cli.main(["validate", "--config", str(config_file(tmp_path))]) == 2
     err = capsys.readouterr().err
     assert f"rewards.mine.reward_type: unknown reward_type '{REWARD}'" in err
-    assert (f"pipeline_type: unknown pipeline_type '{KIND}'; known: rlvr, agentic, sft, "
-            f"evaluate, dpo, reward_model") in err
+    assert (f"pipeline_type: unknown pipeline_type '{KIND}'; known: rlvr, agentic, agent, "
+            f"sft, evaluate, dpo, reward_model") in err
     assert f"adv_estimator: unknown adv_estimator '{ESTIMATOR}'; known: grpo," in err
 
 

@@ -202,12 +202,13 @@ def _names_user_code(cfg: PipelineConfig, _: KeyPath) -> bool:
     kind = kind_of(cfg)
     return (kind.rewards and any(r.reward_import_path for r in cfg.rewards.values())) or (
         kind.envs and any(e.env_import_path or (e.tool_use and any(
-            t.tool_import_path for t in e.tool_use.tools)) for e in cfg.custom_envs.values()))
+            t.tool_import_path for t in e.tool_use.tools)) for e in cfg.custom_envs.values())
+    ) or (kind.agents and bool(cfg.agent.import_path))
 
 
 USER_CODE = Condition("when the config names user code by import path "
                       "(rewards.*.reward_import_path, custom_envs.*.env_import_path, "
-                      "custom_envs.*.tool_use.tools[*].tool_import_path)",
+                      "custom_envs.*.tool_use.tools[*].tool_import_path, agent.import_path)",
                       _names_user_code)
 PYTHON_REWARD = Condition("with reward_type python",
                           lambda cfg, path: cfg.rewards[str(path[1])].reward_type == "python")
@@ -224,6 +225,7 @@ RESPONSES = kind_condition(lambda kind: kind.responses)  # groups of sampled res
 RL_RESPONSES = kind_condition(lambda kind: kind.rl and kind.responses)  # trains on them
 PROMPTS = kind_condition(lambda kind: kind.prompts)
 AGENTIC = kind_condition(lambda kind: kind.envs)
+AGENT = kind_condition(lambda kind: kind.agents)  # the user's agent behind the endpoint
 RL = kind_condition(lambda kind: kind.rl)
 def _on_ray(cfg: PipelineConfig, _: KeyPath) -> bool:
     """Its roles are Ray workers: the kind reads `ray`, or trains actor_train as Ray ranks
@@ -397,8 +399,14 @@ LORA_ROWS = [
 
 # ---- rows ------------------------------------------------------------------------------------
 _SCORES = "agentic per-turn advantages are normalised discounted returns"
-_TURN = ("an agentic turn's budget is custom_envs.<tag>.max_tokens_per_step: write it "
-         "there")
+
+
+def _turn_budget(cfg: PipelineConfig) -> str:
+    """Where a turn or call budget goes instead of the RLVR lengths."""
+    if kind_of(cfg).agents:
+        return "an agent call's budget is agent.max_tokens_per_call: write it there"
+    return "an agentic turn's budget is custom_envs.<tag>.max_tokens_per_step: write it there"
+
 
 ALGORITHM_ROWS = [
     ActsWhen("pg_clip", SYMMETRIC_CLIP, "ppo's symmetric clip; the range replaces it",
@@ -565,10 +573,10 @@ FREEZE_ROWS = [
 PIPELINE_ROWS = [
     # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
     ActsWhen("actor_infer.generating_args.max_new_tokens", PROMPTS,
-             "the response budget of a prompt", _TURN),
+             "the response budget of a prompt", _turn_budget),
     ActsWhen("validation.generating_args.max_new_tokens", PROMPTS,
-             "the response budget of a validation prompt", _TURN),
-    ActsWhen("response_length", PROMPTS, "the response budget of a prompt", _TURN),
+             "the response budget of a validation prompt", _turn_budget),
+    ActsWhen("response_length", PROMPTS, "the response budget of a prompt", _turn_budget),
     ActsWhen("prompt_length", PROMPTS, "the longest prompt of a record",
              "agentic prompts are the env's turns: remove it (sequence_length bounds an "
              "episode)"),
@@ -611,6 +619,8 @@ PIPELINE_ROWS = [
                         ("step_level_samples", "per-turn samples"),
                         ("batch_adjust_mode", "fitting a step's rows to whole optimizer "
                                               "steps"))],
+    ActsWhen("agent", AGENT, "the user's agent, its tasks and limits", "this is not an agent "
+             "config: set pipeline_type: agent, or remove it"),
     ActsWhen("turn_level_returns", EPISODE_BASELINE, "per-turn returns against the group's "
              "episode returns", "step_reinforce and gigpo always credit each turn with its "
              "discounted return: remove it"),

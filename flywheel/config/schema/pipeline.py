@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flywheel.config.schema.agent import AgentKeys
 from flywheel.config.schema.agentic import AgenticKeys
 from flywheel.config.schema.algorithm import AlgorithmKeys
 from flywheel.config.schema.asynchrony import AsyncKeys
@@ -36,9 +37,9 @@ from flywheel.config.schema.run import InfraKeys, RunKeys, StepKeys
 # base to the first, so the keys keep the order they are written in (and shown by
 # `platform show-config`): RunKeys first, InfraKeys last.
 @dataclass
-class PipelineConfig(InfraKeys, PreferenceKeys, AgenticKeys, ValidationKeys, DistillKeys,
-                     RewardKeys, RoleKeys, AlgorithmKeys, AsyncKeys, StepKeys, BatchKeys,
-                     ModelKeys, RunKeys):
+class PipelineConfig(InfraKeys, AgentKeys, PreferenceKeys, AgenticKeys, ValidationKeys,
+                     DistillKeys, RewardKeys, RoleKeys, AlgorithmKeys, AsyncKeys, StepKeys,
+                     BatchKeys, ModelKeys, RunKeys):
     """A whole run. ROLL's top-level keys, plus flywheel's `pipeline_type`."""
 
 

@@ -33,6 +33,7 @@ whole optimizer steps; after the advantages, so their statistics see every episo
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -44,6 +45,7 @@ from flywheel.algorithms.step_credit import (
     gigpo_advantages,
     normalize_within,
 )
+from flywheel.config.derived import data_parallel_size
 from flywheel.config.schema import PipelineConfig
 from flywheel.envs import aggregate_metrics, discounted_returns, to_step_samples
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
@@ -208,6 +210,25 @@ def fit_rows(batch: TokenBatch, mode: str, multiple: int, seed: int) -> dict[str
             setattr(batch, f.name, value[picked])
     return {"rollout/batch_rows_added": float(max(len(picked) - len(real), 0)),
             "rollout/batch_rows_removed": float(max(len(real) - len(picked), 0))}
+
+
+def data_parallel_rows(roles) -> int:
+    """Rows must split evenly over every role a batch is sharded to (pipelines/roles)."""
+    parts = (roles.actor_train, roles.reference, roles.critic)
+    return math.lcm(*(r.world_size for r in parts if r is not None))
+
+
+def rows_per_optimizer_step(cfg: PipelineConfig, roles) -> int:
+    """The global batch of every training role (per-device rows x accumulation x
+    data-parallel size), and the data-parallel split of every role: `fit_rows`' multiple."""
+    sizes = [data_parallel_rows(roles)]
+    for key in ("actor_train", "critic"):
+        worker = getattr(cfg, key)
+        if worker is not None:
+            args = worker.training_args
+            sizes.append(args.per_device_train_batch_size * args.gradient_accumulation_steps
+                         * data_parallel_size(worker, key))
+    return math.lcm(*sizes)
 
 
 def _episode_returns_by_episode(batch: TokenBatch) -> torch.Tensor:

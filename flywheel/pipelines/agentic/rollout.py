@@ -31,19 +31,19 @@ tokens of a whole episode):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.algorithms.estimators import estimator_spec
-from flywheel.config.derived import data_parallel_size
 from flywheel.config.schema import PipelineConfig, ValidationGeneratingArgs
 from flywheel.pipelines.agentic.batch import (
     agentic_advantages,
+    data_parallel_rows,
     env_metrics,
     fit_rows,
     pack_steps,
     pack_trajectories,
+    rows_per_optimizer_step,
 )
 from flywheel.pipelines.agentic.env_jobs import (
     EnvSource,
@@ -113,16 +113,7 @@ class AgenticRollout:
                                   self._rows_per_optimizer_step(), seed)
 
     def _rows_per_optimizer_step(self) -> int:
-        """The global batch of every training role (per-device rows x accumulation x
-        data-parallel size), and the data-parallel split of every role."""
-        sizes = [self._data_parallel_rows()]
-        for key in ("actor_train", "critic"):
-            worker = getattr(self.cfg, key)
-            if worker is not None:
-                args = worker.training_args
-                sizes.append(args.per_device_train_batch_size * args.gradient_accumulation_steps
-                             * data_parallel_size(worker, key))
-        return math.lcm(*sizes)
+        return rows_per_optimizer_step(self.cfg, self.roles)
 
     def step_metrics(self, taken: Taken[EpisodeGroup], step: int) -> dict[str, float]:
         return env_metrics(taken.groups, "env/")  # envs score episodes: no reward/*
@@ -152,6 +143,4 @@ class AgenticRollout:
         return episode_group_from_dict(state)
 
     def _data_parallel_rows(self) -> int:
-        """Rows must split evenly over every role a batch is sharded to."""
-        roles = (self.roles.actor_train, self.roles.reference, self.roles.critic)
-        return math.lcm(*(r.world_size for r in roles if r is not None))
+        return data_parallel_rows(self.roles)

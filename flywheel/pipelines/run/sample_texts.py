@@ -6,13 +6,14 @@ answers cut short, a reward it games). Every `tracking.sample_text_steps` steps 
 carry their response texts already, and show their prompt as the rewards saw it
 (prompt_data.reward_prompt: a string, also for a chat-message record); an agentic episode
 is decoded from its token ids (first prompt, then every later turn and reply as one
-response).
+response); an agent's episode shows its last call (prompt and reply).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flywheel.pipelines.agent.jobs import AgentGroup
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
 from flywheel.pipelines.data.prompt_data import reward_prompt
 from flywheel.pipelines.rlvr.generation import Group
@@ -36,7 +37,11 @@ class SampleTextLog:
                 break
         self.tracker.log_texts(step, samples)
 
-    def texts(self, group: Group | EpisodeGroup) -> list[SampleText]:
+    def texts(self, group: Group | EpisodeGroup | AgentGroup) -> list[SampleText]:
+        if isinstance(group, AgentGroup):
+            return [SampleText(prompt=self.tokenizer.decode(e.rows[-1].prompt_ids),
+                               response=self.tokenizer.decode(e.rows[-1].token_ids),
+                               reward=float(e.reward)) for e in group.episodes if e.rows]
         if isinstance(group, EpisodeGroup):
             out = []
             for episode, score in zip(group.trajectories, group.scores):

@@ -38,8 +38,11 @@ def content_ids(tokenizer: Any, text: str) -> list[int]:
 
 
 def template_ids(tokenizer: Any, text: str) -> list[int]:
-    """Ids of a template's own text (its control tokens are control tokens)."""
-    return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+    """Ids of a template's own text (its control tokens are control tokens, also for a
+    tokenizer that splits special-token text by default, as the built-in char tokenizer
+    does)."""
+    return (list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=False))
+            if text else [])
 
 
 @dataclass

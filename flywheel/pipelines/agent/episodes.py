@@ -1,0 +1,167 @@
+"""One episode = one run of the user's agent against the endpoint, under limits.
+
+The agent is either
+- an async function by import path (`agent.import_path`, under `import_allowlist`):
+  `async def agent(task: dict, client: openai.AsyncOpenAI) -> float | AgentResult`,
+  run on the runner's event loop with a client bound to the episode's key; or
+- a command (`agent.command`, argv, no shell) run as a subprocess per episode with
+  OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL and FLYWHEEL_TASK (the task as JSON) in
+  its environment; it prints its reward as the last line of its stdout.
+
+Every way user code can fail is counted and named, never a crash of the run and never a
+silent zero: `error` (the agent raised, or the command exited non-zero), `timeout` (past
+`wall_clock_s`: the task is cancelled, the process group killed), `no_call` (it returned
+without calling the endpoint: nothing to train), `bad_reward` (not a finite number),
+`over_budget` (it hit the calls or tokens limit: the endpoint answered 429), `engine`
+(generation failed under it). A failed episode drops its whole group (GRPO needs every
+episode of a task); the run goes on.
+
+A function agent must not block its event loop (a blocking call inside `async def` stops
+every episode of the job and the clock with them); a command is the contained choice for
+agent code that blocks or that you do not trust.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flywheel.pipelines.agent.endpoint import AgentEndpoint, Episode
+
+FAILURES = ("error", "timeout", "no_call", "bad_reward", "over_budget", "engine")
+MAX_STDOUT = 1 << 20  # a command's stdout past this is cut (its reward is its last line)
+
+
+@dataclass
+class AgentResult:
+    """What an agent may return instead of a bare reward."""
+
+    reward: float
+    info: dict[str, float] = field(default_factory=dict)  # per-episode metrics, averaged
+
+
+@dataclass
+class CallRow:
+    """One call's sampled choice: what training reads (pack.py)."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    log_probs: list[float]
+    version: int
+    segment: int
+
+
+@dataclass
+class EpisodeOutcome:
+    task_index: int
+    rows: list[CallRow]
+    reward: float
+    failure: str | None = None  # one of FAILURES
+    message: str = ""  # what failed, in words
+    counts: dict[str, int] = field(default_factory=dict)  # the endpoint's per-episode counts
+    info: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    wall_clock_s: float = 300.0
+
+
+AgentFn = Callable[[dict, Any], Awaitable[Any]]
+
+
+async def run_episode(endpoint: AgentEndpoint, task: dict, task_index: int, name: str,
+                      seed: int, limits: AgentLimits, agent: AgentFn | None = None,
+                      command: list[str] | None = None) -> EpisodeOutcome:
+    episode = endpoint.open_episode(name, seed)
+    failure, message, reward, info = None, "", math.nan, {}
+    try:
+        if agent is not None:
+            value = await asyncio.wait_for(_call_agent(agent, task, endpoint, episode),
+                                           limits.wall_clock_s)
+        else:
+            value = await _run_command(command or [], task, endpoint, episode,
+                                       limits.wall_clock_s)
+        reward, info, message = _reward(value)
+        failure = "bad_reward" if message else None
+    except TimeoutError:
+        failure, message = "timeout", f"past its wall clock of {limits.wall_clock_s:g} s"
+    except CommandFailed as error:
+        failure, message = "error", str(error)
+    except Exception as error:  # noqa: BLE001 - user code: counted, never a crash of the run
+        failure, message = "error", f"{type(error).__name__}: {error}"
+    finally:
+        endpoint.close_episode(episode)
+    # the endpoint's refusal is the cause of whatever the agent did after it
+    if episode.failed:
+        failure, message = "engine", episode.failed
+    elif episode.over_budget:
+        failure, message = "over_budget", episode.over_budget
+    elif failure is None and not episode.ledger.calls:
+        failure, message = "no_call", "the agent returned without calling the endpoint"
+    return EpisodeOutcome(task_index, rows_of(episode), reward, failure, message,
+                          dict(episode.counts), info)
+
+
+async def _call_agent(agent: AgentFn, task: dict, endpoint: AgentEndpoint,
+                      episode: Episode) -> Any:
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=episode.key,
+                                  max_retries=0) as client:
+        return await agent(dict(task), client)
+
+
+class CommandFailed(Exception):
+    pass
+
+
+async def _run_command(argv: list[str], task: dict, endpoint: AgentEndpoint,
+                       episode: Episode, wall_clock_s: float) -> Any:
+    env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": episode.key,
+           "OPENAI_MODEL": endpoint.model_name, "FLYWHEEL_TASK": json.dumps(task)}
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), wall_clock_s)
+    except TimeoutError:
+        os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        raise
+    if process.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise CommandFailed(f"{argv[0]} exited with {process.returncode}: {tail[0][:300]}")
+    lines = out[-MAX_STDOUT:].decode(errors="replace").strip().splitlines()
+    if not lines:
+        return None
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return lines[-1][:100]
+
+
+def _reward(value: Any) -> tuple[float, dict[str, float], str]:
+    """(reward, info, what is wrong with it: '' when nothing)."""
+    info: dict[str, float] = {}
+    if isinstance(value, AgentResult):
+        value, info = value.reward, dict(value.info)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan, {}, f"the agent returned {type(value).__name__} {str(value)[:60]!r}, " \
+                             "not a number"
+    if not math.isfinite(value):
+        return math.nan, {}, f"the agent returned {value}, not a finite number"
+    return float(value), info, ""
+
+
+def rows_of(episode: Episode) -> list[CallRow]:
+    """Every choice of every call, one row each (each credited with the episode's reward)."""
+    return [CallRow(call.prompt_ids, list(g.token_ids), list(g.log_probs), call.version,
+                    call.segment)
+            for call in episode.ledger.calls for g in call.choices]

@@ -1,0 +1,74 @@
+"""pipeline_type: agent's config (issue 47): the shipped examples validate; each refusal is
+one line naming its key (the kind's config_check, checks/agent.py, and the acts-when rows
+of the agent block and the allowlist)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flywheel.config.kinds import kind_of
+from flywheel.pipelines.config import load_config_dict
+from flywheel.platform.config.errors import ConfigError
+
+ROOT = Path(__file__).parents[2]
+BASE = yaml.safe_load((ROOT / "examples/agent_tiny_sums.yaml").read_text())
+
+
+def loaded(**changes):
+    raw = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        node, *path = key.split("__")
+        target = raw
+        for part in [node, *path][:-1]:
+            target = target.setdefault(part, {})
+        target[[node, *path][-1]] = value
+    return load_config_dict(raw)
+
+
+def test_the_examples_validate_as_the_agent_kind():
+    cfg = loaded()
+    assert kind_of(cfg).agents and cfg.agent.import_path == "examples.agents.sums_agent:agent"
+    raw = yaml.safe_load((ROOT / "examples/agent_smollm2_multiply_openai.yaml").read_text())
+    assert load_config_dict(raw).agent.tool_format == "hermes"
+
+
+@pytest.mark.parametrize("changes, key, says", [
+    ({"agent__command": ["python", "a.py"]}, "agent.import_path", "exactly one"),
+    ({"agent__import_path": "os.path:join"}, "agent.import_path", "not under a prefix"),
+    ({"agent__tasks": "no/such.jsonl"}, "agent.tasks", "no file"),
+    ({"agent__group_size": 1}, "agent.group_size", ">= 2"),
+    ({"rollout_batch_size": 12}, "rollout_batch_size", "not a multiple"),
+    ({"agent__max_calls": 0}, "agent.max_calls", ">= 1"),
+    ({"adv_estimator": "gigpo"}, "adv_estimator", "anchor states"),
+    ({"adv_estimator": "gae"}, "adv_estimator", "grpo or reinforce"),
+    ({"response_length": 4}, "response_length", "agent.max_tokens_per_call"),
+    ({"custom_envs": {}}, "custom_envs", "not an agentic config"),
+])
+def test_a_refused_key_is_named(changes, key, says):
+    with pytest.raises(ConfigError) as error:
+        loaded(**changes)
+    assert error.value.key_path == key and says in str(error.value)
+
+
+def test_the_agent_block_acts_only_in_the_agent_kind():
+    raw = yaml.safe_load((ROOT / "examples/rlvr_sync.yaml").read_text())
+    raw["agent"] = {"group_size": 4}
+    with pytest.raises(ConfigError) as error:
+        load_config_dict(raw)
+    assert error.value.key_path == "agent" and "pipeline_type: agent" in str(error.value)
+
+
+def test_a_task_file_line_that_is_not_an_object_is_named(tmp_path):
+    from flywheel.pipelines.agent.rollout import read_tasks
+
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"agent.tasks: .*tasks.jsonl:2: expected a JSON object"):
+        read_tasks(str(bad), "agent.tasks")
+    bad.write_text("\n")
+    with pytest.raises(ValueError, match="holds no task"):
+        read_tasks(str(bad), "agent.tasks")
