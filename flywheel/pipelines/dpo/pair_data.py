@@ -31,19 +31,14 @@ from typing import Any, Literal
 
 from flywheel.algorithms.preference.pair_logprobs import PAIR_EXTRA, pair_layout
 from flywheel.config.schema import DataArgs
-from flywheel.pipelines.data.data_files import (
-    OversizeRow,
-    oversize_record,
-    read_rows,
-    warn_oversize,
-)
+from flywheel.pipelines.data.data_files import warn_oversize
 from flywheel.pipelines.data.prompt_data import (
     DataError,
     Prompt,
     checked_messages,
+    data_rows,
     prompt_encoder,
     record_columns,
-    resolve_data_file,
 )
 from flywheel.platform.models.text_tokens import content_ids
 from flywheel.workers.batch import TokenBatch, pack_sequences
@@ -148,21 +143,11 @@ def parse_pair(row: dict, where: str, prompt_column: str, messages: bool,
 def load_pairs(args: DataArgs, role: str, chosen_key: str, rejected_key: str,
                margin_key: str | None = None) -> list[PairRecord]:
     """Every record of `args.file_name` (the first max_samples); errors name file:line."""
-    if not args.file_name:
-        raise DataError(f"{role}.data_args.file_name: no data files given")
+    oversize: list[str] = []
+    rows = data_rows(args, role, oversize)
     columns = record_columns(args, role)
-    records, oversize = [], []
-    for name in args.file_name:
-        path = resolve_data_file(name)
-        if not path.exists():
-            raise DataError(f"{role}.data_args.file_name: file not found: {path}")
-        for where, row in read_rows(path, args.max_record_bytes):
-            if isinstance(row, OversizeRow):
-                oversize.append(oversize_record(where, row, args.max_record_bytes,
-                                                args.overlong_prompts, role))
-                continue
-            records.append(parse_pair(row, where, columns.prompt, columns.prompt_is_messages,
-                                      chosen_key, rejected_key, margin_key))
+    records = [parse_pair(row, where, columns.prompt, columns.prompt_is_messages,
+                          chosen_key, rejected_key, margin_key) for where, row in rows]
     warn_oversize(log, oversize, args.max_record_bytes, role)
     records = records[: args.max_samples] if args.max_samples else records
     if not records:

@@ -50,20 +50,15 @@ import torch
 from flywheel.config.derived import data_parallel_size
 from flywheel.config.persisted import written_config
 from flywheel.config.schema import DataArgs, PipelineConfig
-from flywheel.pipelines.data.data_files import (
-    OversizeRow,
-    oversize_record,
-    read_rows,
-    warn_oversize,
-)
+from flywheel.pipelines.data.data_files import warn_oversize
 from flywheel.pipelines.data.prompt_data import (
     DataError,
     Prompt,
     PromptOrder,
     checked_messages,
+    data_rows,
     prompt_encoder,
     record_columns,
-    resolve_data_file,
 )
 from flywheel.pipelines.data.records import json_images
 from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
@@ -102,24 +97,16 @@ class EncodedRecords:
 
 def load_sft_records(args: DataArgs, role: str) -> list[SFTRecord]:
     """Every record of `args.file_name`; errors name the file and row."""
-    if not args.file_name:
-        raise DataError(f"{role}.data_args.file_name: no data files given")
+    oversize: list[str] = []
+    rows = data_rows(args, role, oversize)
     columns = record_columns(args, role)
-    records, oversize = [], []
-    for name in args.file_name:
-        path = resolve_data_file(name)
-        if not path.exists():
-            raise DataError(f"{role}.data_args.file_name: file not found: {path}")
-        for where, row in read_rows(path, args.max_record_bytes):
-            if isinstance(row, OversizeRow):
-                oversize.append(oversize_record(where, row, args.max_record_bytes,
-                                                args.overlong_prompts, role))
-                continue
-            if json_images(row.get(columns.image), where):  # would train on the text alone
-                raise DataError(f"{where}: column '{columns.image}' holds images; SFT trains "
-                                f"on text only (image prompts run in RLVR)")
-            records.append(parse_sft_record(row, where, columns.prompt, columns.answer,
-                                            columns.prompt_is_messages, args.query))
+    records = []
+    for where, row in rows:
+        if json_images(row.get(columns.image), where):  # would train on the text alone
+            raise DataError(f"{where}: column '{columns.image}' holds images; SFT trains "
+                            f"on text only (image prompts run in RLVR)")
+        records.append(parse_sft_record(row, where, columns.prompt, columns.answer,
+                                        columns.prompt_is_messages, args.query))
     warn_oversize(log, oversize, args.max_record_bytes, role)
     records = records[: args.max_samples] if args.max_samples else records
     if not records:
