@@ -31,12 +31,15 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.algorithms.policy_loss import params as policy_loss_params
 from flywheel.config import schema
 from flywheel.config.acts_when.check import table_markdown
-from flywheel.config.schema.pipeline import KEY_GROUPS
+from flywheel.config.schema.pipeline import FIELD_GROUPS
 
-# The schema's modules, read in this order (flywheel/config/schema/__init__.py lists them).
-SCHEMA_PATHS = tuple(sorted(Path(schema.__file__).parent.glob("*.py")))
+# The schema's modules, read in this order (flywheel/config/schema/__init__.py lists them),
+# then the loss knobs, which are declared beside the losses that read them.
+SCHEMA_PATHS = (*sorted(Path(schema.__file__).parent.glob("*.py")),
+                Path(policy_loss_params.__file__))
 # The placeholder shown for a key the user chooses, by the dict field holding it.
 DICT_KEYS = {"custom_envs": "<tag>", "rewards": "<name>"}
 # Role blocks, written `<role>` where a block appears under each of them.
@@ -50,7 +53,7 @@ class FieldDoc:
     type: str  # as a reader would write the value: `"ppo" | "tis"`, `list[int] | null`
     default: str  # YAML-like rendering of the default; a nested block links to its section
     doc: str  # the comment beside the definition, joined into one paragraph
-    line: int  # line in its module of flywheel/config/schema/
+    line: int  # line in the module that declares it (SCHEMA_PATHS)
     block: type | None = None  # the dataclass of a nested block, if the field is one
 
 
@@ -194,7 +197,7 @@ def sections(root: type = schema.PipelineConfig) -> list[Section]:
         section = found.get(cls)
         if section is None:
             base = next((b for b in cls.__mro__[1:]
-                         if _is_config_class(b) and b not in KEY_GROUPS), None)
+                         if _is_config_class(b) and b not in FIELD_GROUPS), None)
             section = found[cls] = Section(cls=cls, paths=[], intro=_docstring(cls), base=base)
             order.append(cls)
             hints = typing.get_type_hints(cls)
@@ -227,19 +230,25 @@ def sections(root: type = schema.PipelineConfig) -> list[Section]:
 
 
 def field_owner(cls: type, name: str) -> type | None:
-    """The class whose section documents `cls`'s field `name`: `cls` itself, or the key group
-    of PipelineConfig that declares it; None when a base class's section does."""
-    for owner in (cls, *(b for b in cls.__mro__[1:] if b in KEY_GROUPS)):
+    """The class whose source documents `cls`'s field `name` in `cls`'s section: `cls` itself,
+    or the field group it composes that declares it (a key group of PipelineConfig, the loss
+    knobs); None when a base class's section does."""
+    for owner in (cls, *(b for b in cls.__mro__[1:] if b in FIELD_GROUPS)):
         if name in owner.__dict__.get("__annotations__", {}):
             return owner
     return None
 
 
 def undocumented(root: type = schema.PipelineConfig) -> list[str]:
-    """`Class.field (schema/MODULE.py:LINE)` for every field with no comment beside it."""
+    """`Class.field (config/schema/MODULE.py:LINE)` for every field with no comment beside it."""
     return [f"{s.cls.__name__}.{f.name} "
-            f"(schema/{field_owner(s.cls, f.name).__module__.rpartition('.')[2]}.py:{f.line})"
+            f"({_module_path(field_owner(s.cls, f.name))}:{f.line})"
             for s in sections(root) for f in s.fields if not f.doc]
+
+
+def _module_path(cls: type) -> str:
+    """`config/schema/roles.py`: where `cls` is declared, from the package root."""
+    return cls.__module__.removeprefix("flywheel.").replace(".", "/") + ".py"
 
 
 def _docstring(cls: type) -> str:

@@ -116,6 +116,19 @@ def test_unknown_pg_variant_lists_the_loss_catalog():
                              "ppo, gspo, tis, topr, topr_seq, cispo, kimi15, kimi15_seq")
 
 
+@pytest.mark.parametrize("data, key_path, message", [
+    ({"dual_clip_loss": True, "dual_clip_c": 0.5}, "dual_clip_c",
+     "must be > 1 (Ye et al. 2020), got 0.5"),
+    ({"use_pg_clip_range": True, "pg_clip_high": -0.1}, "pg_clip_high", "must be >= 0, got -0.1"),
+    ({"actor_train": {"pg_variant": "tis", "tis_lower_bound": 2.0}}, "actor_train.tis_lower_bound",
+     "must be <= tis_upper_bound (1.0), got 2.0"),
+])
+def test_a_loss_knob_the_losses_cannot_use_is_refused_under_its_key(data, key_path, message):
+    # the losses' own checks (PolicyLossParams), run when the config loads, not at step 1
+    error = error_for(data)
+    assert (error.key_path, error.message) == (key_path, message)
+
+
 def test_unknown_reward_type_suggests():
     error = error_for({"rewards": {"m": {"reward_type": "math"}}})
     assert error.key_path == "rewards.m.reward_type"

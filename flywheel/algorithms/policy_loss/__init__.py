@@ -20,8 +20,10 @@ to `POLICY_LOSSES` in registry.py; then hand-computed tests in tests/algorithms/
 micro-batch invariance test picks it up from the catalog). A variant that needs each row's
 length declares a keyword-only `response_mask` (params.py, PolicyLossFn). Outside the project:
 `register_policy_loss("foo", LossSpec("package.module:foo_loss"))` before the config is
-loaded. A variant reads its knobs from `PolicyLossParams` (params.py); a new knob is a field
-there and a config key in schema.py.
+loaded. A variant reads its knobs from `PolicyLossParams` (params.py); a new knob is one field
+in params.py's `VariantKnobs` (an actor_train key) or `PPOClipKnobs` (a top-level key), with
+its comment: the config key, its default and its line in the configuration reference all
+come from there, and an acts-when row (config/acts_when/table.py) says which variant reads it.
 
 Nothing is imported here, so that reading the catalog (registry.py: what the config checks
 do) imports no torch; import from the modules, or from `flywheel.algorithms`.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from flywheel.algorithms.policy_loss.params import KnobError, PolicyLossParams, PPOClipKnobs
 from flywheel.config.catalogs import BackendEntry, Catalogs, estimator_of
 from flywheel.config.checks.agentic import check_agentic
 from flywheel.config.checks.distill import check_distill
@@ -151,6 +152,19 @@ def check_strategies(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     loss = catalogs.losses.get(variant, "actor_train.pg_variant")
     entry_settings(loss.settings, cfg.actor_train.pg_variant_args,
                    "actor_train.pg_variant_args", f"pg_variant {variant}")
+    if loss.settings is None:
+        check_loss_knobs(cfg)
+
+
+def check_loss_knobs(cfg: PipelineConfig) -> None:
+    """The knobs flywheel's variants read, checked by the params object the loss is built
+    with (its checks live beside the losses), so a bad value is refused before the run
+    starts, under its key."""
+    try:
+        PolicyLossParams.from_groups(cfg, cfg.actor_train)
+    except KnobError as e:
+        top = e.name in {f.name for f in fields(PPOClipKnobs)}
+        raise ConfigError("", e.name if top else f"actor_train.{e.name}", e.message) from None
 
 
 def check_backend_config(role: Role, backend: BackendEntry, cfg: PipelineConfig) -> None:

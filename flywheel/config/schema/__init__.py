@@ -14,6 +14,8 @@
 
 The YAML stays flat (ROLL's shape): each module's `...Keys` dataclass holds its top-level
 keys, and `PipelineConfig` is all of them. A new key goes beside the others of its concern.
+The policy-loss knobs are the one concern declared elsewhere, beside the losses that read them
+(algorithms/policy_loss/params.py: `PPOClipKnobs` top-level, `VariantKnobs` in actor_train).
 """
 
 from flywheel.config.schema.agentic import (

@@ -23,7 +23,8 @@ NormType = Literal["batch", "group", "none"]
 @dataclass
 class AlgorithmKeys:
     """Which samples train, and the advantages, losses, KL and importance corrections they
-    train with."""
+    train with. The PPO clip keys (pg_clip, ...) are declared beside the losses that read
+    them (algorithms/policy_loss/params.py `PPOClipKnobs`, a key group of its own)."""
 
     # Drop groups whose responses all scored the same (no GRPO signal; DAPO's dynamic
     # sampling) as they are scored, and generate more prompts to refill the batch, at any
@@ -92,17 +93,6 @@ class AlgorithmKeys:
     # GAE lambda (gae only).
     lambd: float = 1.0
 
-    # PPO ratio clip (pg_variant ppo, and gspo on its sequence ratio); with
-    # use_pg_clip_range the asymmetric low/high bounds apply.
-    pg_clip: float = 0.2
-    use_pg_clip_range: bool = False
-    # Ratio clipped to [1 - pg_clip_low, 1 + pg_clip_high] when use_pg_clip_range is set
-    # (DAPO's clip-higher).
-    pg_clip_low: float = 0.2
-    pg_clip_high: float = 0.28
-    # Dual clip (Ye et al. 2020): for A < 0 the loss is capped at -dual_clip_c * A.
-    dual_clip_loss: bool = False
-    dual_clip_c: float = 3.0
     # Critic value clip (gae only); unset disables.
     value_clip: float | None = None
 

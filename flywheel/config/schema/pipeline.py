@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flywheel.algorithms.policy_loss.params import PPOClipKnobs, VariantKnobs
 from flywheel.config.schema.agent import AgentKeys
 from flywheel.config.schema.agentic import AgenticKeys
 from flywheel.config.schema.algorithm import AlgorithmKeys
@@ -38,11 +39,14 @@ from flywheel.config.schema.run import InfraKeys, RunKeys, StepKeys
 # `platform show-config`): RunKeys first, InfraKeys last.
 @dataclass
 class PipelineConfig(InfraKeys, AgentKeys, PreferenceKeys, AgenticKeys, ValidationKeys,
-                     DistillKeys, RewardKeys, RoleKeys, AlgorithmKeys, AsyncKeys, StepKeys,
-                     BatchKeys, ModelKeys, RunKeys):
+                     DistillKeys, RewardKeys, RoleKeys, PPOClipKnobs, AlgorithmKeys, AsyncKeys,
+                     StepKeys, BatchKeys, ModelKeys, RunKeys):
     """A whole run. ROLL's top-level keys, plus flywheel's `pipeline_type`."""
 
 
 # The dataclasses PipelineConfig is composed of: their keys are top-level keys (the
 # configuration reference documents them as PipelineConfig's, reference.py).
 KEY_GROUPS: tuple[type, ...] = PipelineConfig.__bases__
+# Every group whose keys belong to the block that composes it, PipelineConfig's and the
+# loss knobs actor_train composes (declared beside the losses, not in this package).
+FIELD_GROUPS: tuple[type, ...] = (*KEY_GROUPS, VariantKnobs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from flywheel.algorithms.policy_loss.params import VariantKnobs
 from flywheel.config.schema.algorithm import LossAggMode
 from flywheel.config.schema.data import DataArgs
 from flywheel.platform.config.field_bounds import bounded
@@ -222,8 +223,10 @@ class WorkerConfig:
 
 
 @dataclass
-class ActorTrainConfig(WorkerConfig):
-    """actor_train adds the policy loss: which off-policy variant and its knobs."""
+class ActorTrainConfig(VariantKnobs, WorkerConfig):
+    """actor_train adds the policy loss: which off-policy variant and its knobs (tis_*,
+    topr_*, cispo_*, kimi15_tau: `VariantKnobs`, declared beside the losses in
+    algorithms/policy_loss/params.py)."""
 
     # Policy-gradient loss by name, from the catalog in
     # flywheel/algorithms/policy_loss/registry.py: vanilla REINFORCE, ppo (clipped ratio),
@@ -237,27 +240,12 @@ class ActorTrainConfig(WorkerConfig):
     # Settings of a pg_variant that declares its own (a LossSpec naming a settings
     # dataclass, e.g. a variant registered with register_policy_loss): key -> value, checked
     # against that dataclass's fields, types and checks when the config loads. flywheel's
-    # variants read the keys below (ROLL's names) and refuse it.
+    # variants take their knobs as keys of this block (VariantKnobs, ROLL's names) and
+    # refuse it.
     pg_variant_args: dict[str, Any] = field(default_factory=dict)
     # How token losses become one number: token-mean over the global batch, or per
     # sequence then mean (seq-mean-*); seq-mean-token-sum-norm is Dr. GRPO's.
     loss_agg_mode: LossAggMode = "seq-mean-token-mean"
-    # tis: importance ratio truncated to [tis_lower_bound, tis_upper_bound].
-    tis_lower_bound: float = 0.0
-    tis_upper_bound: float = 1.0
-    # topr and topr_seq: weights of the positive-score (topr_positive_weight) and
-    # non-positive-score (topr_negative_weight) terms.
-    topr_positive_weight: float = 1.0
-    topr_negative_weight: float = 1.0
-    # cispo: ratio clip bounds 1-cispo_epsilon_low .. 1+cispo_epsilon_high, and
-    # (cispo_use_unified_mask) whether to drop tokens already outside the trust region in
-    # the direction of the advantage.
-    cispo_epsilon_low: float = 0.1
-    cispo_epsilon_high: float = 0.1
-    cispo_use_unified_mask: bool = False
-    # kimi15: weight of the squared log-ratio penalty (tau/2)(logp - logp_old)^2 (per token;
-    # kimi15_seq: of the response's summed log-ratio).
-    kimi15_tau: float = 0.1
 
 
 @dataclass

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from flywheel.algorithms import PolicyLossParams, get_policy_loss
 from flywheel.algorithms.policy_loss.registry import policy_loss_spec
 from flywheel.config.derived import loss_norm_length
@@ -12,22 +10,14 @@ from flywheel.platform.config.catalogs import entry_settings
 from flywheel.workers.actor_loss import ActorLoss
 
 
-def policy_loss_params(cfg: PipelineConfig) -> PolicyLossParams:
-    """`PolicyLossParams` from the config keys of the same names (params.py says why they
-    match): the variants' knobs sit in actor_train, ROLL's PPO clip keys at the top level."""
-    blocks = (cfg.actor_train, cfg)
-    return PolicyLossParams(**{f.name: next(getattr(b, f.name) for b in blocks
-                                            if hasattr(b, f.name))
-                               for f in fields(PolicyLossParams)})
-
-
 def build_actor_loss(cfg: PipelineConfig) -> ActorLoss:
     at = cfg.actor_train
     # a variant that declares settings of its own gets them (pg_variant_args) as its params
     own = entry_settings(policy_loss_spec(at.pg_variant).settings, at.pg_variant_args,
                          "actor_train.pg_variant_args", f"pg_variant {at.pg_variant}")
+    params = PolicyLossParams.from_groups(cfg, at) if own is None else own
     return ActorLoss(
-        pg_variant=at.pg_variant, params=policy_loss_params(cfg) if own is None else own,
+        pg_variant=at.pg_variant, params=params,
         loss_agg_mode=at.loss_agg_mode, norm_length=loss_norm_length(cfg),
         kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0,
         kl_loss_type=cfg.kl_loss_type, entropy_loss_coef=cfg.entropy_loss_coef,
