@@ -52,6 +52,7 @@ import yaml
 from flywheel.cli_completion import config_key_completer
 from flywheel.config import PipelineConfig
 from flywheel.config.derived import roles
+from flywheel.config.kinds import kind_of
 from flywheel.config.persisted import written_config
 from flywheel.interop.roll.pipelines import NAMES as ROLL_PIPELINES
 from flywheel.platform.config.errors import ConfigError
@@ -229,7 +230,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{args.config}: {len(errors)} errors", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     _print_warnings(check_environment(cfg))
-    print(f"ok: {args.config} ({cfg.pipeline_type}, {_count_roles(cfg)} roles)")
+    count = _count_roles(cfg)
+    print(f"ok: {args.config} ({cfg.pipeline_type}, {count} role{'s' if count != 1 else ''})")
     return 0
 
 
@@ -353,7 +355,11 @@ def _first_comment(path: Path) -> str:
 
 
 def _count_roles(cfg: PipelineConfig) -> int:
-    return sum(1 for _ in roles(cfg))
+    """The roles the run starts: the blocks its kind has (the schema holds every block, so
+    an SFT config still carries a default actor_infer and rewards it never starts)."""
+    kind = kind_of(cfg)
+    return sum(kind.rewards if r.key_path.startswith("rewards.") else
+               kind.has_role(r.key_path.split(".")[0]) for r in roles(cfg))
 
 
 def _show_info_logs() -> None:

@@ -116,6 +116,15 @@ def test_validate_ok():
     assert result.stderr == ""
 
 
+@pytest.mark.parametrize("example, shown", [
+    ("sft_tiny.yaml", "(sft, 1 role)"),  # the default actor_infer and rewards never start
+    ("agent_tiny_sums.yaml", "(agent, 2 roles)"),
+])
+def test_validate_counts_the_roles_the_kind_starts(capsys, example, shown):
+    assert cli.main(["validate", "--config", str(REPO / "examples" / example)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(shown)
+
+
 # What the seed's backends would refuse at start, validate refuses (test_config_roll.py);
 # with these it validates.
 ROLL_RLVR_FITS = ["actor_infer.generating_args.top_k=-1", "actor_infer.generating_args.top_p=1.0"]
