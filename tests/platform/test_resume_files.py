@@ -118,3 +118,34 @@ def test_resume_by_run_dir_reports_only_what_the_user_changed(tmp_path, monkeypa
                          loadable_config_data(config_to_dict(moved)), "f.yaml", SAFE_KEYS,
                          run) == [
         f"output_dir: None -> '{tmp_path / 'elsewhere'}'"]
+
+
+def test_a_checkpoint_from_before_a_key_existed_resumes_unless_a_value_differs(
+        tmp_path, monkeypatch, capsys):
+    """A run saved by an older flywheel has no line for a key added since (the DPO keys,
+    say): that key takes today's default on both sides, so the run resumes; a value the
+    old run really trained with, changed, is still refused."""
+    import yaml
+
+    from flywheel.config import config_to_dict
+    from flywheel.config.length_defaults import loadable_config_data
+    from flywheel.pipelines.run.launch import prepare_resume
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "exp" / "20260101-000000"
+    save(run, 2)
+    old = loadable_config_data(config_to_dict(load_config_dict({"exp_name": "exp"})))
+    for key in ("beta", "chosen_key", "teacher"):  # keys the older flywheel lacked
+        del old[key]
+    del old["actor_train"]["loss_agg_mode"]  # a role block's key too
+    (run / "config.yaml").write_text(yaml.safe_dump(old))
+
+    def resume(**changes):
+        return prepare_resume(load_config_dict({"exp_name": "exp", "output_dir": str(run),
+                                                "resume_from_checkpoint": str(run),
+                                                **changes}), None)
+
+    assert resume() == (run / "checkpoint-2", run)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ConfigError, match=r"pg_clip: differs from the run being resumed"):
+        resume(pg_clip=0.3)

@@ -100,7 +100,7 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
     if checkpoint is None or not saved.exists():
         return checkpoint, output_dir
     # both sides as written (a saved config.yaml from before loadable_config_data too)
-    for line in check_changes(loadable_config_data(yaml.safe_load(saved.read_text())),
+    for line in check_changes(saved_as_today(saved),
                               loadable_config_data(written_config(cfg, config_path)),
                               config_path or str(saved), SAFE_KEYS, output_dir):
         print(f"resume: changed {line}", flush=True)
@@ -108,6 +108,16 @@ def prepare_resume(cfg: PipelineConfig, config_path: str | None) -> tuple[Path |
     cut_back(output_dir, step)
     ledger_cut_back(output_dir, step)
     return checkpoint, output_dir
+
+
+def saved_as_today(saved: Path) -> dict[str, Any]:
+    """The run's saved config.yaml as today's schema writes it: a key added since the run
+    started has its default there, as on the resuming side, so a checkpoint from an older
+    flywheel resumes unless a value it trained with really differs. A saved key today's
+    schema no longer takes is refused by the loader, in one line naming it."""
+    from flywheel.pipelines.config import load_config  # the catalogs: not at import time
+
+    return loadable_config_data(written_config(load_config(saved), saved))
 
 
 def run(cfg: PipelineConfig, config_path: str | None = None,
