@@ -1,4 +1,5 @@
-"""Reading prompt data files: JSONL and parquet rows as dicts, each with where it came from.
+"""Reading prompt data files: JSONL, JSON-array and parquet rows as dicts, each with where it
+came from.
 
 Why separate from data/prompt_data.py: which columns mean what is a data_args question; how a
 file is read is a format question. A new format is one branch in `read_rows`.
@@ -18,6 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from flywheel.pipelines.data.json_array import (
+    ArrayFormatError,
+    array_elements,
+    parse_element,
+    starts_an_array,
+)
+
 JSONL_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -35,12 +43,15 @@ class OversizeRow:
 
 def read_rows(path: Path, max_record_bytes: int | None = None
               ) -> Iterator[tuple[str, dict | OversizeRow]]:
-    """(where, row) for every record of a JSONL (one JSON object a line) or parquet file; a
-    JSONL line longer than `max_record_bytes` is an `OversizeRow`, read in bounded pieces
-    (a 100 MB line once took the driver to 18 GB), for the caller to drop or refuse."""
+    """(where, row) for every record of a JSONL (one JSON object a line), parquet, or
+    `.json` file (JSON lines, or one JSON array of objects: json_array.py); a record longer
+    than `max_record_bytes` is an `OversizeRow`, read in bounded pieces (a 100 MB line once
+    took the driver to 18 GB), for the caller to drop or refuse."""
     suffix = path.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
         yield from _parquet_rows(path)
+    elif suffix == ".json" and _holds_an_array(path):
+        yield from _array_rows(path, max_record_bytes)
     elif suffix in JSONL_SUFFIXES:
         yield from _jsonl_rows(path, max_record_bytes)
     else:
@@ -75,6 +86,32 @@ def _jsonl_rows(path: Path, max_record_bytes: int | None
                 raise DataFileError(f"{where}: expected a JSON object, got "
                                     f"{type(row).__name__}")
             yield where, row
+
+
+def _holds_an_array(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return starts_an_array(f)
+
+
+def _array_rows(path: Path, max_record_bytes: int | None
+                ) -> Iterator[tuple[str, dict | OversizeRow]]:
+    """The objects of a `.json` file holding one array, `file.json[12]` naming each."""
+    with open(path, "rb") as f:
+        try:
+            for index, raw in array_elements(f, max_record_bytes or None):
+                where = f"{path}[{index}]"
+                if isinstance(raw, int):
+                    yield where, OversizeRow(raw)
+                    continue
+                row = parse_element(raw, where)
+                if not isinstance(row, dict):
+                    raise DataFileError(f"{where}: expected a JSON object, got "
+                                        f"{type(row).__name__}")
+                yield where, row
+        except ArrayFormatError as e:
+            text = str(e)  # "[3]: ..." names an element, anything else the whole file
+            raise DataFileError(text if text.startswith(str(path)) else
+                                f"{path}{'' if text.startswith('[') else ': '}{text}") from None
 
 
 def _skip_line(f: BinaryIO, read: bytes) -> int:
