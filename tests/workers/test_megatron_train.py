@@ -135,7 +135,7 @@ class CPUMegatronWorker(TrainWorker):
         and from the backward pass (DDP's hook) or from finalize_model_grads. Returns the
         number of bucket groups."""
         self.reduces: list[tuple[bool, bool]] = []
-        groups = self.strategy.ddp.bucket_groups
+        groups = [g for ddp in self.strategy.ddps for g in ddp.bucket_groups]
         for group in groups:
             start, finish = group.start_grad_sync, group.finish_grad_sync
             group.finishing = False
@@ -157,6 +157,10 @@ class CPUMegatronWorker(TrainWorker):
     def grad_reduces(self) -> list[tuple[bool, bool]]:
         """(asynchronous, from finalize) per reduce launched since record_grad_reduces."""
         return self.reduces
+
+    def chunk_layers(self) -> list[list[int]]:
+        """The global decoder layers of each model chunk this rank built."""
+        return [list(layers) for layers in self.strategy.chunk_layers]
 
     def optimizer_footprint(self) -> tuple[int, int]:
         """(AdamW moment elements this rank holds, elements of its model shard)."""
@@ -340,6 +344,55 @@ def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):
                             {"pipeline_model_parallel_size": 2}, per_device=8, accum=4,
                             worker_cls=CPUMegatronWorker)
     check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+
+
+@pytest.fixture(scope="module")
+def six_layer_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """The tiny Qwen2 with 6 layers: 6 + the embedding + the loss split into 2 stages x 2
+    chunks of 2, so the split keys leave the first and last chunk one layer each."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("six")
+    config = AutoConfig.from_pretrained(tiny_model_path)
+    config.num_hidden_layers = 6
+    config.layer_types = ["full_attention"] * 6
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{tiny_model_path}/{name}", out / name)
+    return str(out)
+
+
+def test_interleaved_pipeline_two_stages_two_chunks(train_cluster, tiny_model_path, rl_batch,
+                                                    tmp_path):
+    """megatron-core's interleaved schedule at PP 2 x VPP 2: each rank holds two model
+    chunks of one layer (rank 0 layers 0 and 2, rank 1 layers 1 and 3), the 4 micro-batches
+    run in groups of PP, and the update is hf_train's on one rank; a resume is exact."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"pipeline_model_parallel_size": 2,
+                             "virtual_pipeline_model_parallel_size": 2},
+                            per_device=8, accum=4, worker_cls=CPUMegatronWorker)
+    assert cluster.call_all("chunk_layers") == [[[0], [2]], [[1], [3]]]
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch, steps=3))
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+@pytest.mark.long  # ~1 min under load: two ranks, 4 steps
+def test_pipeline_split_counts_embedding_and_loss(train_cluster, six_layer_model_path):
+    """account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split as
+    Megatron documents them: 6 layers + 2 split as 8 over PP 2 x VPP 2, the first chunk
+    (embedding) and the last (loss) one decoder layer each, the middle ones two."""
+    batch = make_rl_batch(six_layer_model_path)
+    cluster = train_cluster("megatron_train", six_layer_model_path, 2,
+                            {"pipeline_model_parallel_size": 2,
+                             "virtual_pipeline_model_parallel_size": 2,
+                             "account_for_embedding_in_pipeline_split": True,
+                             "account_for_loss_in_pipeline_split": True},
+                            per_device=8, accum=4, worker_cls=CPUMegatronWorker)
+    assert cluster.call_all("chunk_layers") == [[[0], [3, 4]], [[1, 2], [5]]]
+    check(follows_hf_train(cluster, six_layer_model_path, batch, steps=3))
 
 
 def truncation_margins(model_path: str, batch, temperature: float, top_k: int,

@@ -58,35 +58,41 @@ from flywheel.workers.strategies.offload import (
 )
 
 
-def wrap_in_ddp(model: torch.nn.Module, options: dict) -> DistributedDataParallel:
-    """`model` in megatron-core's DDP, and its config told to finish the gradients after
-    each mini-batch (and, overlapping, to hold the collectives until its last micro-batch)."""
-    config = model.config
-    ddp = DistributedDataParallel(
+def wrap_in_ddp(chunks: list[torch.nn.Module], options: dict) -> list[DistributedDataParallel]:
+    """Each model chunk in megatron-core's DDP, and their (shared) config told to finish
+    the gradients after each mini-batch (and, overlapping, to hold the collectives until
+    its last micro-batch). Under the interleaved schedule a rank holds several chunks; as
+    Megatron-LM's `get_model` does, every chunk after the first keeps one bucket
+    (`disable_bucketing`): its gradients are complete only once the whole backward is."""
+    config = chunks[0].config
+    ddps = [DistributedDataParallel(
         config, DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=options["overlap_grad_reduce"],
             use_distributed_optimizer=options["use_distributed_optimizer"],
-            bucket_size=options["ddp_bucket_size"]), model)
+            bucket_size=options["ddp_bucket_size"]), chunk, disable_bucketing=index > 0)
+        for index, chunk in enumerate(chunks)]
     # the loss is already a share of the global mini-batch (train_loop `counts`): no
     # division by the schedule's token count, which here counts micro-batches
     config.finalize_model_grads_func = lambda chunks, num_tokens=None, **kw: (
         finalize_model_grads(chunks, None))
     if options["overlap_grad_reduce"]:
-        config.no_sync_func = ddp.no_sync
-    return ddp
+        no_sync = [ddp.no_sync for ddp in ddps]
+        config.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
+    return ddps
 
 
-def distributed_optimizer(ddp: DistributedDataParallel,
+def distributed_optimizer(ddps: list[DistributedDataParallel],
                           adamw: torch.optim.AdamW) -> DistributedOptimizer:
     """megatron-core's DistributedOptimizer around `adamw` (built over the whole local
-    parameters): `adamw` then steps this DP rank's slices only."""
+    parameters of every chunk): `adamw` then steps this DP rank's slices only."""
     config = OptimizerConfig(optimizer="adam", lr=adamw.defaults["lr"],
                              weight_decay=adamw.defaults["weight_decay"],
                              bf16=False, fp16=False, params_dtype=torch.float32,
                              use_distributed_optimizer=True, clip_grad=0.0)
     return DistributedOptimizer(
-        adamw, config, grad_scaler=None, init_state_fn=None, model_chunks=[ddp],
-        per_model_buffers={0: ddp.buffers}, data_parallel_group=ps.get_data_parallel_group(),
+        adamw, config, grad_scaler=None, init_state_fn=None, model_chunks=ddps,
+        per_model_buffers={i: ddp.buffers for i, ddp in enumerate(ddps)},
+        data_parallel_group=ps.get_data_parallel_group(),
         data_parallel_group_gloo=None, data_parallel_group_idx=ps.get_data_parallel_rank(),
         distributed_optimizer_instance_id=0)
 
@@ -127,7 +133,7 @@ def clipped_norm(step: GradStep, max_norm: float, tied: bool) -> float:
     tied_copy = (tied and ps.get_pipeline_model_parallel_world_size() > 1
                  and not ps.is_pipeline_first_stage())
     counted = [t for n, t in step.named if (tp_dim(n) is not None or first_tp)
-               and not (tied_copy and n == "output_layer.weight")]
+               and not (tied_copy and n.endswith("output_layer.weight"))]
     squares = torch.zeros((), dtype=torch.float32,
                           device=step.named[0][1].device if step.named else "cpu")
     for t in counted:
@@ -153,9 +159,10 @@ class DistributedStep:
         self.dopt.step_with_ready_grads()
 
 
-def zero_grads(ddp: DistributedDataParallel, optimizer) -> None:
+def zero_grads(ddps: list[DistributedDataParallel], optimizer) -> None:
     """Before a mini-batch's backward, as Megatron's train_step does."""
-    ddp.zero_grad_buffer()
+    for ddp in ddps:
+        ddp.zero_grad_buffer()
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
 
@@ -202,7 +209,7 @@ def _layout(dopt: DistributedOptimizer) -> dict:
                         for sizes in per_buffer.values() for n in sizes]}
 
 
-def offload_megatron(model: torch.nn.Module, ddp: DistributedDataParallel | None,
+def offload_megatron(model: torch.nn.Module, ddps: list[DistributedDataParallel] | None,
                      optimizer: torch.optim.Optimizer | None, part: str,
                      device: torch.device) -> str:
     """offload.py's two parts for a DDP-wrapped model. The gradient buffers are freed in
@@ -211,17 +218,18 @@ def offload_megatron(model: torch.nn.Module, ddp: DistributedDataParallel | None
     which a `model.to("cpu")` would cut loose from it (the next all-gather would write
     where no parameter reads): that buffer is moved by megatron's `offload_to_cpu`
     instead. Unverified on a GPU here (bench/gpu_checks.py holds the check)."""
-    if ddp is None:
+    if ddps is None:
         return offload_torch(model, optimizer, part, device)
     check_part(part)
     if not on_accelerator(device):
         return CPU_NOTE
     if part == OPTIMIZER:
-        ddp.offload_grad_buffers(synchronize=True, empty_cache=False)
+        for ddp in ddps:
+            ddp.offload_grad_buffers(synchronize=True, empty_cache=False)
         moved = move_optimizer_state(optimizer, torch.device("cpu"))
         note = f"gradient buffers freed, optimizer state to cpu ({moved >> 20} MiB)"
-    elif ddp.ddp_config.use_distributed_optimizer:
-        for buffer in ddp.buffers:
+    elif ddps[0].ddp_config.use_distributed_optimizer:
+        for buffer in (b for ddp in ddps for b in ddp.buffers):
             buffer.offload_to_cpu(move_params=True, move_grads=False)
         note = "parameter buffers to cpu"
     else:
@@ -232,18 +240,19 @@ def offload_megatron(model: torch.nn.Module, ddp: DistributedDataParallel | None
     return note
 
 
-def onload_megatron(model: torch.nn.Module, ddp: DistributedDataParallel | None,
+def onload_megatron(model: torch.nn.Module, ddps: list[DistributedDataParallel] | None,
                     optimizer: torch.optim.Optimizer | None, device: torch.device) -> str:
-    if ddp is None:
+    if ddps is None:
         return onload_torch(model, optimizer, device)
     if not on_accelerator(device):
         return CPU_NOTE
-    if ddp.ddp_config.use_distributed_optimizer:
-        for buffer in ddp.buffers:
+    if ddps[0].ddp_config.use_distributed_optimizer:
+        for buffer in (b for ddp in ddps for b in ddp.buffers):
             buffer.reload_from_cpu(move_params=True, move_grads=False)
     else:
         model.to(device)
-    ddp.restore_grad_buffers(synchronize=False)  # a no-op for buffers never offloaded
+    for ddp in ddps:  # a no-op for buffers never offloaded
+        ddp.restore_grad_buffers(synchronize=False)
     moved = move_optimizer_state(optimizer, device)
     torch.cuda.synchronize(device)
     return f"parameters, gradient buffers and optimizer state ({moved >> 20} MiB) to {device}"

@@ -25,14 +25,11 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "moe_grouped_gemm": False}
 # Acting (megatron_ddp.py, megatron_train.py): sequence_parallel, use_distributed_optimizer,
 # overlap_grad_reduce, ddp_bucket_size, bias_activation_fusion (megatron's torch.jit
-# SwiGLU), recompute_granularity.
+# SwiGLU), recompute_granularity, virtual_pipeline_model_parallel_size (the interleaved
+# schedule) and the account_for_*_in_pipeline_split keys (where the layers go).
 # Megatron speed-ups this backend does not run; without them the updates are the same,
 # only more time is used.
 NOT_IMPLEMENTED = {
-    "virtual_pipeline_model_parallel_size": "a speed-up (the interleaved pipeline schedule, "
-                                            "smaller bubbles) flywheel's megatron_train does "
-                                            "not implement; the updates are the same without "
-                                            "it: leave it unset",
     "apply_rope_fusion": "a speed-up (megatron-core's fused rotary-embedding kernel) that "
                          "megatron-core takes from Transformer Engine only (rope_utils.py "
                          "asserts 'apply_rope_fusion is not available' without it), and "
@@ -42,15 +39,6 @@ NOT_IMPLEMENTED = {
                         "megatron-core runs with the grouped_gemm package or Transformer "
                         "Engine, neither in flywheel's install, and flywheel's megatron_train "
                         "builds no MoE layer; the updates are the same without it: set false",
-    "account_for_loss_in_pipeline_split": "a speed-up (one layer fewer on the last pipeline "
-                                          "stage, which also computes the loss) flywheel's "
-                                          "megatron_train does not implement; the updates "
-                                          "are the same without it: set false",
-    "account_for_embedding_in_pipeline_split": "a speed-up (one layer fewer on the first "
-                                               "pipeline stage, which also embeds the "
-                                               "tokens) flywheel's megatron_train does not "
-                                               "implement; the updates are the same "
-                                               "without it: set false",
 }
 CONTEXT_PARALLEL = ("megatron-core 0.16 splits the sequence over context-parallel ranks only "
                     "in Transformer Engine's attention: the local DotProductAttention "
@@ -77,9 +65,30 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
             "or null (Megatron's default)")
     for key, why in NOT_IMPLEMENTED.items():
         require(not options[key], key, why, MissingMemorySaving)
+    _check_pipeline_split(options)
     require(options["recompute_granularity"] in (None, "full", "selective"),
             "recompute_granularity", "expected full, selective or null")
     return options
+
+
+def _check_pipeline_split(options: dict[str, Any]) -> None:
+    """The interleaved schedule and the split keys, where they act: each places layers
+    across pipeline stages, so with one stage each would do nothing."""
+    vpp, pp = options["virtual_pipeline_model_parallel_size"], options[
+        "pipeline_model_parallel_size"]
+    require(vpp is None or (isinstance(vpp, int) and not isinstance(vpp, bool) and vpp >= 1),
+            "virtual_pipeline_model_parallel_size", "expected a positive number of model "
+            "chunks per pipeline stage, or null")
+    require(not vpp or vpp == 1 or pp >= 2, "virtual_pipeline_model_parallel_size",
+            "the interleaved schedule splits each pipeline stage into model chunks: it "
+            "needs pipeline_model_parallel_size >= 2; the updates are the same without "
+            "it: leave it unset", MissingMemorySaving)
+    for key, what in (("account_for_embedding_in_pipeline_split", "embedding"),
+                      ("account_for_loss_in_pipeline_split", "loss")):
+        require(not options[key] or pp >= 2, key, f"counts the {what} as a layer when the "
+                f"layers are split across pipeline stages: with "
+                f"pipeline_model_parallel_size 1 there is no split; the updates are the "
+                f"same without it: set false", MissingMemorySaving)
 
 
 def check(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:

@@ -72,6 +72,7 @@ from megatron.core.transformer.transformer_block import (
     TransformerBlockSubmodules,
     get_num_layers_to_build,
 )
+from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 from safetensors.torch import save_file
 from transformers import AutoConfig
 
@@ -105,7 +106,6 @@ from flywheel.workers.strategies.megatron_weights import (
     DecoderSpec,
     hf_to_megatron,
     megatron_to_hf,
-    stage_layers,
     to_global_layers,
     to_local_layers,
     tp_shard,
@@ -144,6 +144,16 @@ def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool) -> Transf
         persist_layer_norm=False, calculate_per_token_loss=True,
         tensor_model_parallel_size=options["tensor_model_parallel_size"],
         pipeline_model_parallel_size=options["pipeline_model_parallel_size"],
+        virtual_pipeline_model_parallel_size=interleaved_chunks(options),
+        # interleaved, Megatron-LM overlaps the stages' sends and receives (its default
+        # --overlap-p2p-communication, batch_p2p_comm = not that): each direction on its own
+        # communicator. Batched in one, at PP 2 (both neighbours the same rank) gloo matched
+        # an activation's send with a gradient's receive (same shapes, no error)
+        overlap_p2p_comm=interleaved_chunks(options) is not None,
+        batch_p2p_comm=interleaved_chunks(options) is None,
+        account_for_embedding_in_pipeline_split=options[
+            "account_for_embedding_in_pipeline_split"],
+        account_for_loss_in_pipeline_split=options["account_for_loss_in_pipeline_split"],
         sequence_parallel=options["sequence_parallel"],
         bias_activation_fusion=options["bias_activation_fusion"],  # torch.jit SwiGLU
         recompute_granularity=recompute,
@@ -163,15 +173,49 @@ class SequenceParallelRMSNorm(torch.nn.RMSNorm):
         self.weight.sequence_parallel = config.sequence_parallel
 
 
-def layer_spec(config: TransformerConfig) -> TransformerBlockSubmodules:
+def interleaved_chunks(options: dict) -> int | None:
+    """Model chunks per pipeline rank under the interleaved schedule; None without it
+    (Megatron-LM treats a virtual size of 1 as the plain schedule too)."""
+    size = options["virtual_pipeline_model_parallel_size"]
+    return size if size and size > 1 else None
+
+
+def chunk_layers(config: TransformerConfig, pp_rank: int, vp_stage: int | None) -> range:
+    """Global indices of the decoder layers of one model chunk, as megatron-core places
+    them (`get_transformer_layer_offset`, `get_num_layers_to_build`): with the interleaved
+    schedule chunk v of rank p holds the (v * PP + p)-th of PP x VPP equal runs of layers
+    (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+    Using Megatron-LM", section 2.2); `account_for_embedding_in_pipeline_split` /
+    `account_for_loss_in_pipeline_split` count the embedding / the loss as one layer of
+    the split, so the very first / very last chunk builds one decoder layer fewer."""
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage, pp_rank=pp_rank)
+    return range(offset, offset + get_num_layers_to_build(config, vp_stage, pp_rank))
+
+
+def require_pipeline_split(num_layers: int, options: dict) -> None:
+    """The split megatron-core asserts, as one line naming the keys (at start: the layer
+    count is the model's)."""
+    pp, vpp = options["pipeline_model_parallel_size"], interleaved_chunks(options) or 1
+    units = num_layers + options["account_for_embedding_in_pipeline_split"] + options[
+        "account_for_loss_in_pipeline_split"]
+    counted = "" if units == num_layers else (f" (+ the embedding and/or the loss counted "
+                                              f"as layers: {units})")
+    require(units % (pp * vpp) == 0, "pipeline_model_parallel_size",
+            f"{num_layers} layers{counted} do not split into {pp} pipeline stages x {vpp} "
+            f"model chunks of equal size")
+
+
+def layer_spec(config: TransformerConfig, vp_stage: int | None) -> TransformerBlockSubmodules:
     """megatron-core's local GPT layer spec with SequenceParallelRMSNorm for every norm
-    (the same computation at any setting; under SP the norms' gradients are summed)."""
+    (the same computation at any setting; under SP the norms' gradients are summed), for
+    the layers of one model chunk."""
     layer = get_gpt_layer_local_spec(normalization="RMSNorm")
     layer.submodules = dataclasses.replace(layer.submodules,
                                            input_layernorm=SequenceParallelRMSNorm,
                                            pre_mlp_layernorm=SequenceParallelRMSNorm)
-    return TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
-                                      layer_norm=SequenceParallelRMSNorm)
+    return TransformerBlockSubmodules(
+        layer_specs=[layer] * get_num_layers_to_build(config, vp_stage),
+        layer_norm=SequenceParallelRMSNorm)
 
 
 class ValueOutput(torch.nn.Module):
@@ -198,48 +242,58 @@ class MegatronTrainStrategy(TrainStrategy):
         if not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         tp, pp = options["tensor_model_parallel_size"], options["pipeline_model_parallel_size"]
-        ps.initialize_model_parallel(tp, pp)
+        vpp = interleaved_chunks(options)
+        ps.initialize_model_parallel(tp, pp, virtual_pipeline_model_parallel_size=vpp)
         torch.manual_seed(seed)
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
         self.spec = DecoderSpec.from_hf(AutoConfig.from_pretrained(model_path))
-        require(self.spec.num_layers % pp == 0, "pipeline_model_parallel_size",
-                f"{self.spec.num_layers} layers do not split into {pp} equal stages")
+        require_pipeline_split(self.spec.num_layers, options)
         require(self.spec.vocab_size % tp == 0 and self.spec.num_kv_heads % tp == 0,
                 "tensor_model_parallel_size", f"vocab {self.spec.vocab_size} and "
                 f"{self.spec.num_kv_heads} KV heads must both divide by {tp}")
         self.tp_rank, self.tp_size = ps.get_tensor_model_parallel_rank(), tp
         self.first, self.last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
-        self.layers = stage_layers(self.spec.num_layers, ps.get_pipeline_model_parallel_rank(), pp)
         # A critic's head is its own; only the policy ties its output layer to the embedding.
         self.tied = self.spec.tied and head.kind == "policy"
         megatron_options.require_policy_for_sequence_parallel(head.kind == "value", options)
         config = transformer_config(self.spec, options, self.device.type == "cpu")
-        self.model = GPTModel(
-            config, layer_spec(config),
+        # one model chunk per virtual stage (one without the interleaved schedule), built
+        # in order: a tied embedding's first/last copies meet in megatron's all-reduce
+        stages = [None] if vpp is None else list(range(vpp))
+        self.chunks = [GPTModel(
+            config, layer_spec(config, vp),
             vocab_size=self.spec.vocab_size, max_sequence_length=self.spec.max_positions,
-            pre_process=self.first, post_process=self.last,
+            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
             share_embeddings_and_output_weights=self.tied,
-            position_embedding_type="rope", rotary_base=int(self.spec.rope_theta),
-        ).to(self.device)
+            position_embedding_type="rope", rotary_base=int(self.spec.rope_theta), vp_stage=vp,
+        ).to(self.device) for vp in stages]
+        pp_rank = ps.get_pipeline_model_parallel_rank()
+        self.chunk_layers = [chunk_layers(config, pp_rank, vp) for vp in stages]
+        self.model = torch.nn.ModuleList(self.chunks)  # every parameter this rank holds
         full = hf_to_megatron(load_hf_tensors(model_path), self.spec)
         if head.kind == "value":
             full = {k: v for k, v in full.items() if not k.startswith("output_layer.")}
             if self.last:
-                self.model.output_layer = ValueOutput(self.spec.hidden_size, seed).to(self.device)
+                last = self.chunks[-1]
+                last.output_layer = ValueOutput(self.spec.hidden_size, seed).to(self.device)
                 full |= {f"output_layer.{k}": v.detach().cpu() for k, v in
-                         self.model.output_layer.state_dict().items()}
+                         last.output_layer.state_dict().items()}
         self._load_megatron_state(full)
         if self.first and self.spec.pad_token_id is not None:
-            freeze_padding_row(self.model.embedding.word_embeddings, self.spec.pad_token_id)
+            freeze_padding_row(self.chunks[0].embedding.word_embeddings,
+                               self.spec.pad_token_id)
         self.precision = MixedPrecision.for_role(cfg.model_args.dtype, self.device, trainable)
         self.sequence_multiple = tp if options["sequence_parallel"] else 1
-        self.ddp = self.dopt = None
+        # the interleaved schedule wants its micro-batches in groups of PP
+        self.micro_multiple = pp if vpp else 1
+        self.ddps = self.dopt = None
         if trainable:  # megatron_ddp.py: DDP's buffers, and the distributed optimizer
-            self.ddp = wrap_in_ddp(self.model, options)
+            self.ddps = wrap_in_ddp(self.chunks, options)
             self.optimizer = build_adamw([p for p in self.model.parameters()
                                           if p.requires_grad], cfg.training_args)
             if options["use_distributed_optimizer"]:
-                self.dopt = distributed_optimizer(self.ddp, self.optimizer)
+                self.dopt = distributed_optimizer(self.ddps, self.optimizer)
             # after the distributed optimizer swapped in its slices: the schedule's
             # learning rate reaches the param groups AdamW steps
             self.scheduler = build_schedule(self.optimizer, cfg.training_args, total_steps)
@@ -250,35 +304,42 @@ class MegatronTrainStrategy(TrainStrategy):
 
     # ---- weights -----------------------------------------------------------------------
     def _load_megatron_state(self, full: dict[str, torch.Tensor]) -> None:
-        local = to_local_layers(full, self.layers, self.first, self.last, self.tied)
-        shards = {k: tp_shard(k, v, self.tp_rank, self.tp_size) for k, v in local.items()}
-        missing, unexpected = self.model.load_state_dict(shards, strict=False)
-        missing = [k for k in missing if not k.endswith("_extra_state")]
-        if missing or unexpected:
-            raise ValueError(f"megatron weights mismatch: missing={missing} "
-                             f"unexpected={unexpected}")
+        for chunk, layers in zip(self.chunks, self.chunk_layers):
+            local = to_local_layers(full, layers, chunk.pre_process, chunk.post_process,
+                                    self.tied)
+            shards = {k: tp_shard(k, v, self.tp_rank, self.tp_size) for k, v in local.items()}
+            missing, unexpected = chunk.load_state_dict(shards, strict=False)
+            missing = [k for k in missing if not k.endswith("_extra_state")]
+            if missing or unexpected:
+                raise ValueError(f"megatron weights mismatch: missing={missing} "
+                                 f"unexpected={unexpected}")
+
+    def _chunk_states(self) -> list[dict[str, torch.Tensor]]:
+        return [{k: v for k, v in chunk.state_dict().items() if not k.endswith("_extra_state")}
+                for chunk in self.chunks]
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         self._require_head("policy", "weights for actor_infer")
         # actor_infer loads model_args.dtype; cast before the gathers, which then move half
-        local = {k: v.detach().to(self.precision.compute_dtype)
-                 for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
         tp_group = ps.get_tensor_model_parallel_group()
-        full = {}
-        for name, tensor in local.items():
-            parts = [torch.empty_like(tensor) for _ in range(self.tp_size)]
-            dist.all_gather(parts, tensor.contiguous(), group=tp_group)
-            full[name] = tp_unshard(name, [p.cpu() for p in parts])
+        here = {}  # this rank's chunks, whole over TP, layers numbered globally
+        for state, layers in zip(self._chunk_states(), self.chunk_layers):
+            full = {}
+            for name, tensor in state.items():
+                tensor = tensor.detach().to(self.precision.compute_dtype)
+                parts = [torch.empty_like(tensor) for _ in range(self.tp_size)]
+                dist.all_gather(parts, tensor.contiguous(), group=tp_group)
+                full[name] = tp_unshard(name, [p.cpu() for p in parts])
+            here |= to_global_layers(full, layers.start)
         stages: list[dict] = [{}] * ps.get_pipeline_model_parallel_world_size()
-        dist.all_gather_object(stages, to_global_layers(full, self.layers.start),
-                               group=ps.get_pipeline_model_parallel_group())
+        dist.all_gather_object(stages, here, group=ps.get_pipeline_model_parallel_group())
         merged = {k: v for stage in stages for k, v in stage.items()}
         return megatron_to_hf(merged, self.spec)
 
     # ---- compute -----------------------------------------------------------------------
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         union, mine = gather_model_parallel(batch)
-        rows = micro_rows(len(union), self.cfg.infer_batch_size)
+        rows = micro_rows(len(union), self.cfg.infer_batch_size, self.micro_multiple)
         union = widened_to_multiple(union.trimmed(), self.sequence_multiple)
         results = self._run(union.chunks(rows), None, None, forward_only=True)
         width = union.input_ids.shape[1]
@@ -306,8 +367,10 @@ class MegatronTrainStrategy(TrainStrategy):
                          counts: Counts) -> list[dict[str, float]]:
         # pipeline stages pass equal shapes: one width for the whole mini-batch
         mini = widened_to_multiple(concat_batches(micros).trimmed(), self.sequence_multiple)
-        zero_grads(self.ddp, self.dopt or self.optimizer)
-        return self._run(mini.chunks(len(micros[0])), objective, counts, forward_only=False)
+        zero_grads(self.ddps, self.dopt or self.optimizer)
+        # the losses are shares of the mini-batch's counts: any cut gives the same gradient
+        rows = micro_rows(len(mini), len(micros[0]), self.micro_multiple)
+        return self._run(mini.chunks(rows), objective, counts, forward_only=False)
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         # the schedule's finalize_model_grads has reduced the gradients (sums, so unscaling
@@ -342,10 +405,12 @@ class MegatronTrainStrategy(TrainStrategy):
             return logits, partial(self._loss, micro, objective, counts)
 
         context = torch.no_grad() if forward_only else contextlib.nullcontext()
+        chunks = self.ddps if self.ddps is not None else self.chunks
+        # the interleaved schedule reads each chunk's micro-batches from its own iterator
+        data = iter(micros) if len(chunks) == 1 else [iter(micros) for _ in chunks]
         with context:
             return get_forward_backward_func()(
-                forward_step_func=step, data_iterator=iter(micros),
-                model=[self.ddp if self.ddp is not None else self.model],
+                forward_step_func=step, data_iterator=data, model=chunks,
                 num_microbatches=len(micros), seq_length=width,
                 micro_batch_size=len(micros[0]), forward_only=forward_only)
 
@@ -369,10 +434,10 @@ class MegatronTrainStrategy(TrainStrategy):
         """This rank's shard: AdamW's state (torch's, over the whole parameters or the
         distributed optimizer's slices), DDP's gradient buffers and the parameters
         (megatron_ddp.offload_megatron)."""
-        return offload_megatron(self.model, self.ddp, self.optimizer, part, self.device)
+        return offload_megatron(self.model, self.ddps, self.optimizer, part, self.device)
 
     def onload(self) -> str:
-        return onload_megatron(self.model, self.ddp, self.optimizer, self.device)
+        return onload_megatron(self.model, self.ddps, self.optimizer, self.device)
 
     # ---- checkpoints -------------------------------------------------------------------
     def _shard_file(self, path: str) -> str:
@@ -382,8 +447,7 @@ class MegatronTrainStrategy(TrainStrategy):
     def save(self, path: str) -> None:
         os.makedirs(os.path.join(path, "megatron"), exist_ok=True)
         if ps.get_data_parallel_rank() == 0:
-            torch.save({"model": {k: v for k, v in self.model.state_dict().items()
-                                  if not k.endswith("_extra_state")},
+            torch.save({"model": self._chunk_states(),  # one per model chunk
                         "optimizer": (self.optimizer.state_dict()
                                       if self.optimizer and not self.dopt else None),
                         "scheduler": self.scheduler.state_dict() if self.scheduler else None,
@@ -407,11 +471,17 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def load(self, path: str) -> None:
         state = torch.load(self._shard_file(path), weights_only=True)
-        missing, unexpected = self.model.load_state_dict(state["model"], strict=False)
-        missing = [k for k in missing if not k.endswith("_extra_state")]
-        if missing or unexpected:
-            raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
-                             f"unexpected {unexpected}")
+        saved = state["model"] if isinstance(state["model"], list) else [state["model"]]
+        if len(saved) != len(self.chunks):
+            raise ValueError(f"checkpoint {path} holds {len(saved)} model chunks per rank, "
+                             f"this run builds {len(self.chunks)} (resume with the same "
+                             f"virtual_pipeline_model_parallel_size)")
+        for chunk, chunk_state in zip(self.chunks, saved):
+            missing, unexpected = chunk.load_state_dict(chunk_state, strict=False)
+            missing = [k for k in missing if not k.endswith("_extra_state")]
+            if missing or unexpected:
+                raise ValueError(f"checkpoint {path} does not match the model: missing "
+                                 f"{missing}, unexpected {unexpected}")
         if self.dopt is not None:
             load_slices(self.dopt, path)
         elif self.optimizer is not None and state["optimizer"] is None:
