@@ -365,6 +365,7 @@ def six_layer_model_path(tmp_path_factory, tiny_model_path) -> str:
     return str(out)
 
 
+@pytest.mark.long  # 49 s under load (+19 s setup): two ranks, 4 steps and a resume
 def test_interleaved_pipeline_two_stages_two_chunks(train_cluster, tiny_model_path, rl_batch,
                                                     tmp_path):
     """megatron-core's interleaved schedule at PP 2 x VPP 2: each rank holds two model
