@@ -2,7 +2,7 @@
 
 megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-code CUDA
 (RoPE, p2p and DDP buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda"
-zeros in the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage,
+zeros in the schedules, the MoE dispatcher's side stream, `.cuda()` on the tied embedding copy of the last pipeline stage,
 CUDA's autocast replayed in its linear layers' backward, the optimizers' "cuda" flags and
 the distributed optimizer's CUDA type names). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
@@ -66,8 +66,45 @@ def patch_megatron_for_cpu() -> None:
             return torch.zeros(*args, **kwargs)
 
     schedules.torch = CPUTorch("torch")
+    cpu_streams()
     cpu_autocast_in_linear_backward()
     cpu_megatron_optimizer()
+
+
+def cpu_streams() -> None:
+    """The MoE all-to-all dispatcher moves its split sizes to the host on a CUDA side
+    stream: on CPU one stream that is always the current one, waits that return at once."""
+    import contextlib
+
+    class Stream:  # a class: megatron's annotations write `torch.cuda.Stream | None`
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __eq__(self, other) -> bool:  # every stream is the current one
+            return isinstance(other, Stream)
+
+        __hash__ = object.__hash__
+
+        def wait_stream(self, other) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def record_event(self):  # an event that has happened: it synchronises at once
+            return self
+
+    torch.cuda.Stream = Stream
+    torch.cuda.current_stream = lambda *a, **k: Stream()
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
+    # its split sizes become numpy on the host (all_to_all_single takes no tensor there);
+    # maybe_move_tensor_to_cpu converts only what it moves off a GPU
+    import megatron.core.transformer.moe.token_dispatcher as dispatcher
+
+    def to_host(tensor, as_numpy=False, record_stream=False):
+        return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+    dispatcher.maybe_move_tensor_to_cpu = to_host
 
 
 def cpu_megatron_optimizer() -> None:
@@ -394,6 +431,57 @@ def test_pipeline_split_counts_embedding_and_loss(train_cluster, six_layer_model
                             per_device=8, accum=4, worker_cls=CPUMegatronWorker)
     assert cluster.call_all("chunk_layers") == [[[0], [3, 4]], [[1, 2], [5]]]
     check(follows_hf_train(cluster, six_layer_model_path, batch, steps=3))
+
+
+@pytest.fixture(scope="module")
+def moe_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """A tiny random Qwen3-MoE (q/k norms, 4 experts, top 2 renormalised as Qwen3-30B-A3B
+    does), built from transformers' config class with the tiny model's vocabulary."""
+    from transformers import AutoConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    vocab = AutoConfig.from_pretrained(tiny_model_path).vocab_size
+    config = Qwen3MoeConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                            moe_intermediate_size=16, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                            num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                            router_aux_loss_coef=0.02, max_position_embeddings=256,
+                            pad_token_id=0)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny_qwen3_moe")
+    Qwen3MoeForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batch, tmp_path):
+    """A Qwen3-MoE on megatron-core's MoE layers (TopKRouter, the all-to-all token
+    dispatcher, SequentialMLP experts) with its experts split over EP 2 (two per rank):
+    hf_train's loss, grad norm and load-balancing loss over 5 steps, its weights after
+    them (synced back in HF form), and an exact resume."""
+    from flywheel.config.schema import ModelArgs
+    from flywheel.workers.strategies.router_loss import METRIC
+
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(moe_model_path, model_args=args)
+    cluster = train_cluster("megatron_train", moe_model_path, 2,
+                            {"expert_model_parallel_size": 2,
+                             "moe_token_dispatcher_type": "alltoall"},
+                            per_device=8, accum=2, worker_cls=CPUMegatronWorker,
+                            model_args=args)
+    loss = actor_loss(entropy_coef=0.01)
+    diffs = collections.defaultdict(float)
+    for _ in range(STEPS):
+        ref = hf.train_step(rl_batch, loss)
+        got = rank_mean(cluster.scatter("train_step", rl_batch.shard(2), loss_fn=loss,
+                                        ppo_epochs=1))
+        print({k: (got[k], ref[k]) for k in ("pg/loss", "actor/grad_norm", METRIC)})
+        for key in ("pg/loss", "actor/grad_norm", METRIC):
+            diffs[key] = max(diffs[key], abs(got[key] - ref[key]))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert ref[METRIC] > 0.1  # the loss is there (balanced routing gives the coefficient)
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-4
+    assert diffs[METRIC] < 1e-6 and diffs["weights"] < 1e-4
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
 def truncation_margins(model_path: str, batch, temperature: float, top_k: int,

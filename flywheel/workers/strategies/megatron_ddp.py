@@ -46,7 +46,7 @@ from megatron.core.distributed.finalize_model_grads import finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-from flywheel.workers.strategies.megatron_weights import tp_dim
+from flywheel.workers.strategies.megatron_weights import is_expert, tp_dim
 from flywheel.workers.strategies.offload import (
     CPU_NOTE,
     OPTIMIZER,
@@ -123,21 +123,30 @@ def ready_grads(model: torch.nn.Module, dopt: DistributedOptimizer | None) -> Gr
     return GradStep(pairs, None)  # slices of every rank: summed over the world
 
 
-def clipped_norm(step: GradStep, max_norm: float, tied: bool) -> float:
+def clipped_norm(step: GradStep, max_norm: float, tied: bool,
+                 expert_group: dist.ProcessGroup | None = None) -> float:
     """The global gradient norm (before clipping) and the gradients clipped to
     `max_norm`. TP-replicated parameters count on TP rank 0 only and the last pipeline
     stage's copy of a tied embedding not at all; which parameters are TP-sliced is decided
     by name (megatron's `tensor_model_parallel` flag is set only when it initialises the
-    weights)."""
+    weights). With experts split over EP (`expert_group`), each rank's experts are its
+    own: their squares are summed over the EP ranks too."""
     first_tp = ps.get_tensor_model_parallel_rank() == 0
     tied_copy = (tied and ps.get_pipeline_model_parallel_world_size() > 1
                  and not ps.is_pipeline_first_stage())
-    counted = [t for n, t in step.named if (tp_dim(n) is not None or first_tp)
+    counted = [(n, t) for n, t in step.named if (tp_dim(n) is not None or first_tp)
                and not (tied_copy and n.endswith("output_layer.weight"))]
-    squares = torch.zeros((), dtype=torch.float32,
-                          device=step.named[0][1].device if step.named else "cpu")
-    for t in counted:
-        squares += t.grad.float().pow(2).sum()
+    device = step.named[0][1].device if step.named else "cpu"
+    squares = torch.zeros((), dtype=torch.float32, device=device)
+    experts = torch.zeros((), dtype=torch.float32, device=device)
+    for n, t in counted:
+        if expert_group is not None and is_expert(n):
+            experts += t.grad.float().pow(2).sum()
+        else:
+            squares += t.grad.float().pow(2).sum()
+    if expert_group is not None:
+        dist.all_reduce(experts, group=expert_group)
+        squares += experts  # the dense squares and these, then summed over the group
     dist.all_reduce(squares, group=step.group)
     norm = float(squares.sqrt())
     if max_norm > 0 and norm > 0:

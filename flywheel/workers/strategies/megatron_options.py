@@ -17,6 +17,7 @@ from flywheel.workers.strategies.strategy_config import checked_config, require
 
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
+            "expert_tensor_parallel_size": None, "moe_token_dispatcher_type": "allgather",
             "sequence_parallel": False, "use_distributed_optimizer": False,
             "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
             "apply_rope_fusion": False, "overlap_grad_reduce": False, "ddp_bucket_size": None,
@@ -37,8 +38,9 @@ NOT_IMPLEMENTED = {
                          "same without it: set false",
     "moe_grouped_gemm": "a speed-up of MoE experts (one grouped GEMM over all of them) that "
                         "megatron-core runs with the grouped_gemm package or Transformer "
-                        "Engine, neither in flywheel's install, and flywheel's megatron_train "
-                        "builds no MoE layer; the updates are the same without it: set false",
+                        "Engine, neither in flywheel's install (its experts run one after "
+                        "another, megatron-core's SequentialMLP); the updates are the same "
+                        "without it: set false",
 }
 CONTEXT_PARALLEL = ("megatron-core 0.16 splits the sequence over context-parallel ranks only "
                     "in Transformer Engine's attention: the local DotProductAttention "
@@ -51,8 +53,16 @@ CONTEXT_PARALLEL = ("megatron-core 0.16 splits the sequence over context-paralle
 def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
     options = checked_config("megatron_train", strategy_config, DEFAULTS)
     require(options["context_parallel_size"] == 1, "context_parallel_size", CONTEXT_PARALLEL)
-    require(options["expert_model_parallel_size"] == 1, "expert_model_parallel_size",
-            "only 1 is supported by flywheel's megatron_train (it builds no MoE layer)")
+    ep = options["expert_model_parallel_size"]
+    require(isinstance(ep, int) and not isinstance(ep, bool) and ep >= 1,
+            "expert_model_parallel_size", "expected a positive number of ranks the experts "
+            "are split over")
+    require(options["expert_tensor_parallel_size"] in (None, 1), "expert_tensor_parallel_size",
+            "only 1 is built by flywheel's megatron_train (each expert whole on its rank; "
+            "experts sliced over tensor-parallel ranks are not built yet): set 1")
+    require(options["moe_token_dispatcher_type"] in ("allgather", "alltoall"),
+            "moe_token_dispatcher_type", "expected allgather or alltoall (megatron-core's "
+            "flex dispatcher needs DeepEP)")
     require(not options["sequence_parallel"] or options["tensor_model_parallel_size"] >= 2,
             "sequence_parallel", "a memory saving that splits the activations across the "
             "tensor-parallel ranks: it needs tensor_model_parallel_size >= 2 (megatron-core "

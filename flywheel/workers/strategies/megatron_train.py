@@ -68,6 +68,12 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.moe import moe_utils
+from megatron.core.transformer.moe.moe_utils import (
+    clear_aux_losses_tracker,
+    get_moe_layer_wise_logging_tracker,
+)
+from megatron.core.transformer.moe.router import TopKRouter
 from megatron.core.transformer.transformer_block import (
     TransformerBlockSubmodules,
     get_num_layers_to_build,
@@ -104,7 +110,10 @@ from flywheel.workers.strategies.megatron_parallel import (
 )
 from flywheel.workers.strategies.megatron_weights import (
     DecoderSpec,
+    ep_shard,
+    ep_unshard,
     hf_to_megatron,
+    is_expert,
     megatron_to_hf,
     to_global_layers,
     to_local_layers,
@@ -113,6 +122,7 @@ from flywheel.workers.strategies.megatron_weights import (
 )
 from flywheel.workers.strategies.mixed_precision import MixedPrecision
 from flywheel.workers.strategies.model_head import POLICY, ModelHead, init_value_head
+from flywheel.workers.strategies.router_loss import METRIC as ROUTER_METRIC
 from flywheel.workers.strategies.strategy_config import require
 from flywheel.workers.strategies.train_loop import (
     Counts,
@@ -124,14 +134,44 @@ from flywheel.workers.strategies.train_loop import (
     summed_counts,
 )
 
+# megatron-core 0.16's router gate (moe_utils.RouterGatingLinearFunction) tests
+# `te_general_gemm is not None`, a name it imports only with Transformer Engine: without
+# TE every MoE forward raised NameError. None is what the test means: torch's matmul.
+if not hasattr(moe_utils, "te_general_gemm"):
+    moe_utils.te_general_gemm = None
+
 
 def strategy_options(cfg: WorkerConfig) -> dict:
     return megatron_options.strategy_options(cfg.strategy_args.strategy_config)
 
 
-def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool) -> TransformerConfig:
+def moe_config(spec: DecoderSpec, options: dict, aux_coef: float | None) -> dict:
+    """megatron-core's MoE settings for a Qwen2-MoE / Qwen3-MoE model (none for a dense
+    one). Routing as transformers' blocks: softmax over the experts then the top k
+    (`moe_router_pre_softmax`), or, with `norm_topk_prob`, the top k logits softmaxed among
+    themselves, the same renormalised probabilities; no token dropped (no capacity). The
+    load-balancing loss is megatron's `aux_loss` (Switch Transformer's, Fedus et al. 2021,
+    eq. 4-6, per layer) at `model_args.moe_aux_loss_coef`."""
+    if not spec.moe:
+        return {}
+    return dict(
+        num_moe_experts=spec.num_experts, moe_router_topk=spec.top_k,
+        moe_ffn_hidden_size=spec.moe_ffn_hidden_size,
+        moe_router_pre_softmax=not spec.norm_topk_prob,
+        moe_router_load_balancing_type="aux_loss" if aux_coef else "none",
+        moe_aux_loss_coeff=aux_coef or 0.0,
+        moe_token_dispatcher_type=options["moe_token_dispatcher_type"],
+        moe_shared_expert_intermediate_size=spec.shared_expert_size or None,
+        moe_shared_expert_gate=bool(spec.shared_expert_size),
+        expert_model_parallel_size=options["expert_model_parallel_size"],
+        expert_tensor_parallel_size=1)
+
+
+def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool,
+                       aux_coef: float | None = None) -> TransformerConfig:
     recompute = options["recompute_granularity"]
     return TransformerConfig(
+        qk_layernorm=spec.qk_norm, **moe_config(spec, options, aux_coef),
         num_layers=spec.num_layers, hidden_size=spec.hidden_size,
         num_attention_heads=spec.num_heads, num_query_groups=spec.num_kv_heads,
         kv_channels=spec.head_dim, ffn_hidden_size=spec.ffn_hidden_size,
@@ -208,8 +248,10 @@ def require_pipeline_split(num_layers: int, options: dict) -> None:
 def layer_spec(config: TransformerConfig, vp_stage: int | None) -> TransformerBlockSubmodules:
     """megatron-core's local GPT layer spec with SequenceParallelRMSNorm for every norm
     (the same computation at any setting; under SP the norms' gradients are summed), for
-    the layers of one model chunk."""
-    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
+    the layers of one model chunk; with experts its MoELayer (TopKRouter, the token
+    dispatcher, SequentialMLP experts, the shared expert)."""
+    layer = get_gpt_layer_local_spec(num_experts=config.num_moe_experts,
+                                     qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
     layer.submodules = dataclasses.replace(layer.submodules,
                                            input_layernorm=SequenceParallelRMSNorm,
                                            pre_mlp_layernorm=SequenceParallelRMSNorm)
@@ -242,11 +284,15 @@ class MegatronTrainStrategy(TrainStrategy):
         if not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         tp, pp = options["tensor_model_parallel_size"], options["pipeline_model_parallel_size"]
-        vpp = interleaved_chunks(options)
-        ps.initialize_model_parallel(tp, pp, virtual_pipeline_model_parallel_size=vpp)
+        vpp, ep = interleaved_chunks(options), options["expert_model_parallel_size"]
+        self.spec = DecoderSpec.from_hf(AutoConfig.from_pretrained(model_path))
+        self.aux_coef = self._require_moe_layout(options, cfg, trainable, head)
+        ps.initialize_model_parallel(tp, pp, virtual_pipeline_model_parallel_size=vpp,
+                                     expert_model_parallel_size=ep,
+                                     expert_tensor_parallel_size=1 if self.spec.moe else None)
+        self.ep_rank, self.ep_size = ps.get_expert_model_parallel_rank(), ep
         torch.manual_seed(seed)
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
-        self.spec = DecoderSpec.from_hf(AutoConfig.from_pretrained(model_path))
         require_pipeline_split(self.spec.num_layers, options)
         require(self.spec.vocab_size % tp == 0 and self.spec.num_kv_heads % tp == 0,
                 "tensor_model_parallel_size", f"vocab {self.spec.vocab_size} and "
@@ -256,7 +302,8 @@ class MegatronTrainStrategy(TrainStrategy):
         # A critic's head is its own; only the policy ties its output layer to the embedding.
         self.tied = self.spec.tied and head.kind == "policy"
         megatron_options.require_policy_for_sequence_parallel(head.kind == "value", options)
-        config = transformer_config(self.spec, options, self.device.type == "cpu")
+        config = transformer_config(self.spec, options, self.device.type == "cpu",
+                                    self.aux_coef)
         # one model chunk per virtual stage (one without the interleaved schedule), built
         # in order: a tied embedding's first/last copies meet in megatron's all-reduce
         stages = [None] if vpp is None else list(range(vpp))
@@ -271,6 +318,10 @@ class MegatronTrainStrategy(TrainStrategy):
         pp_rank = ps.get_pipeline_model_parallel_rank()
         self.chunk_layers = [chunk_layers(config, pp_rank, vp) for vp in stages]
         self.model = torch.nn.ModuleList(self.chunks)  # every parameter this rank holds
+        for module in self.model.modules():
+            if isinstance(module, TopKRouter):  # the aux loss's scale: see _aux_share
+                module.calculate_per_token_loss = False
+        self.aux_share: float | None = None
         full = hf_to_megatron(load_hf_tensors(model_path), self.spec)
         if head.kind == "value":
             full = {k: v for k, v in full.items() if not k.startswith("output_layer.")}
@@ -302,11 +353,39 @@ class MegatronTrainStrategy(TrainStrategy):
                 self.model, cfg.training_args, total_steps, trainable)
         self.model.eval()
 
+    def _require_moe_layout(self, options: dict, cfg: WorkerConfig, trainable: bool,
+                            head: ModelHead) -> float | None:
+        """What an MoE model needs (known only from the model), and the load-balancing
+        loss's coefficient (policy training only, as router_loss.py)."""
+        spec, ep = self.spec, options["expert_model_parallel_size"]
+        require(ep == 1 or spec.moe, "expert_model_parallel_size",
+                f"a dense model ({spec.num_layers} layers, no experts) has no experts to "
+                f"split: set 1")
+        if spec.moe:
+            require(spec.num_experts % ep == 0, "expert_model_parallel_size",
+                    f"{spec.num_experts} experts do not split over {ep} ranks")
+            require(options["tensor_model_parallel_size"] == 1, "tensor_model_parallel_size",
+                    "an MoE model at tensor_model_parallel_size > 1 is not built yet in "
+                    "flywheel's megatron_train: use expert_model_parallel_size")
+            require(not options["use_distributed_optimizer"], "use_distributed_optimizer",
+                    "not built yet for MoE models in flywheel's megatron_train (the experts' "
+                    "own optimizer over the expert-data-parallel ranks): set false")
+        setting = cfg.model_args.moe_aux_loss_coef
+        if setting in (None, 0) or not trainable or head.kind != "policy":
+            return None
+        require(spec.moe, "moe_aux_loss_coef", "this model has no MoE router to balance")
+        coef = spec.router_aux_loss_coef if setting == "model" else setting
+        require(coef is not None, "moe_aux_loss_coef", "'model': the checkpoint's config has "
+                "no router_aux_loss_coef; write the coefficient")
+        return float(coef)
+
     # ---- weights -----------------------------------------------------------------------
     def _load_megatron_state(self, full: dict[str, torch.Tensor]) -> None:
         for chunk, layers in zip(self.chunks, self.chunk_layers):
             local = to_local_layers(full, layers, chunk.pre_process, chunk.post_process,
                                     self.tied)
+            if self.spec.moe:  # this EP rank's experts, renumbered from 0
+                local = ep_shard(local, self.ep_rank, self.ep_size, self.spec.num_experts)
             shards = {k: tp_shard(k, v, self.tp_rank, self.tp_size) for k, v in local.items()}
             missing, unexpected = chunk.load_state_dict(shards, strict=False)
             missing = [k for k in missing if not k.endswith("_extra_state")]
@@ -331,6 +410,12 @@ class MegatronTrainStrategy(TrainStrategy):
                 dist.all_gather(parts, tensor.contiguous(), group=tp_group)
                 full[name] = tp_unshard(name, [p.cpu() for p in parts])
             here |= to_global_layers(full, layers.start)
+        if self.ep_size > 1:  # every EP rank's experts, numbered globally
+            experts: list[dict] = [{}] * self.ep_size
+            dist.all_gather_object(experts, {k: v for k, v in here.items() if is_expert(k)},
+                                   group=ps.get_expert_model_parallel_group())
+            here = {k: v for k, v in here.items() if not is_expert(k)} | ep_unshard(
+                experts, self.spec.num_experts)
         stages: list[dict] = [{}] * ps.get_pipeline_model_parallel_world_size()
         dist.all_gather_object(stages, here, group=ps.get_pipeline_model_parallel_group())
         merged = {k: v for stage in stages for k, v in stage.items()}
@@ -370,14 +455,29 @@ class MegatronTrainStrategy(TrainStrategy):
         zero_grads(self.ddps, self.dopt or self.optimizer)
         # the losses are shares of the mini-batch's counts: any cut gives the same gradient
         rows = micro_rows(len(mini), len(micros[0]), self.micro_multiple)
-        return self._run(mini.chunks(rows), objective, counts, forward_only=False)
+        results = self._run(mini.chunks(rows), objective, counts, forward_only=False)
+        if self.aux_coef:
+            self._report_aux_loss(results, len(mini) // rows)
+        return results
+
+    def _report_aux_loss(self, results: list[dict], micros: int) -> None:
+        """The load-balancing loss per micro-batch (coefficient included, summed over the
+        layers), as router_loss.py reports it: megatron's router tracks each layer's
+        loss / coefficient summed over the micro-batches; its layers are on every stage."""
+        tracked = get_moe_layer_wise_logging_tracker().get("load_balancing_loss")
+        total = (tracked["values"].sum() if tracked else torch.zeros(())).to(self.device)
+        dist.all_reduce(total, group=ps.get_pipeline_model_parallel_group())
+        clear_aux_losses_tracker()
+        for metrics in results:
+            metrics[ROUTER_METRIC] = float(total) * self.aux_coef / micros
 
     def optimizer_step(self, max_grad_norm: float) -> OptimizerStep:
         # the schedule's finalize_model_grads has reduced the gradients (sums, so unscaling
         # after them is exact)
         grads = ready_grads(self.model, self.dopt)
         self.precision.unscale_(t for _, t in grads.named)
-        norm = clipped_norm(grads, max_grad_norm, self.tied)
+        norm = clipped_norm(grads, max_grad_norm, self.tied,
+                            ps.get_expert_model_parallel_group() if self.spec.moe else None)
         return self.precision.step(DistributedStep(self.dopt) if self.dopt else self.optimizer,
                                    norm)
 
@@ -399,10 +499,14 @@ class MegatronTrainStrategy(TrainStrategy):
 
         def step(data, model):
             micro = next(data).to(self.device)
+            # the routers leave padding out of the load balance (True = padding)
+            routing = {"padding_mask": micro.attention_mask == 0} if self.spec.moe else {}
             with self.precision.autocast():
                 logits = model(input_ids=micro.input_ids, attention_mask=causal,
-                               position_ids=positions.expand(len(micro), -1))
+                               position_ids=positions.expand(len(micro), -1), **routing)
             return logits, partial(self._loss, micro, objective, counts)
+
+        self._aux_share(len(micros), forward_only)
 
         context = torch.no_grad() if forward_only else contextlib.nullcontext()
         chunks = self.ddps if self.ddps is not None else self.chunks
@@ -426,8 +530,27 @@ class MegatronTrainStrategy(TrainStrategy):
             return torch.zeros((), device=logits.device), torch.ones((), dtype=torch.int), {
                 "outputs": outputs.detach().cpu()}
         loss, metrics = objective(outputs, entropy, micro, counts)
+        if self.aux_share:  # the schedule multiplies by grad_scale_func: see _aux_share
+            return loss / self.aux_share, torch.ones((), dtype=torch.int), metrics
         # the schedule back-propagates what this returns: the scaled loss under fp16
         return self.precision.scaled(loss), torch.ones((), dtype=torch.int), metrics
+
+    def _aux_share(self, micros: int, forward_only: bool) -> None:
+        """The load-balancing loss's gradient at router_loss.py's scale: 1 / (micro-batches
+        x data-parallel ranks) of each micro-batch's loss (Megatron's mean over all
+        micro-batches of all ranks), times the fp16 loss scale. megatron-core's router
+        back-propagates its loss times `grad_scale_func(1)` (the schedule sets that scale
+        after each forward; with its per-token flag off, the routers skip their token
+        weighting, which assumes equal micro-batches), and the schedule applies the same
+        function to the main loss on the last stage: so `_loss` returns the main loss
+        divided by the share, and the function multiplies by share x loss scale."""
+        config = self.chunks[0].config
+        if not self.aux_coef or forward_only:
+            self.aux_share, config.grad_scale_func = None, None
+            return
+        self.aux_share = 1.0 / (micros * ps.get_data_parallel_world_size())
+        scale = float(self.precision.scaled(torch.ones(()))) * self.aux_share
+        config.grad_scale_func = lambda t: t * scale
 
     # ---- phase switch (offload.py; unverified on GPU) -----------------------------------
     def offload(self, part: str) -> str:
@@ -442,11 +565,20 @@ class MegatronTrainStrategy(TrainStrategy):
     # ---- checkpoints -------------------------------------------------------------------
     def _shard_file(self, path: str) -> str:
         coords = f"tp{self.tp_rank}_pp{ps.get_pipeline_model_parallel_rank()}"
+        if self.ep_size > 1:  # each EP rank holds its own experts
+            coords += f"_ep{self.ep_rank}"
         return os.path.join(path, "megatron", f"{coords}.pt")
+
+    def _writes_shard(self) -> bool:
+        """One writer per distinct shard: DP rank 0, or with experts split, the first
+        rank of each EP rank's expert-data-parallel group."""
+        if self.ep_size > 1:
+            return ps.get_expert_data_parallel_rank() == 0
+        return ps.get_data_parallel_rank() == 0
 
     def save(self, path: str) -> None:
         os.makedirs(os.path.join(path, "megatron"), exist_ok=True)
-        if ps.get_data_parallel_rank() == 0:
+        if self._writes_shard():
             torch.save({"model": self._chunk_states(),  # one per model chunk
                         "optimizer": (self.optimizer.state_dict()
                                       if self.optimizer and not self.dopt else None),
