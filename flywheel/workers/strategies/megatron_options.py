@@ -15,6 +15,9 @@ from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.config.errors import MissingMemorySaving
 from flywheel.workers.strategies.strategy_config import checked_config, require
 
+# The MoE families megatron_train builds on megatron-core's MoE layers (megatron_weights.py
+# converts their weights); here so that `platform convert` can tell without torch.
+MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe")
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
             "expert_tensor_parallel_size": None, "moe_token_dispatcher_type": "allgather",
@@ -61,8 +64,10 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
             "only 1 is built by flywheel's megatron_train (each expert whole on its rank; "
             "experts sliced over tensor-parallel ranks are not built yet): set 1")
     require(options["moe_token_dispatcher_type"] in ("allgather", "alltoall"),
-            "moe_token_dispatcher_type", "expected allgather or alltoall (megatron-core's "
-            "flex dispatcher needs DeepEP)")
+            "moe_token_dispatcher_type", "how the tokens reach their experts: allgather or "
+            "alltoall here (megatron-core's flex dispatcher needs DeepEP, not in flywheel's "
+            "install); the updates are the same with either: set alltoall",
+            MissingMemorySaving)
     require(not options["sequence_parallel"] or options["tensor_model_parallel_size"] >= 2,
             "sequence_parallel", "a memory saving that splits the activations across the "
             "tensor-parallel ranks: it needs tensor_model_parallel_size >= 2 (megatron-core "

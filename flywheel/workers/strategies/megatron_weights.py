@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen2_moe", "qwen3_moe")
-MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe")
+from flywheel.workers.strategies.megatron_options import MOE_MODEL_TYPES
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", *MOE_MODEL_TYPES)
 _LAYER = re.compile(r"^(decoder\.layers\.)(\d+)(\..*)$")
 _EXPERT = re.compile(r"^(.*\.mlp\.experts\.local_experts\.)(\d+)(\..*)$")
 
