@@ -134,6 +134,8 @@ def fit_moe(out: Conversion) -> None:
             continue
         why = _not_on_megatron(family, _flat((role.get("strategy_args") or {}).get(
             "strategy_config") or {}))
+        if why is None and out.vl:
+            why = f"flywheel's megatron_train takes no images; transformers builds {family}"
         if why is None:
             keep_moe_on_megatron(out, name, family)
         else:
