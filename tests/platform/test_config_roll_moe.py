@@ -169,9 +169,9 @@ def test_a_domain_mix_not_summing_to_one_gives_the_last_domain_the_rest(tmp_path
 
 
 def test_a_forward_only_moe_reference_on_megatron_infer_stays_on_megatron(tmp_path):
-    """megatron_infer arrives as megatron_train without its strategy_config (the rename
-    drops it), so the MoE model is known by its name (fit/megatron.MOE_FAMILIES): a
-    Qwen3-MoE reference at that layout (TP 1, no CP) stays on megatron_train, while the
+    """megatron_infer becomes megatron_train with its Megatron layout (the MoE model known
+    by its name too, fit/megatron.MOE_FAMILIES): a Qwen3-MoE reference at TP 1 without
+    context parallelism stays on megatron_train at its expert parallelism, while the
     actor (CP 2, which megatron_train lacks) goes to deepspeed_train."""
     data = load_layers(MOE / "megatron_moe.yaml").data
     data.pop("hydra", None)
@@ -185,5 +185,7 @@ def test_a_forward_only_moe_reference_on_megatron_infer_stays_on_megatron(tmp_pa
     assert conversion.missing == []
     cfg = load_config_dict(conversion.data)
     assert cfg.reference.strategy_args.strategy_name == "megatron_train"
+    # grouped GEMM dropped with megatron_train's reason (a speed-up needing TE)
+    assert cfg.reference.strategy_args.strategy_config == {"expert_model_parallel_size": 4}
     assert cfg.actor_train.strategy_args.strategy_name == "deepspeed_train"
     assert cfg.reference.model_args.moe_aux_loss_coef is None  # forward only
