@@ -453,6 +453,59 @@ def moe_model_path(tmp_path_factory, tiny_model_path) -> str:
     return str(path)
 
 
+def moe_follows_hf_train(cluster, hf, batch, loss) -> dict[str, float]:
+    """Loss, grad norm and load-balancing loss over STEPS steps; the weights after them."""
+    from flywheel.workers.strategies.router_loss import METRIC
+
+    diffs = collections.defaultdict(float)
+    for _ in range(STEPS):
+        ref = hf.train_step(batch, loss)
+        got = rank_mean(cluster.scatter("train_step", batch.shard(cluster.world_size),
+                                        loss_fn=loss, ppo_epochs=1))
+        print({k: (got[k], ref[k]) for k in ("pg/loss", "actor/grad_norm", METRIC)})
+        for key in ("pg/loss", "actor/grad_norm", METRIC):
+            diffs[key] = max(diffs[key], abs(got[key] - ref[key]))
+    assert ref[METRIC] > 0.1  # the loss is there (balanced routing gives the coefficient)
+    return diffs
+
+
+@pytest.fixture(scope="module")
+def qwen2_moe_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """A tiny random Qwen2-MoE: qkv bias, 4 experts (top 2, not renormalised) and the
+    sigmoid-gated shared expert."""
+    from transformers import AutoConfig, Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    vocab = AutoConfig.from_pretrained(tiny_model_path).vocab_size
+    config = Qwen2MoeConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                            moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                            num_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+                            pad_token_id=0)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny_qwen2_moe")
+    Qwen2MoeForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.long  # two ranks, 5 steps
+def test_qwen2_moe_over_two_pipeline_stages(train_cluster, qwen2_moe_model_path, rl_batch):
+    """Qwen2-MoE's shared expert and its gate on megatron-core's MoE layer, one MoE layer
+    per pipeline stage: the load-balancing loss of both stages (summed over the stages),
+    its gradient at the same scale as the main loss's across the pipeline schedule."""
+    from flywheel.config.schema import ModelArgs
+
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(qwen2_moe_model_path, model_args=args)
+    cluster = train_cluster("megatron_train", qwen2_moe_model_path, 2,
+                            {"pipeline_model_parallel_size": 2}, per_device=8, accum=4,
+                            worker_cls=CPUMegatronWorker, model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+
+
 @pytest.mark.long  # 21-44 s under load (+18 s setup): two ranks, 6 steps and a resume
 def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batch, tmp_path):
     """A Qwen3-MoE on megatron-core's MoE layers (TopKRouter, the all-to-all token
@@ -469,19 +522,10 @@ def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batc
                              "moe_token_dispatcher_type": "alltoall"},
                             per_device=8, accum=2, worker_cls=CPUMegatronWorker,
                             model_args=args)
-    loss = actor_loss(entropy_coef=0.01)
-    diffs = collections.defaultdict(float)
-    for _ in range(STEPS):
-        ref = hf.train_step(rl_batch, loss)
-        got = rank_mean(cluster.scatter("train_step", rl_batch.shard(2), loss_fn=loss,
-                                        ppo_epochs=1))
-        print({k: (got[k], ref[k]) for k in ("pg/loss", "actor/grad_norm", METRIC)})
-        for key in ("pg/loss", "actor/grad_norm", METRIC):
-            diffs[key] = max(diffs[key], abs(got[key] - ref[key]))
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
     synced = cluster_weights(cluster)
     diffs["weights"] = weight_diff(synced, hf.state_dict_for_sync())
     print(dict(diffs))
-    assert ref[METRIC] > 0.1  # the loss is there (balanced routing gives the coefficient)
     # grad norm to 1e-5: the experts' squares left out of the EP sum moved it by 1e-4
     assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
     assert diffs[METRIC] < 1e-6 and diffs["weights"] < 1e-4
