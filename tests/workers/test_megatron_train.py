@@ -36,6 +36,7 @@ from backend_cases import (  # noqa: E402
     make_rl_batch,
     max_diff_on,
     rank_mean,
+    save_tiny_qwen3_moe,
     untimed,
     weight_diff,
 )
@@ -438,19 +439,9 @@ def test_pipeline_split_counts_embedding_and_loss(train_cluster, six_layer_model
 def moe_model_path(tmp_path_factory, tiny_model_path) -> str:
     """A tiny random Qwen3-MoE (q/k norms, 4 experts, top 2 renormalised as Qwen3-30B-A3B
     does), built from transformers' config class with the tiny model's vocabulary."""
-    from transformers import AutoConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    vocab = AutoConfig.from_pretrained(tiny_model_path).vocab_size
-    config = Qwen3MoeConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
-                            moe_intermediate_size=16, num_hidden_layers=2,
-                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                            num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
-                            router_aux_loss_coef=0.02, max_position_embeddings=256,
-                            pad_token_id=0)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny_qwen3_moe")
-    Qwen3MoeForCausalLM(config).save_pretrained(path)
-    return str(path)
+    return save_tiny_qwen3_moe(tmp_path_factory.mktemp("tiny_qwen3_moe"), tiny_model_path,
+                               hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                               head_dim=16, norm_topk_prob=True, pad_token_id=0)
 
 
 def moe_follows_hf_train(cluster, hf, batch, loss) -> dict[str, float]:

@@ -113,6 +113,17 @@ class DecoderSpec:
 
 
 # ---- 1. names and layouts ------------------------------------------------------------
+def _renamed(spec: DecoderSpec) -> list[tuple[str, str]]:
+    """(HF, Megatron) names, under a layer's prefix, of the tensors that only change name."""
+    pairs = [("input_layernorm.weight", "input_layernorm.weight"),
+             ("self_attn.o_proj.weight", "self_attention.linear_proj.weight"),
+             ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight")]
+    if spec.qk_norm:
+        pairs += [("self_attn.q_norm.weight", "self_attention.q_layernorm.weight"),
+                  ("self_attn.k_norm.weight", "self_attention.k_layernorm.weight")]
+    return pairs
+
+
 def hf_to_megatron(hf: dict[str, torch.Tensor], spec: DecoderSpec) -> dict[str, torch.Tensor]:
     out = {"embedding.word_embeddings.weight": hf["model.embed_tokens.weight"],
            "decoder.final_layernorm.weight": hf["model.norm.weight"]}
@@ -121,17 +132,12 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], spec: DecoderSpec) -> dict[str, 
     for i in range(spec.num_layers):
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
         attn = h + "self_attn."
-        out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
+        out.update({m + meg_name: hf[h + hf_name] for hf_name, meg_name in _renamed(spec)})
         out[m + "self_attention.linear_qkv.weight"] = _fuse_qkv(
             [hf[attn + f"{p}_proj.weight"] for p in "qkv"], spec)
         if spec.qkv_bias:
             out[m + "self_attention.linear_qkv.bias"] = _fuse_qkv(
                 [hf[attn + f"{p}_proj.bias"] for p in "qkv"], spec)
-        out[m + "self_attention.linear_proj.weight"] = hf[attn + "o_proj.weight"]
-        out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
-        if spec.qk_norm:
-            out[m + "self_attention.q_layernorm.weight"] = hf[attn + "q_norm.weight"]
-            out[m + "self_attention.k_layernorm.weight"] = hf[attn + "k_norm.weight"]
         if spec.moe:
             out.update(_moe_to_megatron(hf, h + "mlp.", m + "mlp.", spec))
             continue
@@ -190,17 +196,12 @@ def megatron_to_hf(meg: dict[str, torch.Tensor], spec: DecoderSpec) -> dict[str,
     for i in range(spec.num_layers):
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
         attn = h + "self_attn."
-        out[h + "input_layernorm.weight"] = meg[m + "input_layernorm.weight"]
+        out.update({h + hf_name: meg[m + meg_name] for hf_name, meg_name in _renamed(spec)})
         parts = ("weight", "bias") if spec.qkv_bias else ("weight",)
         for part in parts:
             q, k, v = _split_qkv(meg[m + f"self_attention.linear_qkv.{part}"], spec)
             out.update({attn + f"q_proj.{part}": q, attn + f"k_proj.{part}": k,
                         attn + f"v_proj.{part}": v})
-        out[attn + "o_proj.weight"] = meg[m + "self_attention.linear_proj.weight"]
-        out[h + "post_attention_layernorm.weight"] = meg[m + "pre_mlp_layernorm.weight"]
-        if spec.qk_norm:
-            out[attn + "q_norm.weight"] = meg[m + "self_attention.q_layernorm.weight"]
-            out[attn + "k_norm.weight"] = meg[m + "self_attention.k_layernorm.weight"]
         if spec.moe:
             out.update(_moe_to_hf(meg, m + "mlp.", h + "mlp.", spec))
             continue
