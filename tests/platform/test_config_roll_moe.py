@@ -88,9 +88,15 @@ def test_a_qwen3_moe_actor_without_context_parallelism_stays_on_megatron(tmp_pat
         assert why in dropped[f"{WHERE}.{key}"], key
     assert any(m.startswith("actor_train: the qwen3_moe model stays on megatron_train")
                for m in conversion.mapped)
-    # at TP 2 (not built for MoE) it goes to deepspeed_train as before
-    conversion = convert_roll(moe_file(tmp_path, accum=8, context_parallel_size=None,
+    # TP 2 with sequence parallelism (what megatron-core needs for MoE under TP) stays,
+    # both kept; experts sliced over TP (not built) go to deepspeed_train
+    conversion = convert_roll(moe_file(tmp_path, accum=16, context_parallel_size=None,
                                        tensor_model_parallel_size=2))
+    assert conversion.missing == []
+    config = conversion.data["actor_train"]["strategy_args"]["strategy_config"]
+    assert config["tensor_model_parallel_size"] == 2 and config["sequence_parallel"]
+    conversion = convert_roll(moe_file(tmp_path, accum=8, context_parallel_size=None,
+                                       expert_tensor_parallel_size=2))
     assert conversion.data["actor_train"]["strategy_args"]["strategy_name"] == (
         "deepspeed_train")
 

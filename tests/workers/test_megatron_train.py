@@ -530,6 +530,34 @@ def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batc
     resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
+@pytest.mark.long  # four ranks, 5 steps
+def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_model_path,
+                                                 rl_batch):
+    """TP 2 (sequence parallel, as megatron-core requires with MoE) x EP 2 on 4 ranks: the
+    attention split over TP, the tokens split along the sequence before the routers, the
+    experts whole on their EP rank; hf_train's loss, grad norm, load-balancing loss and
+    weights on one rank."""
+    from flywheel.config.schema import ModelArgs
+
+    path = save_tiny_qwen3_moe(tmp_path / "moe_kv2", tiny_model_path, vocab_size=264,
+                               hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                               num_key_value_heads=2, head_dim=16, norm_topk_prob=True,
+                               pad_token_id=0)
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(path, model_args=args)
+    cluster = train_cluster("megatron_train", path, 4,
+                            {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                             "expert_model_parallel_size": 2,
+                             "moe_token_dispatcher_type": "alltoall"},
+                            per_device=8, accum=2, worker_cls=CPUMegatronWorker,
+                            model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+
+
 def truncation_margins(model_path: str, batch, temperature: float, top_k: int,
                        top_p: float) -> tuple[float, float]:
     """At the initial weights, over the positions that predict a response token: the

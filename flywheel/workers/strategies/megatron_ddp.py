@@ -134,7 +134,11 @@ def clipped_norm(step: GradStep, max_norm: float, tied: bool,
     first_tp = ps.get_tensor_model_parallel_rank() == 0
     tied_copy = (tied and ps.get_pipeline_model_parallel_world_size() > 1
                  and not ps.is_pipeline_first_stage())
-    counted = [(n, t) for n, t in step.named if (tp_dim(n) is not None or first_tp)
+    # an expert is whole on its rank (expert_tensor_parallel_size 1), and the TP ranks may
+    # hold different ones: each rank counts its own, summed over EP below
+    counted = [(n, t) for n, t in step.named
+               if (tp_dim(n) is not None or first_tp
+                   or (expert_group is not None and is_expert(n)))
                and not (tied_copy and n.endswith("output_layer.weight"))]
     device = step.named[0][1].device if step.named else "cpu"
     squares = torch.zeros((), dtype=torch.float32, device=device)
@@ -146,7 +150,8 @@ def clipped_norm(step: GradStep, max_norm: float, tied: bool,
             squares += t.grad.float().pow(2).sum()
     if expert_group is not None:
         dist.all_reduce(experts, group=expert_group)
-        squares += experts  # the dense squares and these, then summed over the group
+        if first_tp:  # the EP sum once per model-parallel group, then summed over it
+            squares += experts
     dist.all_reduce(squares, group=step.group)
     norm = float(squares.sqrt())
     if max_norm > 0 and norm > 0:

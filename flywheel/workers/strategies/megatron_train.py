@@ -255,6 +255,11 @@ def layer_spec(config: TransformerConfig, vp_stage: int | None) -> TransformerBl
     layer.submodules = dataclasses.replace(layer.submodules,
                                            input_layernorm=SequenceParallelRMSNorm,
                                            pre_mlp_layernorm=SequenceParallelRMSNorm)
+    if config.qk_layernorm:  # per head; megatron sums their gradients over TP by name
+        attention = layer.submodules.self_attention
+        attention.submodules = dataclasses.replace(attention.submodules,
+                                                   q_layernorm=SequenceParallelRMSNorm,
+                                                   k_layernorm=SequenceParallelRMSNorm)
     return TransformerBlockSubmodules(
         layer_specs=[layer] * get_num_layers_to_build(config, vp_stage),
         layer_norm=SequenceParallelRMSNorm)
@@ -364,9 +369,10 @@ class MegatronTrainStrategy(TrainStrategy):
         if spec.moe:
             require(spec.num_experts % ep == 0, "expert_model_parallel_size",
                     f"{spec.num_experts} experts do not split over {ep} ranks")
-            require(options["tensor_model_parallel_size"] == 1, "tensor_model_parallel_size",
-                    "an MoE model at tensor_model_parallel_size > 1 is not built yet in "
-                    "flywheel's megatron_train: use expert_model_parallel_size")
+            require(options["tensor_model_parallel_size"] == 1 or options["sequence_parallel"],
+                    "sequence_parallel", "megatron-core trains an MoE model under tensor "
+                    "parallelism only with sequence parallelism (its MoELayer raises "
+                    "otherwise): set true")
             require(not options["use_distributed_optimizer"], "use_distributed_optimizer",
                     "not built yet for MoE models in flywheel's megatron_train (the experts' "
                     "own optimizer over the expert-data-parallel ranks): set false")
@@ -406,6 +412,9 @@ class MegatronTrainStrategy(TrainStrategy):
             full = {}
             for name, tensor in state.items():
                 tensor = tensor.detach().to(self.precision.compute_dtype)
+                if is_expert(name):  # whole on this rank (expert_tensor_parallel_size 1)
+                    full[name] = tensor.cpu()
+                    continue
                 parts = [torch.empty_like(tensor) for _ in range(self.tp_size)]
                 dist.all_gather(parts, tensor.contiguous(), group=tp_group)
                 full[name] = tp_unshard(name, [p.cpu() for p in parts])
@@ -466,6 +475,8 @@ class MegatronTrainStrategy(TrainStrategy):
         loss / coefficient summed over the micro-batches; its layers are on every stage."""
         tracked = get_moe_layer_wise_logging_tracker().get("load_balancing_loss")
         total = (tracked["values"].sum() if tracked else torch.zeros(())).to(self.device)
+        # under sequence parallelism each TP rank routed 1/TP of the tokens: its share
+        dist.all_reduce(total, group=ps.get_tensor_model_parallel_group())
         dist.all_reduce(total, group=ps.get_pipeline_model_parallel_group())
         clear_aux_losses_tracker()
         for metrics in results:

@@ -148,10 +148,14 @@ def _not_on_megatron(family: str, config: dict[str, Any]) -> str | None:
         return (f"flywheel's megatron_train builds "
                 f"{' and '.join(megatron_options.MOE_MODEL_TYPES)} MoE models; "
                 f"transformers builds {family}")
-    for key in ("tensor_model_parallel_size", "expert_tensor_parallel_size"):
-        if (config.get(key) or 1) > 1:
-            return (f"flywheel's megatron_train builds MoE models at {key} 1 "
-                    f"(this file: {config[key]}); transformers builds {family}")
+    if (config.get("expert_tensor_parallel_size") or 1) > 1:
+        return (f"flywheel's megatron_train builds MoE models at expert_tensor_parallel_size "
+                f"1 (this file: {config['expert_tensor_parallel_size']}); transformers "
+                f"builds {family}")
+    if (config.get("tensor_model_parallel_size") or 1) > 1 and not config.get(
+            "sequence_parallel"):
+        return (f"megatron-core trains MoE models under tensor parallelism only with "
+                f"sequence_parallel, which this file leaves off; transformers builds {family}")
     if (config.get("context_parallel_size") or 1) > 1:
         return ("flywheel's megatron_train has no context parallelism (megatron-core runs it "
                 "in Transformer Engine's attention only); transformers builds " + family)
