@@ -1,4 +1,5 @@
-"""megatron_train: a megatron-core GPTModel built from a HF Qwen2/Llama checkpoint.
+"""megatron_train: a megatron-core GPTModel built from a HF Qwen2/Llama checkpoint, or a
+Qwen2-MoE / Qwen3-MoE one on megatron-core's MoE layers.
 
 Ranks and data. The role's workers form one torch.distributed group (see registry
 `process_group`), split by megatron into tensor- (TP) and pipeline-parallel (PP) groups;
@@ -39,8 +40,17 @@ and the whole-batch off-policy metrics would need their own gather and broadcast
 Precision: fp32 parameters (the masters), their fp32 gradient buffers and AdamW's fp32
 moments; bf16/fp16 in `model_args.dtype` run the forward under autocast, and fp16
 back-propagates a dynamically scaled loss (mixed_precision.py, whose skip decision comes
-from the global grad norm, the same on every rank). Context and expert parallelism are
-refused with their reasons (megatron_options.py).
+from the global grad norm, the same on every rank). Context parallelism is refused with
+its reason (megatron_options.py).
+
+Pipeline chunks. With `virtual_pipeline_model_parallel_size` each rank builds that many
+model chunks (`chunk_layers`), each in its own DDP, and megatron-core's interleaved schedule
+runs them (its micro-batches in groups of PP).
+
+MoE. The experts are megatron-core's (`moe_config`, `layer_spec`), split over
+`expert_model_parallel_size` ranks (megatron_weights.ep_shard at load, gathered at sync);
+`model_args.moe_aux_loss_coef` is megatron's router aux loss at router_loss.py's scale
+(`_aux_share`). Not built: experts sliced over TP, the distributed optimizer for MoE.
 
 On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p, the
 DDP buffers, the optimizer's flags and its `torch.cuda.FloatTensor` type checks), and its

@@ -2,12 +2,13 @@
 
 flywheel's megatron_train builds a megatron-core GPTModel from Hugging Face Qwen2 / Llama
 weights, and Qwen2-MoE / Qwen3-MoE on megatron-core's MoE layers with expert parallelism
-at tensor_model_parallel_size 1. A ROLL MoE role of those families at that layout stays on
-megatron_train (`keep_moe_on_megatron`): the keys megatron_train reads are kept (validate
-then drops, with its reason, any it refuses as a speed-up or memory saving), the router
-keys act as below, and every other key is dropped with its reason or reported missing.
+(whole experts; under TP with sequence parallelism; no context parallelism). A ROLL MoE
+role of those families at such a layout stays on megatron_train (`keep_moe_on_megatron`):
+the keys megatron_train reads are kept (validate then drops, with its reason, any it
+refuses as a speed-up or memory saving), the router keys act as below, and every other
+key is dropped with its reason or reported missing.
 The rest goes to deepspeed_train: LoRA adapters (fit/lora.py sends those files here), other
-MoE families, MoE at TP > 1; its ZeRO stage shards what Megatron's layout shards
+MoE families or layouts; its ZeRO stage shards what Megatron's layout shards
 (`zero_stage_for`): the same update on the same model, the tensors placed otherwise.
 
 Every key of the Megatron strategy_config is accounted for, never dropped in a heap:
