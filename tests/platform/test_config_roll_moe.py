@@ -74,12 +74,11 @@ def test_a_qwen3_moe_actor_without_context_parallelism_stays_on_megatron(tmp_pat
     assert train.strategy_args.strategy_config == {
         "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
         "virtual_pipeline_model_parallel_size": 8, "expert_model_parallel_size": 4,
-        "moe_token_dispatcher_type": "alltoall"}
+        "use_distributed_optimizer": True, "moe_token_dispatcher_type": "alltoall"}
     assert train.model_args.moe_aux_loss_coef == "model"
     assert train.training_args.gradient_accumulation_steps == 8  # Megatron's own ranks
     dropped = {d.split(":")[0]: d for d in conversion.dropped}
-    for key, why in (("use_distributed_optimizer", "not build for MoE models"),
-                     ("sequence_parallel", "tensor_model_parallel_size >= 2"),
+    for key, why in (("sequence_parallel", "tensor_model_parallel_size >= 2"),
                      ("moe_grouped_gemm", "grouped_gemm"),
                      ("moe_layer_recompute", "recompute_granularity"),
                      ("moe_shared_expert_overlap", "the same numbers"),

@@ -558,6 +558,29 @@ def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_m
     assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
 
 
+@pytest.mark.long  # four ranks, 6 steps and a resume
+def test_moe_under_the_distributed_optimizer(train_cluster, moe_model_path, rl_batch,
+                                             tmp_path):
+    """EP 2 over 4 ranks with megatron-core's DistributedOptimizer: the dense buffers cut
+    over the 4 data-parallel ranks, the experts' (their own AdamW) over their 2
+    expert-data-parallel ranks; hf_train's step, and an exact resume from the slices."""
+    from flywheel.config.schema import ModelArgs
+
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(moe_model_path, model_args=args)
+    cluster = train_cluster("megatron_train", moe_model_path, 4,
+                            {"expert_model_parallel_size": 2, "use_distributed_optimizer": True,
+                             "moe_token_dispatcher_type": "alltoall"},
+                            per_device=8, accum=1, worker_cls=CPUMegatronWorker,
+                            model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
 def truncation_margins(model_path: str, batch, temperature: float, top_k: int,
                        top_p: float) -> tuple[float, float]:
     """At the initial weights, over the positions that predict a response token: the

@@ -81,20 +81,70 @@ def wrap_in_ddp(chunks: list[torch.nn.Module], options: dict) -> list[Distribute
     return ddps
 
 
-def distributed_optimizer(ddps: list[DistributedDataParallel],
-                          adamw: torch.optim.AdamW) -> DistributedOptimizer:
+def distributed_optimizer(ddps: list[DistributedDataParallel], adamw: torch.optim.AdamW,
+                          expert_adamw: torch.optim.AdamW | None = None) -> SlicedOptimizers:
     """megatron-core's DistributedOptimizer around `adamw` (built over the whole local
-    parameters of every chunk): `adamw` then steps this DP rank's slices only."""
+    dense parameters of every chunk): `adamw` then steps this DP rank's slices only. With
+    experts, a second one around `expert_adamw` over the experts' buffers, cut over the
+    expert-data-parallel ranks (megatron's get_megatron_optimizer chains the two the same
+    way: one buffer kind per optimizer)."""
+    parts = [_sliced(adamw, ddps, {i: ddp.buffers for i, ddp in enumerate(ddps)},
+                     ps.get_data_parallel_group(), ps.get_data_parallel_rank())]
+    if expert_adamw is not None:
+        parts.append(_sliced(expert_adamw, ddps,
+                             {i: ddp.expert_parallel_buffers for i, ddp in enumerate(ddps)},
+                             ps.get_expert_data_parallel_group(),
+                             ps.get_expert_data_parallel_rank()))
+    return SlicedOptimizers(parts)
+
+
+def _sliced(adamw: torch.optim.AdamW, ddps: list[DistributedDataParallel], buffers: dict,
+            group: dist.ProcessGroup, index: int) -> DistributedOptimizer:
     config = OptimizerConfig(optimizer="adam", lr=adamw.defaults["lr"],
                              weight_decay=adamw.defaults["weight_decay"],
                              bf16=False, fp16=False, params_dtype=torch.float32,
                              use_distributed_optimizer=True, clip_grad=0.0)
     return DistributedOptimizer(
         adamw, config, grad_scaler=None, init_state_fn=None, model_chunks=ddps,
-        per_model_buffers={i: ddp.buffers for i, ddp in enumerate(ddps)},
-        data_parallel_group=ps.get_data_parallel_group(),
-        data_parallel_group_gloo=None, data_parallel_group_idx=ps.get_data_parallel_rank(),
-        distributed_optimizer_instance_id=0)
+        per_model_buffers=buffers, data_parallel_group=group, data_parallel_group_gloo=None,
+        data_parallel_group_idx=index, distributed_optimizer_instance_id=0)
+
+
+@dataclass
+class SlicedOptimizers:
+    """The distributed optimizers of one model (the dense one, and the experts' one)."""
+
+    parts: list[DistributedOptimizer]
+
+    def step_with_ready_grads(self) -> None:
+        for part in self.parts:
+            part.step_with_ready_grads()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+
+class Schedules:
+    """One learning-rate schedule per optimizer (the dense and the experts' AdamW), stepped
+    together: what the update loop steps and reports, and what checkpoints keep."""
+
+    def __init__(self, schedules: list):
+        self.schedules = schedules
+
+    def step(self) -> None:
+        for schedule in self.schedules:
+            schedule.step()
+
+    def get_last_lr(self) -> list[float]:
+        return self.schedules[0].get_last_lr()
+
+    def state_dict(self) -> dict:
+        return {"schedules": [s.state_dict() for s in self.schedules]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for schedule, saved in zip(self.schedules, state["schedules"]):
+            schedule.load_state_dict(saved)
 
 
 @dataclass
@@ -107,30 +157,33 @@ class GradStep:
     group: dist.ProcessGroup | None
 
 
-def ready_grads(model: torch.nn.Module, dopt: DistributedOptimizer | None) -> GradStep:
+def ready_grads(model: torch.nn.Module, dopt: SlicedOptimizers | None) -> GradStep:
     """After finalize_model_grads: the gradients the optimizer will step on."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if dopt is None:
         for _, p in named:
             p.grad = p.main_grad  # the reduced sum, a view into the DDP buffer
         return GradStep(named, ps.get_model_parallel_group())
-    dopt._copy_model_grads_to_main_grads()  # each slice's .grad, a view into the buffer
     name_of = {id(p): n for n, p in named}
-    pairs = [(name_of[id(p)], shard)
-             for model_group, shard_group in zip(dopt.model_fp32_groups,
-                                                 dopt.shard_fp32_groups)
-             for p, shard in zip(model_group, shard_group)]
+    pairs = []
+    for part in dopt.parts:
+        part._copy_model_grads_to_main_grads()  # each slice's .grad, a view into the buffer
+        pairs += [(name_of[id(p)], shard)
+                  for model_group, shard_group in zip(part.model_fp32_groups,
+                                                      part.shard_fp32_groups)
+                  for p, shard in zip(model_group, shard_group)]
     return GradStep(pairs, None)  # slices of every rank: summed over the world
 
 
 def clipped_norm(step: GradStep, max_norm: float, tied: bool,
-                 expert_group: dist.ProcessGroup | None = None) -> float:
+                 expert_group: dist.ProcessGroup | None = None, sliced: bool = False) -> float:
     """The global gradient norm (before clipping) and the gradients clipped to
     `max_norm`. TP-replicated parameters count on TP rank 0 only and the last pipeline
     stage's copy of a tied embedding not at all; which parameters are TP-sliced is decided
     by name (megatron's `tensor_model_parallel` flag is set only when it initialises the
     weights). With experts split over EP (`expert_group`), each rank's experts are its
-    own: their squares are summed over the EP ranks too."""
+    own: their squares are summed over the EP ranks too; under the distributed optimizer
+    (`sliced`) each expert element sits in one rank's slice, and the world sum counts it."""
     first_tp = ps.get_tensor_model_parallel_rank() == 0
     tied_copy = (tied and ps.get_pipeline_model_parallel_world_size() > 1
                  and not ps.is_pipeline_first_stage())
@@ -148,7 +201,9 @@ def clipped_norm(step: GradStep, max_norm: float, tied: bool,
             experts += t.grad.float().pow(2).sum()
         else:
             squares += t.grad.float().pow(2).sum()
-    if expert_group is not None:
+    if expert_group is not None and sliced:
+        squares += experts  # summed over the world with the rest
+    elif expert_group is not None:
         dist.all_reduce(experts, group=expert_group)
         if first_tp:  # the EP sum once per model-parallel group, then summed over it
             squares += experts
@@ -166,7 +221,7 @@ class DistributedStep:
     """What MixedPrecision.step calls `.step()` on under the distributed optimizer: the
     slices' AdamW step, then the all-gather of the updated slices into the parameters."""
 
-    def __init__(self, dopt: DistributedOptimizer):
+    def __init__(self, dopt: SlicedOptimizers):
         self.dopt = dopt
 
     def step(self) -> None:
@@ -189,20 +244,27 @@ def state_numel(optimizer: torch.optim.Optimizer | None) -> int:
                if k in ("exp_avg", "exp_avg_sq"))
 
 
-def optimizer_file(path: str) -> str:
+def optimizer_file(path: str, part: int = 0) -> str:
+    """Part 0: the dense slices; 1: the experts' (ranks of one EP coordinate differ)."""
     coords = (f"tp{ps.get_tensor_model_parallel_rank()}_"
               f"pp{ps.get_pipeline_model_parallel_rank()}_dp{ps.get_data_parallel_rank()}")
-    return os.path.join(path, "megatron", f"{coords}_optimizer.pt")
+    suffix = "" if part == 0 else f"_experts_ep{ps.get_expert_model_parallel_rank()}"
+    return os.path.join(path, "megatron", f"{coords}_optimizer{suffix}.pt")
 
 
-def save_slices(dopt: DistributedOptimizer, path: str) -> None:
-    """This rank's slice of the AdamW state, with the layout it was cut for."""
-    torch.save({"layout": _layout(dopt), "adamw": dopt.optimizer.state_dict()},
-               optimizer_file(path))
+def save_slices(dopt: SlicedOptimizers, path: str) -> None:
+    """This rank's slices of the AdamW state, with the layout they were cut for."""
+    for index, part in enumerate(dopt.parts):
+        torch.save({"layout": _layout(part), "adamw": part.optimizer.state_dict()},
+                   optimizer_file(path, index))
 
 
-def load_slices(dopt: DistributedOptimizer, path: str) -> None:
-    file = optimizer_file(path)
+def load_slices(dopt: SlicedOptimizers, path: str) -> None:
+    for index, part in enumerate(dopt.parts):
+        _load_slice(part, optimizer_file(path, index), path)
+
+
+def _load_slice(dopt: DistributedOptimizer, file: str, path: str) -> None:
     if not os.path.exists(file):
         raise ValueError(f"checkpoint {path}: no distributed-optimizer slice {file}; it was "
                          f"saved without use_distributed_optimizer or with another layout")

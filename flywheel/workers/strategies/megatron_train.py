@@ -99,6 +99,7 @@ from flywheel.workers.strategies.base import TrainStrategy
 from flywheel.workers.strategies.hf_model import pick_device
 from flywheel.workers.strategies.megatron_ddp import (
     DistributedStep,
+    Schedules,
     clipped_norm,
     distributed_optimizer,
     load_slices,
@@ -356,13 +357,22 @@ class MegatronTrainStrategy(TrainStrategy):
         self.ddps = self.dopt = None
         if trainable:  # megatron_ddp.py: DDP's buffers, and the distributed optimizer
             self.ddps = wrap_in_ddp(self.chunks, options)
-            self.optimizer = build_adamw([p for p in self.model.parameters()
-                                          if p.requires_grad], cfg.training_args)
+            named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+            # under the distributed optimizer the experts have their own AdamW (their
+            # buffers are cut over other ranks); else one AdamW over everything
+            split = options["use_distributed_optimizer"] and self.spec.moe
+            self.optimizer = build_adamw([p for n, p in named if not (split and is_expert(n))],
+                                         cfg.training_args)
+            experts = build_adamw([p for n, p in named if is_expert(n)],
+                                  cfg.training_args) if split else None
             if options["use_distributed_optimizer"]:
-                self.dopt = distributed_optimizer(self.ddps, self.optimizer)
+                self.dopt = distributed_optimizer(self.ddps, self.optimizer, experts)
             # after the distributed optimizer swapped in its slices: the schedule's
             # learning rate reaches the param groups AdamW steps
             self.scheduler = build_schedule(self.optimizer, cfg.training_args, total_steps)
+            if experts is not None:
+                self.scheduler = Schedules([self.scheduler, build_schedule(
+                    experts, cfg.training_args, total_steps)])
         else:
             self.optimizer, self.scheduler = optimizer_and_schedule(
                 self.model, cfg.training_args, total_steps, trainable)
@@ -383,9 +393,6 @@ class MegatronTrainStrategy(TrainStrategy):
                     "sequence_parallel", "megatron-core trains an MoE model under tensor "
                     "parallelism only with sequence parallelism (its MoELayer raises "
                     "otherwise): set true")
-            require(not options["use_distributed_optimizer"], "use_distributed_optimizer",
-                    "not built yet for MoE models in flywheel's megatron_train (the experts' "
-                    "own optimizer over the expert-data-parallel ranks): set false")
         setting = cfg.model_args.moe_aux_loss_coef
         if setting in (None, 0) or not trainable or head.kind != "policy":
             return None
@@ -498,7 +505,8 @@ class MegatronTrainStrategy(TrainStrategy):
         grads = ready_grads(self.model, self.dopt)
         self.precision.unscale_(t for _, t in grads.named)
         norm = clipped_norm(grads, max_grad_norm, self.tied,
-                            ps.get_expert_model_parallel_group() if self.spec.moe else None)
+                            ps.get_expert_model_parallel_group() if self.spec.moe else None,
+                            sliced=self.dopt is not None)
         return self.precision.step(DistributedStep(self.dopt) if self.dopt else self.optimizer,
                                    norm)
 

@@ -178,9 +178,6 @@ ON_MEGATRON_DROPPED: dict[str, str] = {
                     "which activations Megatron recomputes; megatron_train recomputes by "
                     "recompute_granularity: the same gradients"),
 }
-MOE_DISTRIBUTED_OPTIMIZER = ("a memory saving megatron_train does not build for MoE models "
-                             "yet (the experts' optimizer over their own data-parallel "
-                             "ranks); the same update without it")
 
 
 def keep_moe_on_megatron(out: Conversion, name: str, family: str) -> None:
@@ -192,9 +189,7 @@ def keep_moe_on_megatron(out: Conversion, name: str, family: str) -> None:
     where = f"{name}.strategy_args.strategy_config"
     kept = {}
     for key, value in flat.items():
-        if key == "use_distributed_optimizer" and value:
-            out.dropped.append(f"{where}.{key}: {value!r}: {MOE_DISTRIBUTED_OPTIMIZER}")
-        elif key in megatron_options.DEFAULTS:
+        if key in megatron_options.DEFAULTS:
             kept[key] = value
         elif key in ON_MEGATRON_DROPPED:
             out.dropped.append(f"{where}.{key}: {value!r}: {ON_MEGATRON_DROPPED[key]}")
