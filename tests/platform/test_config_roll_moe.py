@@ -21,10 +21,13 @@ MOE = Path(__file__).parents[1] / "data" / "configs" / "roll" / "moe"
 WHERE = "actor_train.strategy_args.strategy_config"
 
 
-def moe_file(tmp_path: Path, pretrain: str | None = None, **megatron) -> Path:
+def moe_file(tmp_path: Path, pretrain: str | None = None, accum: int | None = None,
+             **megatron) -> Path:
     """megatron_moe.yaml with `megatron` added to (None: removed from) its strategy_config."""
     data = load_layers(MOE / "megatron_moe.yaml").data
     data.pop("hydra", None)
+    if accum:
+        data["actor_train"]["training_args"]["gradient_accumulation_steps"] = accum
     config = data["actor_train"]["strategy_args"]["strategy_config"]
     for key, value in megatron.items():
         config.pop(key, None) if value is None else config.update({key: value})
@@ -55,6 +58,46 @@ def test_an_moe_actor_on_megatron_trains_on_deepspeed_with_each_key_accounted_fo
         assert f"{WHERE}.{key}" in dropped, key
     assert any(m.startswith(f"{WHERE} (moe_layer_recompute: True) -> ") for m in
                conversion.mapped)
+
+
+def test_a_qwen3_moe_actor_without_context_parallelism_stays_on_megatron(tmp_path):
+    """The same file at context_parallel_size 1: the Qwen3-MoE actor stays on
+    megatron_train (megatron-core's MoE layers, EP 4, the interleaved schedule); the keys
+    megatron_train reads are kept, those it refuses as speed-ups or memory savings are
+    dropped with its reason, the load-balancing loss maps, the rest are dropped with theirs."""
+    # 8 devices / PP 2 = 4 data-parallel ranks (2 with ROLL's CP 2): 1 x 8 x 4 = 32 samples
+    conversion = convert_roll(moe_file(tmp_path, accum=8, context_parallel_size=None))
+    assert conversion.missing == []
+    cfg = load_config_dict(conversion.data)
+    train = cfg.actor_train
+    assert train.strategy_args.strategy_name == "megatron_train"
+    assert train.strategy_args.strategy_config == {
+        "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
+        "virtual_pipeline_model_parallel_size": 8, "expert_model_parallel_size": 4,
+        "use_distributed_optimizer": True, "moe_token_dispatcher_type": "alltoall"}
+    assert train.model_args.moe_aux_loss_coef == "model"
+    assert train.training_args.gradient_accumulation_steps == 8  # Megatron's own ranks
+    dropped = {d.split(":")[0]: d for d in conversion.dropped}
+    for key, why in (("sequence_parallel", "tensor_model_parallel_size >= 2"),
+                     ("moe_grouped_gemm", "grouped_gemm"),
+                     ("moe_layer_recompute", "recompute_granularity"),
+                     ("moe_shared_expert_overlap", "the same numbers"),
+                     ("moe_permute_fusion", "the same numbers"),
+                     ("pipeline_model_parallel_layout", "splits the layers evenly")):
+        assert why in dropped[f"{WHERE}.{key}"], key
+    assert any(m.startswith("actor_train: the qwen3_moe model stays on megatron_train")
+               for m in conversion.mapped)
+    # TP 2 with sequence parallelism (what megatron-core needs for MoE under TP) stays,
+    # both kept; experts sliced over TP (not built) go to deepspeed_train
+    conversion = convert_roll(moe_file(tmp_path, accum=16, context_parallel_size=None,
+                                       tensor_model_parallel_size=2))
+    assert conversion.missing == []
+    config = conversion.data["actor_train"]["strategy_args"]["strategy_config"]
+    assert config["tensor_model_parallel_size"] == 2 and config["sequence_parallel"]
+    conversion = convert_roll(moe_file(tmp_path, accum=8, context_parallel_size=None,
+                                       expert_tensor_parallel_size=2))
+    assert conversion.data["actor_train"]["strategy_args"]["strategy_name"] == (
+        "deepspeed_train")
 
 
 @pytest.mark.parametrize(("megatron", "coef", "refused"), [
@@ -130,9 +173,11 @@ def test_a_domain_mix_not_summing_to_one_gives_the_last_domain_the_rest(tmp_path
     assert probs == {"math_rule": 0.7, "other": pytest.approx(0.3)}
 
 
-def test_a_forward_only_moe_reference_on_megatron_infer_goes_to_deepspeed_too(tmp_path):
-    """megatron_infer arrives as megatron_train without its strategy_config (the rename
-    drops it), so the MoE model is known by its name (roll_megatron.MOE_FAMILIES)."""
+def test_a_forward_only_moe_reference_on_megatron_infer_stays_on_megatron(tmp_path):
+    """megatron_infer becomes megatron_train with its Megatron layout (the MoE model known
+    by its name too, fit/megatron.MOE_FAMILIES): a Qwen3-MoE reference at TP 1 without
+    context parallelism stays on megatron_train at its expert parallelism, while the
+    actor (CP 2, which megatron_train lacks) goes to deepspeed_train."""
     data = load_layers(MOE / "megatron_moe.yaml").data
     data.pop("hydra", None)
     data["use_kl_loss"], data["kl_loss_coef"] = True, 0.1
@@ -144,5 +189,8 @@ def test_a_forward_only_moe_reference_on_megatron_infer_goes_to_deepspeed_too(tm
     conversion = convert_roll(path)
     assert conversion.missing == []
     cfg = load_config_dict(conversion.data)
-    assert cfg.reference.strategy_args.strategy_name == "deepspeed_train"
+    assert cfg.reference.strategy_args.strategy_name == "megatron_train"
+    # grouped GEMM dropped with megatron_train's reason (a speed-up needing TE)
+    assert cfg.reference.strategy_args.strategy_config == {"expert_model_parallel_size": 4}
+    assert cfg.actor_train.strategy_args.strategy_name == "deepspeed_train"
     assert cfg.reference.model_args.moe_aux_loss_coef is None  # forward only

@@ -132,14 +132,33 @@ def test_backend_settings_flywheel_would_refuse_are_fitted(tmp_path):
     assert any(d.startswith("actor_train.strategy_args.strategy_config.sequence_parallel: a "
                             "memory saving") and "tensor_model_parallel_size >= 2" in d
                for d in conversion.dropped)
-    for key in ("virtual_pipeline_model_parallel_size", "apply_rope_fusion",
+    assert any(d.startswith("actor_train.strategy_args.strategy_config.apply_rope_fusion: a "
+                            "speed-up") for d in conversion.dropped)
+    # the interleaved schedule and the split keys act across pipeline stages: at PP 1
+    # (this file) each would do nothing, and is dropped as such
+    for key in ("virtual_pipeline_model_parallel_size",
                 "account_for_embedding_in_pipeline_split"):
-        assert any(d.startswith(f"actor_train.strategy_args.strategy_config.{key}: a "
-                                "speed-up") for d in conversion.dropped)
+        assert any(d.startswith(f"actor_train.strategy_args.strategy_config.{key}: ")
+                   and "pipeline_model_parallel_size" in d for d in conversion.dropped)
     assert not any(k in d for d in conversion.dropped for k in (
         "use_distributed_optimizer", "overlap_grad_reduce", "bias_activation_fusion"))
     assert any(m.startswith("actor_infer.strategy_args.strategy_name: sglang -> vllm")
                for m in conversion.mapped)
+
+
+def test_interleaved_schedule_and_split_keys_stay_with_pipeline_stages(tmp_path):
+    """At PP 2 megatron_train runs the interleaved schedule and the split keys (issue 51):
+    a ROLL file setting them keeps them."""
+    megatron = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2,
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True}
+    conversion, cfg = convert(tmp_path, {
+        "adv_estimator": "grpo",
+        "actor_train": {"device_mapping": "list(range(0,2))",
+                        "strategy_args": {"strategy_name": "megatron_train",
+                                          "strategy_config": dict(megatron)}}})
+    assert cfg.actor_train.strategy_args.strategy_config == megatron
+    assert not any(k in d for d in conversion.dropped for k in megatron)
 
 
 def test_global_template_encodes_every_prompt_in_place_of_actor_train_s(tmp_path):

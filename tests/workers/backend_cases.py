@@ -73,6 +73,21 @@ def make_rl_batch(model_path: str) -> TokenBatch:
 DR_GRPO_BUDGET = 6  # make_rl_batch's max_new_tokens: Dr. GRPO's constant (norm_length)
 
 
+def save_tiny_qwen3_moe(path, vocab_model: str, **overrides) -> str:
+    """A tiny random Qwen3-MoE (2 layers of 4 experts, top 2) with `vocab_model`'s
+    vocabulary, built from transformers' config class (no hub) and saved at `path`."""
+    from transformers import AutoConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    settings = dict(vocab_size=AutoConfig.from_pretrained(vocab_model).vocab_size,
+                    hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                    head_dim=8, num_experts=4, num_experts_per_tok=2,
+                    router_aux_loss_coef=0.02, max_position_embeddings=256)
+    torch.manual_seed(0)
+    Qwen3MoeForCausalLM(Qwen3MoeConfig(**settings | overrides)).save_pretrained(path)
+    return str(path)
+
+
 def dr_grpo_loss() -> ActorLoss:
     return ActorLoss("ppo", PolicyLossParams(), "seq-mean-token-sum-norm",
                      norm_length=DR_GRPO_BUDGET)

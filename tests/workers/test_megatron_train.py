@@ -2,9 +2,10 @@
 
 megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-code CUDA
 (RoPE, p2p and DDP buffers via torch.cuda.current_device, the TP RNG tracker, a "cuda"
-zeros in the schedules, `.cuda()` on the tied embedding copy of the last pipeline stage,
-CUDA's autocast replayed in its linear layers' backward, the optimizers' "cuda" flags and
-the distributed optimizer's CUDA type names). The
+zeros in the schedules, the MoE dispatcher's side stream and host copies, `.cuda()` on the
+tied embedding copy of the last pipeline stage, CUDA's autocast replayed in its linear
+layers' backward, the optimizers' "cuda" flags and the distributed optimizer's CUDA type
+names). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
 the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
 """
@@ -35,6 +36,7 @@ from backend_cases import (  # noqa: E402
     make_rl_batch,
     max_diff_on,
     rank_mean,
+    save_tiny_qwen3_moe,
     untimed,
     weight_diff,
 )
@@ -66,8 +68,45 @@ def patch_megatron_for_cpu() -> None:
             return torch.zeros(*args, **kwargs)
 
     schedules.torch = CPUTorch("torch")
+    cpu_streams()
     cpu_autocast_in_linear_backward()
     cpu_megatron_optimizer()
+
+
+def cpu_streams() -> None:
+    """The MoE all-to-all dispatcher moves its split sizes to the host on a CUDA side
+    stream: on CPU one stream that is always the current one, waits that return at once."""
+    import contextlib
+
+    class Stream:  # a class: megatron's annotations write `torch.cuda.Stream | None`
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __eq__(self, other) -> bool:  # every stream is the current one
+            return isinstance(other, Stream)
+
+        __hash__ = object.__hash__
+
+        def wait_stream(self, other) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def record_event(self):  # an event that has happened: it synchronises at once
+            return self
+
+    torch.cuda.Stream = Stream
+    torch.cuda.current_stream = lambda *a, **k: Stream()
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
+    # its split sizes become numpy on the host (all_to_all_single takes no tensor there);
+    # maybe_move_tensor_to_cpu converts only what it moves off a GPU
+    import megatron.core.transformer.moe.token_dispatcher as dispatcher
+
+    def to_host(tensor, as_numpy=False, record_stream=False):
+        return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+    dispatcher.maybe_move_tensor_to_cpu = to_host
 
 
 def cpu_megatron_optimizer() -> None:
@@ -135,7 +174,7 @@ class CPUMegatronWorker(TrainWorker):
         and from the backward pass (DDP's hook) or from finalize_model_grads. Returns the
         number of bucket groups."""
         self.reduces: list[tuple[bool, bool]] = []
-        groups = self.strategy.ddp.bucket_groups
+        groups = [g for ddp in self.strategy.ddps for g in ddp.bucket_groups]
         for group in groups:
             start, finish = group.start_grad_sync, group.finish_grad_sync
             group.finishing = False
@@ -157,6 +196,10 @@ class CPUMegatronWorker(TrainWorker):
     def grad_reduces(self) -> list[tuple[bool, bool]]:
         """(asynchronous, from finalize) per reduce launched since record_grad_reduces."""
         return self.reduces
+
+    def chunk_layers(self) -> list[list[int]]:
+        """The global decoder layers of each model chunk this rank built."""
+        return [list(layers) for layers in self.strategy.chunk_layers]
 
     def optimizer_footprint(self) -> tuple[int, int]:
         """(AdamW moment elements this rank holds, elements of its model shard)."""
@@ -340,6 +383,202 @@ def test_pipeline_parallel_two_stages(train_cluster, tiny_model_path, rl_batch):
                             {"pipeline_model_parallel_size": 2}, per_device=8, accum=4,
                             worker_cls=CPUMegatronWorker)
     check(follows_hf_train(cluster, tiny_model_path, rl_batch))
+
+
+@pytest.fixture(scope="module")
+def six_layer_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """The tiny Qwen2 with 6 layers: 6 + the embedding + the loss split into 2 stages x 2
+    chunks of 2, so the split keys leave the first and last chunk one layer each."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("six")
+    config = AutoConfig.from_pretrained(tiny_model_path)
+    config.num_hidden_layers = 6
+    config.layer_types = ["full_attention"] * 6
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{tiny_model_path}/{name}", out / name)
+    return str(out)
+
+
+@pytest.mark.long  # 49 s under load (+19 s setup): two ranks, 4 steps and a resume
+def test_interleaved_pipeline_two_stages_two_chunks(train_cluster, tiny_model_path, rl_batch,
+                                                    tmp_path):
+    """megatron-core's interleaved schedule at PP 2 x VPP 2: each rank holds two model
+    chunks of one layer (rank 0 layers 0 and 2, rank 1 layers 1 and 3), the 4 micro-batches
+    run in groups of PP, and the update is hf_train's on one rank; a resume is exact."""
+    cluster = train_cluster("megatron_train", tiny_model_path, 2,
+                            {"pipeline_model_parallel_size": 2,
+                             "virtual_pipeline_model_parallel_size": 2},
+                            per_device=8, accum=4, worker_cls=CPUMegatronWorker)
+    assert cluster.call_all("chunk_layers") == [[[0], [2]], [[1], [3]]]
+    check(follows_hf_train(cluster, tiny_model_path, rl_batch, steps=3))
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+@pytest.mark.long  # ~1 min under load: two ranks, 4 steps
+def test_pipeline_split_counts_embedding_and_loss(train_cluster, six_layer_model_path):
+    """account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split as
+    Megatron documents them: 6 layers + 2 split as 8 over PP 2 x VPP 2, the first chunk
+    (embedding) and the last (loss) one decoder layer each, the middle ones two."""
+    batch = make_rl_batch(six_layer_model_path)
+    cluster = train_cluster("megatron_train", six_layer_model_path, 2,
+                            {"pipeline_model_parallel_size": 2,
+                             "virtual_pipeline_model_parallel_size": 2,
+                             "account_for_embedding_in_pipeline_split": True,
+                             "account_for_loss_in_pipeline_split": True},
+                            per_device=8, accum=4, worker_cls=CPUMegatronWorker)
+    assert cluster.call_all("chunk_layers") == [[[0], [3, 4]], [[1, 2], [5]]]
+    check(follows_hf_train(cluster, six_layer_model_path, batch, steps=3))
+
+
+@pytest.fixture(scope="module")
+def moe_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """A tiny random Qwen3-MoE (q/k norms, 4 experts, top 2 renormalised as Qwen3-30B-A3B
+    does), built from transformers' config class with the tiny model's vocabulary."""
+    return save_tiny_qwen3_moe(tmp_path_factory.mktemp("tiny_qwen3_moe"), tiny_model_path,
+                               hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                               head_dim=16, norm_topk_prob=True, pad_token_id=0)
+
+
+def moe_follows_hf_train(cluster, hf, batch, loss) -> dict[str, float]:
+    """Loss, grad norm and load-balancing loss over STEPS steps; the weights after them."""
+    from flywheel.workers.strategies.router_loss import METRIC
+
+    diffs = collections.defaultdict(float)
+    for _ in range(STEPS):
+        ref = hf.train_step(batch, loss)
+        got = rank_mean(cluster.scatter("train_step", batch.shard(cluster.world_size),
+                                        loss_fn=loss, ppo_epochs=1))
+        print({k: (got[k], ref[k]) for k in ("pg/loss", "actor/grad_norm", METRIC)})
+        for key in ("pg/loss", "actor/grad_norm", METRIC):
+            diffs[key] = max(diffs[key], abs(got[key] - ref[key]))
+    assert ref[METRIC] > 0.1  # the loss is there (balanced routing gives the coefficient)
+    return diffs
+
+
+@pytest.fixture(scope="module")
+def qwen2_moe_model_path(tmp_path_factory, tiny_model_path) -> str:
+    """A tiny random Qwen2-MoE: qkv bias, 4 experts (top 2, not renormalised) and the
+    sigmoid-gated shared expert."""
+    from transformers import AutoConfig, Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    vocab = AutoConfig.from_pretrained(tiny_model_path).vocab_size
+    config = Qwen2MoeConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                            moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                            num_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+                            pad_token_id=0)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny_qwen2_moe")
+    Qwen2MoeForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.long  # two ranks, 5 steps
+def test_qwen2_moe_over_two_pipeline_stages(train_cluster, qwen2_moe_model_path, rl_batch):
+    """Qwen2-MoE's shared expert and its gate on megatron-core's MoE layer, one MoE layer
+    per pipeline stage: the load-balancing loss of both stages (summed over the stages),
+    its gradient at the same scale as the main loss's across the pipeline schedule."""
+    from flywheel.config.schema import ModelArgs
+
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(qwen2_moe_model_path, model_args=args)
+    cluster = train_cluster("megatron_train", qwen2_moe_model_path, 2,
+                            {"pipeline_model_parallel_size": 2}, per_device=8, accum=4,
+                            worker_cls=CPUMegatronWorker, model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+
+
+@pytest.mark.long  # 21-44 s under load (+18 s setup): two ranks, 6 steps and a resume
+def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batch, tmp_path):
+    """A Qwen3-MoE on megatron-core's MoE layers (TopKRouter, the all-to-all token
+    dispatcher, SequentialMLP experts) with its experts split over EP 2 (two per rank):
+    hf_train's loss, grad norm and load-balancing loss over 5 steps, its weights after
+    them (synced back in HF form), and an exact resume."""
+    from flywheel.config.schema import ModelArgs
+    from flywheel.workers.strategies.router_loss import METRIC
+
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(moe_model_path, model_args=args)
+    cluster = train_cluster("megatron_train", moe_model_path, 2,
+                            {"expert_model_parallel_size": 2,
+                             "moe_token_dispatcher_type": "alltoall"},
+                            per_device=8, accum=2, worker_cls=CPUMegatronWorker,
+                            model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    synced = cluster_weights(cluster)
+    diffs["weights"] = weight_diff(synced, hf.state_dict_for_sync())
+    print(dict(diffs))
+    # grad norm to 1e-5: the experts' squares left out of the EP sum moved it by 1e-4
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs[METRIC] < 1e-6 and diffs["weights"] < 1e-4
+    # the weights actor_infer receives: hf_infer takes them under its own names, in place
+    from flywheel.config.schema import WorkerConfig
+    from flywheel.workers.strategies.hf_infer import HFInferStrategy
+
+    infer = HFInferStrategy(moe_model_path, WorkerConfig(), seed=0)
+    infer.update_weights(synced, version=1)
+    assert weight_diff(dict(infer.model.state_dict()), synced) == 0.0
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
+
+
+@pytest.mark.long  # four ranks, 5 steps
+def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_model_path,
+                                                 rl_batch):
+    """TP 2 (sequence parallel, as megatron-core requires with MoE) x EP 2 on 4 ranks: the
+    attention split over TP, the tokens split along the sequence before the routers, the
+    experts whole on their EP rank; hf_train's loss, grad norm, load-balancing loss and
+    weights on one rank."""
+    from flywheel.config.schema import ModelArgs
+
+    path = save_tiny_qwen3_moe(tmp_path / "moe_kv2", tiny_model_path, vocab_size=264,
+                               hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                               num_key_value_heads=2, head_dim=16, norm_topk_prob=True,
+                               pad_token_id=0)
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(path, model_args=args)
+    cluster = train_cluster("megatron_train", path, 4,
+                            {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                             "expert_model_parallel_size": 2,
+                             "moe_token_dispatcher_type": "alltoall"},
+                            per_device=8, accum=2, worker_cls=CPUMegatronWorker,
+                            model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+
+
+@pytest.mark.long  # four ranks, 6 steps and a resume
+def test_moe_under_the_distributed_optimizer(train_cluster, moe_model_path, rl_batch,
+                                             tmp_path):
+    """EP 2 over 4 ranks with megatron-core's DistributedOptimizer: the dense buffers cut
+    over the 4 data-parallel ranks, the experts' (their own AdamW) over their 2
+    expert-data-parallel ranks; hf_train's step, and an exact resume from the slices."""
+    from flywheel.config.schema import ModelArgs
+
+    args = ModelArgs(moe_aux_loss_coef=0.1)
+    hf = hf_trainer(moe_model_path, model_args=args)
+    cluster = train_cluster("megatron_train", moe_model_path, 4,
+                            {"expert_model_parallel_size": 2, "use_distributed_optimizer": True,
+                             "moe_token_dispatcher_type": "alltoall"},
+                            per_device=8, accum=1, worker_cls=CPUMegatronWorker,
+                            model_args=args)
+    diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
+    diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
+    print(dict(diffs))
+    assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
+    assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
 def truncation_margins(model_path: str, batch, temperature: float, top_k: int,

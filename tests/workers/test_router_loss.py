@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_cases import dr_grpo_loss
+from backend_cases import dr_grpo_loss, save_tiny_qwen3_moe
 
 from flywheel.algorithms.moe_balance import switch_load_balancing_loss
 from flywheel.config.schema import ModelArgs, TrainingArgs, WorkerConfig
@@ -35,18 +35,7 @@ def test_switch_loss_is_megatrons_formula_by_hand():
 
 @pytest.fixture(scope="module")
 def moe_path(tmp_path_factory, tiny_model_path):
-    from transformers import AutoConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    vocab = AutoConfig.from_pretrained(tiny_model_path).vocab_size
-    config = Qwen3MoeConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32,
-                            moe_intermediate_size=8, num_hidden_layers=2,
-                            num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                            num_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
-                            max_position_embeddings=256)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny_moe")
-    Qwen3MoeForCausalLM(config).save_pretrained(path)
-    return str(path)
+    return save_tiny_qwen3_moe(tmp_path_factory.mktemp("tiny_moe"), tiny_model_path)
 
 
 def trainer(path: str, coef) -> HFTrainStrategy:

@@ -293,6 +293,10 @@ def _hf_backward(spec: BackendSpec) -> bool:
     return spec.hf_model and spec.kind == "train"
 
 
+def _router_loss(spec: BackendSpec) -> bool:
+    return spec.router_loss and spec.kind == "train"
+
+
 def _token_budget(spec: BackendSpec) -> bool:
     return spec.token_budget
 
@@ -308,6 +312,7 @@ HF_BACKWARD = Condition(f"on actor_train with {_names(_hf_backward)}", _on(_hf_b
 # the token-budget cut of train_loop.micro_batches: megatron's pipeline schedule runs
 # micro-batches of one shape (per_device_train_batch_size rows)
 TOKEN_BUDGET = Condition(f"on {_names(_token_budget)}", _on(_token_budget))
+ROUTER_LOSS = Condition(f"on actor_train with {_names(_router_loss)}", _on(_router_loss))
 DYNAMIC_BATCHING = Condition("with training_args.dynamic_batching: true", lambda cfg, path: (
     getattr(cfg, str(path[0])).training_args.dynamic_batching))
 SEQUENCE_PACKING = Condition("with training_args.sequence_packing: true", lambda cfg, path: (
@@ -530,9 +535,11 @@ ROLE_ROWS = [
     *[ActsWhen(f"{role}.model_args.disable_gradient_checkpointing", NEVER_BACKWARD,
                "gradient checkpointing", "this role's model never runs it: remove it")
       for role in ("actor_infer", "reference", "critic")],
-    ActsWhen("actor_train.model_args.moe_aux_loss_coef", HF_BACKWARD,
-             "the MoE router's load-balancing loss (workers/strategies/router_loss.py)",
-             "megatron_train builds no MoE model: use hf_train or deepspeed_train"),
+    ActsWhen("actor_train.model_args.moe_aux_loss_coef", ROUTER_LOSS,
+             "the MoE router's load-balancing loss (workers/strategies/router_loss.py; "
+             "megatron-core's router on megatron_train)",
+             "this backend adds no router loss: use hf_train, deepspeed_train or "
+             "megatron_train"),
     *[ActsWhen(f"{role}.model_args.moe_aux_loss_coef", NEVER_BACKWARD,
                "the MoE router's load-balancing loss", "this role's router is not trained "
                "by it: remove it") for role in ("actor_infer", "reference", "critic")],

@@ -321,7 +321,9 @@ def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Co
             out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
         return
     strategy: dict[str, Any] = {"strategy_name": flywheel_name}
-    if not note and value.get("strategy_config"):
+    # megatron_infer's layout keys are megatron_train's: kept, then checked key by key
+    keeps_config = not note or (name, flywheel_name) == ("megatron_infer", "megatron_train")
+    if keeps_config and value.get("strategy_config"):
         strategy["strategy_config"] = value["strategy_config"]
     elif name in FSDP2 and isinstance(value.get("strategy_config"), dict):
         fit_fsdp2_config(value["strategy_config"], role or {}, f"{where}.strategy_config", out)

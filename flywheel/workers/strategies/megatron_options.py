@@ -15,8 +15,12 @@ from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.platform.config.errors import MissingMemorySaving
 from flywheel.workers.strategies.strategy_config import checked_config, require
 
+# The MoE families megatron_train builds on megatron-core's MoE layers (megatron_weights.py
+# converts their weights); here so that `platform convert` can tell without torch.
+MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe")
 DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "context_parallel_size": 1, "expert_model_parallel_size": 1,
+            "expert_tensor_parallel_size": None, "moe_token_dispatcher_type": "allgather",
             "sequence_parallel": False, "use_distributed_optimizer": False,
             "recompute_granularity": None, "virtual_pipeline_model_parallel_size": None,
             "apply_rope_fusion": False, "overlap_grad_reduce": False, "ddp_bucket_size": None,
@@ -25,14 +29,11 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "moe_grouped_gemm": False}
 # Acting (megatron_ddp.py, megatron_train.py): sequence_parallel, use_distributed_optimizer,
 # overlap_grad_reduce, ddp_bucket_size, bias_activation_fusion (megatron's torch.jit
-# SwiGLU), recompute_granularity.
+# SwiGLU), recompute_granularity, virtual_pipeline_model_parallel_size (the interleaved
+# schedule) and the account_for_*_in_pipeline_split keys (where the layers go).
 # Megatron speed-ups this backend does not run; without them the updates are the same,
 # only more time is used.
 NOT_IMPLEMENTED = {
-    "virtual_pipeline_model_parallel_size": "a speed-up (the interleaved pipeline schedule, "
-                                            "smaller bubbles) flywheel's megatron_train does "
-                                            "not implement; the updates are the same without "
-                                            "it: leave it unset",
     "apply_rope_fusion": "a speed-up (megatron-core's fused rotary-embedding kernel) that "
                          "megatron-core takes from Transformer Engine only (rope_utils.py "
                          "asserts 'apply_rope_fusion is not available' without it), and "
@@ -40,17 +41,9 @@ NOT_IMPLEMENTED = {
                          "same without it: set false",
     "moe_grouped_gemm": "a speed-up of MoE experts (one grouped GEMM over all of them) that "
                         "megatron-core runs with the grouped_gemm package or Transformer "
-                        "Engine, neither in flywheel's install, and flywheel's megatron_train "
-                        "builds no MoE layer; the updates are the same without it: set false",
-    "account_for_loss_in_pipeline_split": "a speed-up (one layer fewer on the last pipeline "
-                                          "stage, which also computes the loss) flywheel's "
-                                          "megatron_train does not implement; the updates "
-                                          "are the same without it: set false",
-    "account_for_embedding_in_pipeline_split": "a speed-up (one layer fewer on the first "
-                                               "pipeline stage, which also embeds the "
-                                               "tokens) flywheel's megatron_train does not "
-                                               "implement; the updates are the same "
-                                               "without it: set false",
+                        "Engine, neither in flywheel's install (its experts run one after "
+                        "another, megatron-core's SequentialMLP); the updates are the same "
+                        "without it: set false",
 }
 CONTEXT_PARALLEL = ("megatron-core 0.16 splits the sequence over context-parallel ranks only "
                     "in Transformer Engine's attention: the local DotProductAttention "
@@ -63,8 +56,18 @@ CONTEXT_PARALLEL = ("megatron-core 0.16 splits the sequence over context-paralle
 def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
     options = checked_config("megatron_train", strategy_config, DEFAULTS)
     require(options["context_parallel_size"] == 1, "context_parallel_size", CONTEXT_PARALLEL)
-    require(options["expert_model_parallel_size"] == 1, "expert_model_parallel_size",
-            "only 1 is supported by flywheel's megatron_train (it builds no MoE layer)")
+    ep = options["expert_model_parallel_size"]
+    require(isinstance(ep, int) and not isinstance(ep, bool) and ep >= 1,
+            "expert_model_parallel_size", "expected a positive number of ranks the experts "
+            "are split over")
+    require(options["expert_tensor_parallel_size"] in (None, 1), "expert_tensor_parallel_size",
+            "only 1 is built by flywheel's megatron_train (each expert whole on its rank; "
+            "experts sliced over tensor-parallel ranks are not built yet): set 1")
+    require(options["moe_token_dispatcher_type"] in ("allgather", "alltoall"),
+            "moe_token_dispatcher_type", "how the tokens reach their experts: allgather or "
+            "alltoall here (megatron-core's flex dispatcher needs DeepEP, not in flywheel's "
+            "install); the updates are the same with either: set alltoall",
+            MissingMemorySaving)
     require(not options["sequence_parallel"] or options["tensor_model_parallel_size"] >= 2,
             "sequence_parallel", "a memory saving that splits the activations across the "
             "tensor-parallel ranks: it needs tensor_model_parallel_size >= 2 (megatron-core "
@@ -77,9 +80,30 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
             "or null (Megatron's default)")
     for key, why in NOT_IMPLEMENTED.items():
         require(not options[key], key, why, MissingMemorySaving)
+    _check_pipeline_split(options)
     require(options["recompute_granularity"] in (None, "full", "selective"),
             "recompute_granularity", "expected full, selective or null")
     return options
+
+
+def _check_pipeline_split(options: dict[str, Any]) -> None:
+    """The interleaved schedule and the split keys, where they act: each places layers
+    across pipeline stages, so with one stage each would do nothing."""
+    vpp, pp = options["virtual_pipeline_model_parallel_size"], options[
+        "pipeline_model_parallel_size"]
+    require(vpp is None or (isinstance(vpp, int) and not isinstance(vpp, bool) and vpp >= 1),
+            "virtual_pipeline_model_parallel_size", "expected a positive number of model "
+            "chunks per pipeline stage, or null")
+    require(not vpp or vpp == 1 or pp >= 2, "virtual_pipeline_model_parallel_size",
+            "the interleaved schedule splits each pipeline stage into model chunks: it "
+            "needs pipeline_model_parallel_size >= 2; the updates are the same without "
+            "it: leave it unset", MissingMemorySaving)
+    for key, what in (("account_for_embedding_in_pipeline_split", "embedding"),
+                      ("account_for_loss_in_pipeline_split", "loss")):
+        require(not options[key] or pp >= 2, key, f"counts the {what} as a layer when the "
+                f"layers are split across pipeline stages: with "
+                f"pipeline_model_parallel_size 1 there is no split; the updates are the "
+                f"same without it: set false", MissingMemorySaving)
 
 
 def check(kind: str, worker: WorkerConfig, cfg: PipelineConfig) -> None:

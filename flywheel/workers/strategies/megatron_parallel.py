@@ -59,9 +59,17 @@ def widened_to_multiple(batch: TokenBatch, multiple: int) -> TokenBatch:
     return batch if not extra else batch.map(lambda t: F.pad(t, (0, extra)), lambda t: t)
 
 
-def micro_rows(n: int, cap: int) -> int:
-    """The largest divisor of `n` that is <= cap (pipeline stages need equal micro-batches)."""
-    return max(d for d in range(1, min(n, max(1, cap)) + 1) if n % d == 0)
+def micro_rows(n: int, cap: int, multiple: int = 1) -> int:
+    """The largest divisor of `n` that is <= cap (pipeline stages need equal micro-batches)
+    and cuts `n` into a multiple of `multiple` micro-batches (the interleaved schedule runs
+    them in groups of PP: megatron-core raises on a remainder)."""
+    fits = [d for d in range(1, min(n, max(1, cap)) + 1) if n % d == 0 and n // d % multiple == 0]
+    if not fits:
+        raise ValueError(f"megatron_train: {n} rows do not cut into a multiple of {multiple} "
+                         f"equal micro-batches, which the interleaved pipeline schedule "
+                         f"(virtual_pipeline_model_parallel_size) needs: make each model "
+                         f"replica's rows a multiple of pipeline_model_parallel_size")
+    return max(fits)
 
 
 def concat_batches(batches: list[TokenBatch]) -> TokenBatch:

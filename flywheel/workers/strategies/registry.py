@@ -73,23 +73,27 @@ class BackendSpec:
     # Shards one model replica over several devices (megatron TP x PP x CP): the parallel
     # sizes in strategy_config divide the data-parallel size (config/derived.py).
     model_parallel: bool = False
+    # Adds an MoE router's load-balancing loss (model_args.moe_aux_loss_coef): hf_train and
+    # deepspeed_train by router_loss.py, megatron_train by megatron-core's router.
+    router_loss: bool = False
 
 
 STRATEGIES: dict[str, BackendSpec] = {
     "hf_train": BackendSpec("train", "flywheel.workers.strategies.hf_train", "HFTrainStrategy",
                             None, roles=TRAINS, takes_strategy_config=False, hf_model=True,
-                            images=True, lora=True, adapter_sync=True, token_budget=True),
+                            images=True, lora=True, adapter_sync=True, token_budget=True,
+                            router_loss=True),
     "deepspeed_train": BackendSpec(
         "train", "flywheel.workers.strategies.deepspeed_train", "DeepSpeedTrainStrategy",
         "deepspeed", "pip install deepspeed==0.19.8", roles=TRAINS, process_group=True,
         config_check="flywheel.workers.strategies.deepspeed_options:check", hf_model=True,
-        images=True, lora=True, token_budget=True),
+        images=True, lora=True, token_budget=True, router_loss=True),
     "megatron_train": BackendSpec(
         "train", "flywheel.workers.strategies.megatron_train", "MegatronTrainStrategy",
         "megatron.core", "pip install 'megatron-core>=0.16,<0.17' (GPU machines)",
         roles=TRAINS, process_group=True, needs_cuda=True,
         config_check="flywheel.workers.strategies.megatron_options:check",
-        model_parallel=True),
+        model_parallel=True, router_loss=True),
     # Latency-only backends for scheduling benchmarks and tests (see latency_sim.py): no
     # value head (no critic), no text (no judge).
     "sim_train": BackendSpec("train", "flywheel.workers.strategies.latency_sim",

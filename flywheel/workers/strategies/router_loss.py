@@ -1,8 +1,9 @@
 """The MoE load-balancing loss on hf_train and deepspeed_train (`model_args.moe_aux_loss_coef`).
 
 ROLL trains its MoE examples on Megatron, which adds the router's load-balancing loss
-(algorithms/moe_balance.py) to every micro-batch's gradient; `platform convert` moves those
-files onto deepspeed_train (interop/roll/fit/megatron.py), which then must add it too.
+(algorithms/moe_balance.py) to every micro-batch's gradient; `platform convert` moves some
+of those files onto deepspeed_train (interop/roll/fit/megatron.py), which then must add it
+too. megatron_train uses megatron-core's own router loss at the scale below.
 
 How the router logits are taken: transformers' MoE models declare the module whose first
 output is a layer's router logits (`_can_record_outputs["router_logits"]`, the TopKRouter

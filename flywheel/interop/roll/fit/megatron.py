@@ -1,9 +1,14 @@
-"""A ROLL role on Megatron that flywheel's megatron_train cannot train: onto deepspeed_train.
+"""ROLL's MoE roles on Megatron, and the roles flywheel's megatron_train cannot train.
 
-flywheel's megatron_train builds a dense megatron-core GPTModel from Hugging Face Qwen2 /
-Llama weights: it trains no LoRA adapter (fit/lora.py sends those files here) and has no
-MoE layers or expert parallelism (`fit_moe` below). ROLL trains both on Megatron. Such a
-role goes to deepspeed_train, whose ZeRO stage shards what Megatron's layout shards
+flywheel's megatron_train builds a megatron-core GPTModel from Hugging Face Qwen2 / Llama
+weights, and Qwen2-MoE / Qwen3-MoE on megatron-core's MoE layers with expert parallelism
+(whole experts; under TP with sequence parallelism; no context parallelism). A ROLL MoE
+role of those families at such a layout stays on megatron_train (`keep_moe_on_megatron`):
+the keys megatron_train reads are kept (validate then drops, with its reason, any it
+refuses as a speed-up or memory saving), the router keys act as below, and every other
+key is dropped with its reason or reported missing.
+The rest goes to deepspeed_train: LoRA adapters (fit/lora.py sends those files here), other
+MoE families or layouts; its ZeRO stage shards what Megatron's layout shards
 (`zero_stage_for`): the same update on the same model, the tensors placed otherwise.
 
 Every key of the Megatron strategy_config is accounted for, never dropped in a heap:
@@ -40,6 +45,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from flywheel.interop.roll import keys as keys
+from flywheel.workers.strategies import megatron_options  # light: no torch, no megatron
 
 if TYPE_CHECKING:
     from flywheel.interop.roll.conversion import Conversion
@@ -115,7 +121,8 @@ def is_moe(role: dict[str, Any]) -> bool:
 def fit_moe(out: Conversion) -> None:
     """Every megatron_train role holding an MoE model (by its strategy_config, or by its
     model's name: a forward-only megatron_infer role arrives without its strategy_config)
-    goes to deepspeed_train. LoRA actors went already (roll_lora.fit_lora)."""
+    stays on megatron_train if it builds that model at that layout, else goes to
+    deepspeed_train. LoRA actors went already (roll_lora.fit_lora)."""
     for name in ("actor_train", "reference", "critic"):
         role = out.data.get(name)
         if not isinstance(role, dict) or (
@@ -126,8 +133,76 @@ def fit_moe(out: Conversion) -> None:
         family = moe_family(role, out)
         if family is None:
             continue
-        megatron_to_deepspeed(out, name, f"flywheel's megatron_train builds no MoE layer; "
-                                         f"transformers builds {family}")
+        why = _not_on_megatron(family, _flat((role.get("strategy_args") or {}).get(
+            "strategy_config") or {}))
+        if why is None and out.vl:
+            why = f"flywheel's megatron_train takes no images; transformers builds {family}"
+        if why is None:
+            keep_moe_on_megatron(out, name, family)
+        else:
+            megatron_to_deepspeed(out, name, why)
+
+
+def _not_on_megatron(family: str, config: dict[str, Any]) -> str | None:
+    """Why megatron_train cannot build this MoE role, or None."""
+    if family not in megatron_options.MOE_MODEL_TYPES:
+        return (f"flywheel's megatron_train builds "
+                f"{' and '.join(megatron_options.MOE_MODEL_TYPES)} MoE models; "
+                f"transformers builds {family}")
+    if (config.get("expert_tensor_parallel_size") or 1) > 1:
+        return (f"flywheel's megatron_train builds MoE models at expert_tensor_parallel_size "
+                f"1 (this file: {config['expert_tensor_parallel_size']}); transformers "
+                f"builds {family}")
+    if (config.get("tensor_model_parallel_size") or 1) > 1 and not config.get(
+            "sequence_parallel"):
+        return (f"megatron-core trains MoE models under tensor parallelism only with "
+                f"sequence_parallel, which this file leaves off; transformers builds {family}")
+    if (config.get("context_parallel_size") or 1) > 1:
+        return ("flywheel's megatron_train has no context parallelism (megatron-core runs it "
+                "in Transformer Engine's attention only); transformers builds " + family)
+    return None
+
+
+# Megatron keys megatron_train does not read, each with why dropping it leaves the update
+ON_MEGATRON_DROPPED: dict[str, str] = {
+    **dict.fromkeys(("pipeline_model_parallel_layout", "distrib_optim_fully_reshardable"),
+                    "where Megatron places the layers or cuts its checkpoints; "
+                    "megatron_train splits the layers evenly over the pipeline stages "
+                    "(and virtual stages): the same update"),
+    **dict.fromkeys(("overlap_param_gather", "cross_entropy_loss_fusion",
+                     "masked_softmax_fusion", "gradient_accumulation_fusion",
+                     "moe_shared_expert_overlap", "moe_permute_fusion", "moe_router_fusion"),
+                    _SPEED),
+    **dict.fromkeys(("moe_layer_recompute", "recompute_modules", "recompute_method",
+                     "recompute_num_layers"),
+                    "which activations Megatron recomputes; megatron_train recomputes by "
+                    "recompute_granularity: the same gradients"),
+}
+
+
+def keep_moe_on_megatron(out: Conversion, name: str, family: str) -> None:
+    """Role `name`'s MoE model stays on megatron_train, each strategy_config key kept,
+    mapped, dropped with its reason, or reported missing."""
+    role = out.data[name]
+    strategy = role.setdefault("strategy_args", {})
+    flat = _flat(strategy.get("strategy_config") or {})
+    where = f"{name}.strategy_args.strategy_config"
+    kept = {}
+    for key, value in flat.items():
+        if key in megatron_options.DEFAULTS:
+            kept[key] = value
+        elif key in ON_MEGATRON_DROPPED:
+            out.dropped.append(f"{where}.{key}: {value!r}: {ON_MEGATRON_DROPPED[key]}")
+        elif key in ROUTER_NEUTRAL or key in WITH_CAPACITY or key in (AUX, BALANCING):
+            continue  # _router, below
+        else:
+            out.missing.append(f"the Megatron setting {key} on megatron_train ({where}."
+                               f"{key} = {value!r})")
+    strategy["strategy_config"] = kept
+    _router(flat, where, name != "reference", out)
+    out.mapped.append(f"{name}: the {family} model stays on megatron_train (megatron-core's "
+                      f"MoE layers, expert_model_parallel_size "
+                      f"{kept.get('expert_model_parallel_size', 1)})")
 
 
 def fit_vl_megatron(out: Conversion) -> None:
