@@ -3,9 +3,11 @@ teacher of another seed (a random-init tiny Qwen2, seed 1) on a device slot of i
 through real Ray actors, 10 steps of pure OPD.
 
 In the suite, 2 steps: the teacher's log-probs that reached the groups (the rollout dump
-keeps them) equal a plain transformers forward of the teacher on the same tokens, to 1e-5.
-Long (make test-long), 10 steps: the student's reverse KL to the teacher
-(distill/reverse_kl, the token mean of log π_S − log π_T on its own samples) falls."""
+keeps them) equal a plain transformers forward of the teacher on the same tokens, to 1e-5,
+and every training number equals a plain synchronous OPD loop's in this process
+(plain_opd_loop.py). Long (make test-long): 10 steps, the student's reverse KL to the
+teacher (distill/reverse_kl, the token mean of log π_S − log π_T on its own samples) falls;
+ratio 1, the staleness bound holds and the teacher's log-probs are never stale."""
 
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from flywheel.pipelines.run.launch import run
 from flywheel.platform.models.tiny_qwen2 import build_tiny_qwen2
 from flywheel.platform.models.tiny_qwen2_spec import TinyQwen2Spec
 
-from .plain_opd_loop import plain_opd_loop
 from .plain_loop import TIMING
+from .plain_opd_loop import plain_opd_loop
 from .sync_example import EXAMPLE, SMALL
 
 STEPS = 10
