@@ -110,12 +110,21 @@ def untaught_tags(tags: list[str], routing: dict[str, tuple[str, ...]]) -> list[
     return sorted(set(tags) - taken)
 
 
+def domain_tags(cfg: PipelineConfig, domain: str) -> list[str]:
+    """The tags of one domain_interleave_probs key: the key itself (a data tag), or, when
+    it names a reward with a tag_included, that reward's tags (ROLL's domain_2_tag: its
+    OPD example keys the mix by reward and routes teachers by the rewards' tags)."""
+    reward = cfg.rewards.get(domain)
+    return list(reward.tag_included) if reward is not None and reward.tag_included else [domain]
+
+
 def check_teacher_domains(cfg: PipelineConfig) -> None:
     """Every domain of the data mix has a teacher (the records are checked at start)."""
     domains = list(cfg.actor_train.data_args.domain_interleave_probs or {})
-    missing = untaught_tags(domains, teacher_tags(cfg))
+    tags = [tag for domain in domains for tag in domain_tags(cfg, domain)]
+    missing = untaught_tags(tags, teacher_tags(cfg))
     if missing:
-        raise ConfigError("", "teacher", f"no teacher takes domain(s) {', '.join(missing)} "
-                                         f"of actor_train.data_args.domain_interleave_probs: "
-                                         f"add them to a teacher's tag_included, or give a "
-                                         f"teacher an empty tag_included (every tag)")
+        raise ConfigError("", "teacher", f"no teacher takes tag(s) {', '.join(missing)} of "
+                                         f"actor_train.data_args.domain_interleave_probs' "
+                                         f"domains: add them to a teacher's tag_included, or "
+                                         f"give a teacher an empty tag_included (every tag)")

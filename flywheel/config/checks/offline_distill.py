@@ -10,7 +10,8 @@ reads. What it refuses, each in one line naming the key:
 - the teacher's placement keys (backend, devices, threads): it runs in this process on
   the student's device, so they would do nothing; the teacher's OPD keys (opd_kl_coef,
   tag_included, context_template);
-- actor_train elsewhere than hf_train on one device, LoRA (not yet), resume;
+- actor_train elsewhere than hf_train on one device, sequence packing (the top-k head
+  takes padded rows), LoRA (not yet), resume;
 - eval_steps without validation and the reverse.
 Pure: each rule raises ConfigError with the key path and the fix.
 """
@@ -53,6 +54,9 @@ def check_offline_distill(cfg: PipelineConfig) -> None:
         raise ConfigError("", "actor_train.device_mapping", "offline distillation trains on "
                                                             "one device in process: leave "
                                                             "device_mapping unset")
+    if actor.training_args.sequence_packing:
+        raise ConfigError("", "actor_train.training_args.sequence_packing",
+                          "the top-k distillation head runs padded rows; remove it")
     if actor.model_args.lora_target is not None:
         raise ConfigError("", "actor_train.model_args.lora_target",
                           "offline distillation trains the whole model (no LoRA yet); "
