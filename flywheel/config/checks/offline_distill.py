@@ -12,7 +12,8 @@ reads. What it refuses, each in one line naming the key:
   tag_included, context_template);
 - actor_train elsewhere than hf_train on one device, sequence packing (the top-k head
   takes padded rows), LoRA (not yet), resume;
-- eval_steps without validation and the reverse.
+- max_steps beside num_train_epochs, validation sampling keys, eval_steps without
+  validation and the reverse (sft.check_record_schedule).
 Pure: each rule raises ConfigError with the key path and the fix.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS
+from flywheel.config.checks.sft import SFT_ACTOR_KEYS, SFT_KEYS, check_record_schedule
 from flywheel.config.schema import PipelineConfig, TeacherConfig
 from flywheel.config.schema.offline_distill import OfflineDistillKeys
 from flywheel.platform.config.errors import ConfigError
@@ -61,13 +62,7 @@ def check_offline_distill(cfg: PipelineConfig) -> None:
         raise ConfigError("", "actor_train.model_args.lora_target",
                           "offline distillation trains the whole model (no LoRA yet); "
                           "remove it")
-    if cfg.eval_steps and cfg.validation is None:
-        raise ConfigError("", "eval_steps", f"is {cfg.eval_steps} but there is no validation "
-                                            f"block: add validation.data_args.file_name, or "
-                                            f"set eval_steps: 0")
-    if cfg.validation is not None and not cfg.eval_steps:
-        raise ConfigError("", "validation", "is set but eval_steps is 0, so it would never "
-                                            "run: set eval_steps, or remove validation")
+    check_record_schedule(cfg, "offline distillation")
 
 
 def check_teacher(cfg: PipelineConfig) -> None:
