@@ -145,6 +145,7 @@ KINDS: dict[str, PipelineKind] = {
         rl=True, samples="episodes", prompts=False, rewards=False, title="agentic",
         prepare="flywheel.pipelines.agentic.rollout:no_data",
         rollout="flywheel.pipelines.agentic.rollout:start_agentic", loss=PG_LOSS,
+        roles=(*RL_ROLES, "teacher"), reads_roles=("teacher",),  # OPD over episodes
         doc="RL on multi-turn episodes in environments (custom_envs:)"),
     "agent": PipelineKind(
         rl=True, samples="calls", prompts=False, rewards=False, title="agent",

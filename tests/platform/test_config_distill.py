@@ -41,9 +41,10 @@ def test_a_teacher_on_a_generation_backend_is_refused():
 
 
 def test_a_teacher_on_a_kind_that_does_not_read_one_is_refused():
-    error = error_for({"pipeline_type": "agentic", "teacher": {"t": teacher()}})
+    error = error_for({"pipeline_type": "sft", "teacher": {"t": teacher()},
+                       "actor_train": {"data_args": {"file_name": "f.jsonl"}}})
     assert error.key_path == "teacher"
-    assert "pipeline_type agentic has no teacher role: remove it" in error.message
+    assert "SFT does not use it" in error.message and "remove it" in error.message
     assert load_config_dict({"pipeline_type": "agentic", "teacher": {}}).teacher == {}
 
 
