@@ -188,3 +188,28 @@ def test_the_kd_objective_names_are_the_divergence_catalog():
     from flywheel.config.schema.offline_distill import KdObjective
 
     assert set(get_args(KdObjective)) == set(DIVERGENCE_NAMES)
+
+
+def test_every_loss_key_reaches_the_objective_and_the_teacher(tmp_path):
+    """kd_objective, distill_loss_weight, kd_support, adaptive_kl_alpha, skew_lambda reach
+    the objective; logits_topk, the temperature product, the cache and its chunk size the
+    teacher; distill_on_prompt the loss positions."""
+    from flywheel.algorithms.distill import DivergenceParams
+    from flywheel.pipelines.distill.offline_objective import DistillObjective
+    from flywheel.pipelines.distill.offline_run import loss_positions, start_teacher
+    from flywheel.pipelines.sft.run import EncodedRecords
+
+    cfg = load_config_dict(distill_dict(
+        kd_objective="adaptive_kl", distill_loss_weight=0.3, kd_support="renormalized",
+        adaptive_kl_alpha=0.2, skew_lambda=0.4, logits_topk=5, kd_temperature=2.0,
+        teacher_temperature=1.5, teacher_logits_cache=str(tmp_path),
+        teacher_cache_chunk_rows=7))
+    assert DistillObjective.of(cfg) == DistillObjective(
+        "adaptive_kl", 0.3, "renormalized", DivergenceParams(0.2, 0.4), "token-mean")
+    encoded = EncodedRecords([], [[1, 5, 6]], [[7, 2]])
+    assert loss_positions(encoded, on_prompt=False) == [[3, 4]]
+    assert loss_positions(encoded, on_prompt=True) == [[1, 2, 3, 4]]
+    records = type("R", (), {"rows": [[1, 5, 6, 7, 2]], "positions": [[3, 4]]})()
+    teacher = start_teacher(cfg, records, 0, "train")
+    assert (teacher.k, teacher.temperature, teacher.chunk_rows) == (5, 3.0, 7)
+    assert teacher.folder.parent == tmp_path / "train"
