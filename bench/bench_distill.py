@@ -114,7 +114,7 @@ def offline_runs(config: Path, teacher: Path, records: Path, out: Path, tiny: bo
               "logging_steps": 1, "tracking": {"mlflow": False},
               "actor_train": {"data_args": args, "model_args": {
                   "dtype": cfg.actor_train.model_args.dtype},
-                  "training_args": {"learning_rate": 1e-3 if tiny else 2e-5,
+                  "training_args": {"learning_rate": 1e-4 if tiny else 2e-5,
                                     "per_device_train_batch_size": 16,
                                     "num_train_epochs": 1.0}}}
     kinds = {"offline_kd": {"pipeline_type": "distill", "kd_objective": "forward_kl",
