@@ -14,8 +14,10 @@ student_infer (roll/configs/base_config.py `_handle_opd_mapping`). flywheel's is
   `megatron_infer` -> `megatron_train`: flywheel's teachers are forward-only roles on a
   training backend, which builds no optimizer for them); training-only keys a teacher
   never uses (training_args, data_args, gradient checkpointing, packing) dropped, said;
-- `pure_opd_pipeline_type: agentic` is reported missing (OPD over agentic episodes is not
-  built).
+- `pure_opd_pipeline_type: agentic` is reported missing: flywheel's agentic kind takes
+  teachers (pipelines/distill/episode_teachers.py), but this converter maps ROLL's OPD
+  pipeline onto one kind (`runs_as`, rlvr); converting an agentic OPD file needs `runs_as`
+  chosen per file.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def fit_opd(data: dict[str, Any], out: Conversion) -> dict[str, Any]:
                                    if mode == "pure" else ""))
     kind = data.pop("pure_opd_pipeline_type", "rlvr")
     if kind == "agentic":
-        out.missing.append("on-policy distillation over agentic episodes "
-                           "(pure_opd_pipeline_type: agentic)")
+        out.missing.append("converting on-policy distillation over agentic episodes "
+                           "(pure_opd_pipeline_type: agentic; flywheel runs it as "
+                           "pipeline_type agentic with teacher: blocks, written by hand)")
     if mode == "pure":
         if data.get("adv_estimator") != "reinforce":
             out.mapped.append(f"adv_estimator: {data.get('adv_estimator')!r} -> 'reinforce' "
