@@ -14,10 +14,17 @@ built-in tiny model on examples/rlvr_sync.yaml, shrunk), one after the other:
 For each: val/accuracy and the wall time since the run's start at the steps in --at (step
 0 is the baseline every run validates first). The field reports that OPD reaches the
 teacher's level in far fewer steps than RL (a dense per-token signal); the table says
-whether it does here. Offline distillation (the third comparison of issue 45) has no
-pipeline yet and is not run.
+whether it does here.
+
+Then offline distillation (--offline-records N, 0 to skip): the teacher's greedy replies
+to the first N training prompts become fixed records; from the base model, one epoch of
+pure forward KL to the teacher's top-k (pipeline_type distill, distill_loss_weight 1)
+beside one epoch of plain SFT on the same replies (pipeline_type sft); each checkpoint
+scored on the RL run's validation prompts by the same reward (pipeline_type evaluate,
+greedy), so its accuracy reads as the RL table's.
 
     .venv/bin/python bench/bench_distill.py [--tiny] [--steps 20] [--at 0,2,5,10,20]
+        [--offline-records 256]
 
 Prints a markdown table and writes bench/results/bench_distill-<timestamp>.json. The
 SmolLM2 shape costs roughly three RL runs of --steps steps (about an hour for 20 steps on
@@ -38,7 +45,8 @@ from pathlib import Path
 import ray
 
 from flywheel.config.schema import RayConfig
-from flywheel.pipelines.config import load_config
+from flywheel.pipelines.config import load_config, load_config_dict
+from flywheel.pipelines.rlvr.rollout import load_prompt_sets
 from flywheel.pipelines.run.export import export
 from flywheel.pipelines.run.launch import run
 from flywheel.platform.ray_runtime import start_ray
@@ -74,11 +82,81 @@ def curve(result: dict, at: list[int]) -> dict[int, tuple[float | None, float | 
     return {s: (accuracy.get(s), elapsed.get(s)) for s in at}
 
 
+def teacher_records(config: Path, teacher: Path, n: int, path: Path) -> Path:
+    """The teacher's greedy replies to the first `n` training prompts, as JSONL records."""
+    import torch
+
+    from flywheel.config.schema import ModelArgs
+    from flywheel.pipelines.data.prompt_data import prompt_encoder
+    from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
+    from flywheel.workers.strategies.hf_model import load_causal_lm, load_tokenizer
+
+    cfg = load_config(config, COMMON)
+    tokenizer = load_tokenizer(str(teacher))
+    records = load_prompt_sets(cfg, tokenizer).train[:n]
+    encode = prompt_encoder(tokenizer, cfg.actor_train.data_args)
+    model = load_causal_lm(str(teacher), ModelArgs(dtype="fp32"), torch.device("cpu")).eval()
+    replies = greedy_complete_ids(model, tokenizer, [encode(r.prompt, r.tag) for r in records],
+                                  cfg.response_length, batch_size=32)
+    path.write_text("".join(json.dumps({"prompt": r.prompt, "answer": reply.strip()}) + "\n"
+                            for r, reply in zip(records, replies)))
+    return path
+
+
+def offline_runs(config: Path, teacher: Path, records: Path, out: Path, tiny: bool) -> list:
+    """One epoch of forward KL to the teacher, one of SFT, each checkpoint evaluated."""
+    cfg = load_config(config, COMMON)
+    data = cfg.actor_train.data_args
+    args = {"file_name": str(records), "template": data.template,
+            "system_prompt": data.system_prompt}
+    common = {"seed": cfg.seed, "pretrain": cfg.pretrain, "prompt_length": cfg.prompt_length,
+              "response_length": cfg.response_length, "save_steps": 0, "eval_steps": 0,
+              "logging_steps": 1, "tracking": {"mlflow": False},
+              "actor_train": {"data_args": args, "model_args": {
+                  "dtype": cfg.actor_train.model_args.dtype},
+                  "training_args": {"learning_rate": 1e-4 if tiny else 2e-5,
+                                    "per_device_train_batch_size": 16,
+                                    "num_train_epochs": 1.0}}}
+    kinds = {"offline_kd": {"pipeline_type": "distill", "kd_objective": "forward_kl",
+                            "distill_loss_weight": 1.0, "logits_topk": 8 if tiny else 64,
+                            "teacher": {"rl": {"model_args": {
+                                "model_name_or_path": str(teacher)}}}},
+             "offline_sft": {"pipeline_type": "sft"}}
+    val = cfg.validation.data_args if cfg.validation else data
+    results = []
+    for name, kind in kinds.items():
+        started = time.time()
+        run_dir = run(load_config_dict(common | kind | {"output_dir": str(out / name)}))
+        wall = time.time() - started
+        steps = max(json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text()
+                    .splitlines())
+        scored = run(load_config_dict({
+            "pipeline_type": "evaluate", "seed": cfg.seed,
+            "pretrain": str(run_dir / f"checkpoint-{steps}"),
+            "prompt_length": cfg.prompt_length, "response_length": cfg.response_length,
+            "val_batch_size": cfg.val_batch_size, "output_dir": str(out / f"{name}_eval"),
+            "actor_train": {"data_args": {"file_name": val.file_name,
+                                          "template": data.template,
+                                          "system_prompt": data.system_prompt}},
+            "actor_infer": {"generating_args": {"do_sample": False},
+                            "strategy_args": {"strategy_name": "hf_infer"},
+                            "infer_batch_size": 64},
+            "rewards": {n: {"reward_type": r.reward_type} for n, r in cfg.rewards.items()},
+            "tracking": {"mlflow": False}}))
+        row = json.loads((scored / "metrics.jsonl").read_text().splitlines()[0])
+        results.append({"name": name, "wall_s": wall, "steps": steps,
+                        "val_accuracy": row["eval/accuracy"]})
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="the built-in tiny model")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--at", default="0,2,5,10,20")
+    parser.add_argument("--offline-records", type=int, default=256,
+                        help="training prompts the teacher answers for offline "
+                             "distillation (0: skip it)")
     args = parser.parse_args()
     at = [int(s) for s in args.at.split(",") if int(s) <= args.steps]
     config = TINY if args.tiny else SMOLLM2
@@ -88,7 +166,7 @@ def main() -> None:
         f"max_steps={args.steps}", "save_steps=0",
         f"eval_steps={math.gcd(*[s for s in at if s > 0]) or args.steps}"]
     start_ray(RayConfig(), num_slots=2)
-    results = []
+    results, offline = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="bench_distill_") as tmp:
             out = Path(tmp)
@@ -102,6 +180,10 @@ def main() -> None:
             results.append(one_run("self", config, shape + [
                 "teacher.self.weights=student",
                 f"teacher.self.context_template={SELF_TEMPLATE}"], out))
+            if args.offline_records:
+                records = teacher_records(config, teacher, args.offline_records,
+                                          out / "teacher_records.jsonl")
+                offline = offline_runs(config, teacher, records, out, args.tiny)
     finally:
         ray.shutdown()
     rows = ["| run | wall s | " + " | ".join(f"step {s}: val acc (s)" for s in at) + " |",
@@ -114,12 +196,19 @@ def main() -> None:
                  for a, t in points.values()]
         rows.append(f"| {r['name']} | {r['wall_s']:.0f} | " + " | ".join(cells) + " |")
     print("\n".join(rows))
+    if offline:
+        print(f"\noffline, one epoch over the teacher's replies to {args.offline_records} "
+              f"training prompts (validation: the RL table's prompts and reward, greedy)")
+        print("| run | steps | wall s | val acc |\n|---|---|---|---|")
+        for r in offline:
+            print(f"| {r['name']} | {r['steps']} | {r['wall_s']:.0f} | "
+                  f"{r['val_accuracy']:.3f} |")
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"bench_distill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"config": str(config.relative_to(ROOT)), "git_commit": commit,
-                                "steps": args.steps, "table": table,
+                                "steps": args.steps, "table": table, "offline": offline,
                                 "runs": [{k: v for k, v in r.items() if k != "run_dir"}
                                          for r in results]}, indent=1))
     print(f"\nresults: {path}")

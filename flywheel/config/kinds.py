@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from flywheel.config.checks.offline_distill import DISTILL_KIND_KEYS
 from flywheel.config.checks.pair_keys import DPO_KEYS, REWARD_MODEL_KEYS
 from flywheel.config.checks.sft import SFT_KEYS
 from flywheel.platform.config.catalogs import Catalog, check_import_path, register_entry
@@ -144,6 +145,7 @@ KINDS: dict[str, PipelineKind] = {
         rl=True, samples="episodes", prompts=False, rewards=False, title="agentic",
         prepare="flywheel.pipelines.agentic.rollout:no_data",
         rollout="flywheel.pipelines.agentic.rollout:start_agentic", loss=PG_LOSS,
+        roles=(*RL_ROLES, "teacher"), reads_roles=("teacher",),  # OPD over episodes
         doc="RL on multi-turn episodes in environments (custom_envs:)"),
     "agent": PipelineKind(
         rl=True, samples="calls", prompts=False, rewards=False, title="agent",
@@ -178,6 +180,13 @@ KINDS: dict[str, PipelineKind] = {
         config_check="flywheel.config.checks.preference:check_reward_model_pairs",
         run="flywheel.pipelines.reward_model.run:run_reward_model",
         doc="a scalar-head reward model trained on pairs (Bradley-Terry)"),
+    "distill": PipelineKind(
+        rl=False, samples=None, prompts=True, rewards=False, roles=("teacher",),
+        reads_roles=("teacher",), title="offline distillation", keys=DISTILL_KIND_KEYS,
+        config_check="flywheel.config.checks.offline_distill:check_offline_distill",
+        run="flywheel.pipelines.distill.offline_run:run_offline_distill",
+        doc="a student trained on a teacher's top-k distributions over fixed records, "
+            "mixed with SFT"),
 }
 KIND_CATALOG: Catalog[PipelineKind] = Catalog("pipeline_type", KINDS)
 

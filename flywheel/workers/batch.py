@@ -34,8 +34,9 @@ Rows = slice | torch.Tensor
 
 @dataclass(frozen=True)
 class Extra:
-    """One tensor a rollout attaches for its loss: per token ([B, L], aligned with
-    input_ids like old_log_probs, 0 off the response) or per sample ([B, ...])."""
+    """One tensor a rollout attaches for its loss: per token ([B, L] or [B, L, ...],
+    aligned with input_ids like old_log_probs, 0 off the response) or per sample
+    ([B, ...])."""
 
     values: torch.Tensor
     per: Literal["token", "sample"]
@@ -114,12 +115,13 @@ class TokenBatch:
         return TokenBatch(**out)
 
     def attach(self, name: str, values: torch.Tensor, per: Literal["token", "sample"]) -> None:
-        """Attach a tensor for the loss (module note, "Extras"): per token [B, L] or per
-        sample [B, ...]; its shape is checked against the batch here, not in the worker."""
+        """Attach a tensor for the loss (module note, "Extras"): per token [B, L, ...] (a
+        distillation teacher's top-k: [B, L, k]) or per sample [B, ...]; its shape is
+        checked against the batch here, not in the worker."""
         want = tuple(self.input_ids.shape) if per == "token" else (len(self),)
-        if tuple(values.shape[:len(want)]) != want or (per == "token" and values.dim() != 2):
-            raise ValueError(f"extra {name!r} per {per}: expected shape {list(want)}"
-                             f"{'' if per == 'token' else ' + ...'}, got {list(values.shape)}")
+        if tuple(values.shape[:len(want)]) != want:
+            raise ValueError(f"extra {name!r} per {per}: expected shape {list(want)} + ..., "
+                             f"got {list(values.shape)}")
         self.extras[name] = Extra(values, per)
 
     def extra(self, name: str) -> torch.Tensor:

@@ -104,7 +104,7 @@ def test_registration_refuses_a_taken_name_and_a_malformed_entry(own_kinds):
     with pytest.raises(ValueError, match="must look like 'package.module:attr'"):
         PipelineKind(rl=False, samples=None, prompts=False, rewards=False, run="my.loop")
     assert list(KINDS) == ["rlvr", "agentic", "agent", "sft", "evaluate", "dpo",
-                           "reward_model"]
+                           "reward_model", "distill"]
     assert list(ESTIMATORS) == ["grpo", "reinforce", "gae", "step_reinforce", "gigpo"]
 
 

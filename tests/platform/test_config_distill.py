@@ -41,9 +41,10 @@ def test_a_teacher_on_a_generation_backend_is_refused():
 
 
 def test_a_teacher_on_a_kind_that_does_not_read_one_is_refused():
-    error = error_for({"pipeline_type": "agentic", "teacher": {"t": teacher()}})
+    error = error_for({"pipeline_type": "sft", "teacher": {"t": teacher()},
+                       "actor_train": {"data_args": {"file_name": "f.jsonl"}}})
     assert error.key_path == "teacher"
-    assert "pipeline_type agentic has no teacher role: remove it" in error.message
+    assert "SFT does not use it" in error.message and "remove it" in error.message
     assert load_config_dict({"pipeline_type": "agentic", "teacher": {}}).teacher == {}
 
 
@@ -53,8 +54,22 @@ def test_a_domain_no_teacher_takes_is_refused():
                                                                       "code": 0.5}}}}
     error = error_for(data)
     assert error.key_path == "teacher"
-    assert "no teacher takes domain(s) code" in error.message
+    assert "no teacher takes tag(s) code" in error.message
     data["teacher"]["all"] = teacher()  # an empty tag_included takes every tag
+    load_config_dict(data)
+
+
+def test_a_domain_named_by_a_reward_is_its_tags():
+    """ROLL's multi-teacher example keys the mix by reward (math_rule), whose tag_included
+    (math_dapo) is what a teacher routes by."""
+    data = {"teacher": {"m": teacher(tag_included=["math_dapo"])},
+            "rewards": {"math_rule": {"reward_type": "math_rule", "tag_included": ["math_dapo"]},
+                        "code": {"reward_type": "math_rule", "tag_included": ["KodCode"]}},
+            "actor_train": {"data_args": {"domain_interleave_probs": {"math_rule": 0.5,
+                                                                      "code": 0.5}}}}
+    error = error_for(data)
+    assert "no teacher takes tag(s) KodCode" in error.message
+    data["teacher"]["c"] = teacher(tag_included=["KodCode"])
     load_config_dict(data)
 
 

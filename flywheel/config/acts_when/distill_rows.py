@@ -5,9 +5,25 @@ acts_when/table.py adds these rows to its ROWS (and its LoRA rows name teachers)
 from __future__ import annotations
 
 from flywheel.config.acts_when.rule import ActsWhen, Condition
+from flywheel.config.checks.offline_distill import OFFLINE_DISTILL_KEYS
+from flywheel.config.kinds import kind_of, kinds_said
 
-TEACHER = Condition("with a teacher: block (on-policy distillation)",
-                    lambda cfg, _: bool(cfg.teacher))
+TEACHER = Condition("with a teacher: block on an RL pipeline (on-policy distillation)",
+                    lambda cfg, _: bool(cfg.teacher) and kind_of(cfg).rl)
+
+
+def _declares(name: str):
+    """The kinds that list `name` in their keys (RLVR reads every key it has no row for)."""
+    return lambda kind: kind.keys is not None and name in kind.keys
+
+
+# offline distillation's keys act where a kind declares them (pipeline_type distill)
+_OFFLINE = [ActsWhen(name, Condition(f"with {kinds_said(_declares(name))}",
+                                     lambda cfg, _, name=name: _declares(name)(kind_of(cfg))),
+                     "offline distillation's loss and its teacher cache",
+                     "on-policy distillation reads the teacher's log-probs of the sampled "
+                     "tokens (opd_mode, opd_gamma): remove it")
+            for name in sorted(OFFLINE_DISTILL_KEYS)]
 _NEVER_SAMPLES = Condition("on actor_infer and validation", lambda cfg, _: False)
 _NEVER_TRAINS = Condition("on actor_train and critic", lambda cfg, _: False)
 _NEVER_BACKWARD = Condition("on actor_train", lambda cfg, _: False)
@@ -19,6 +35,7 @@ OWN_KEYS = ("model_args", "strategy_args", "device_mapping", "num_gpus_per_worke
             "infer_batch_size", "num_threads", "cpu_affinity")
 
 DISTILL_ROWS = [
+    *_OFFLINE,
     *[ActsWhen(f"teacher.*.{key}", OWN_TEACHER, "the teacher's own model and workers",
                "weights: student scores on actor_train (no second model, no worker): "
                "remove it") for key in OWN_KEYS],

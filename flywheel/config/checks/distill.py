@@ -8,7 +8,9 @@
 - with tag routing (`tag_included`), every domain the data mix names has a teacher;
 - `opd_mode: pure` reads no verifier advantage, so a critic (gae) would train for nothing;
 - a context_template names only {prompt}, {answer}, {tag}; the student as its own teacher
-  (weights: student) has one, and samples untruncated.
+  (weights: student) has one, and samples untruncated;
+- over agentic episodes: no tag_included, context_template or weights: student (episodes
+  have no records), trajectory rows only (no step_level_samples, turn_level_returns).
 
 What needs the data or the models is checked at start: every record's tag has a teacher
 (pipelines/distill/teachers.py `check_teacher_tags`), and each teacher's tokenizer is the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 from string import Formatter
 
+from flywheel.algorithms.estimators import estimator_spec
 from flywheel.config.catalogs import BackendEntry
 from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig
@@ -56,11 +59,37 @@ def check_distill(cfg: PipelineConfig, backends: Catalog[BackendEntry]) -> None:
         if teacher.weights == "student":
             check_self_teacher(cfg, key)
     check_teacher_domains(cfg)
+    if kind_of(cfg).envs:
+        check_episode_teachers(cfg)
     if cfg.opd_mode == "pure" and cfg.critic is not None:
         raise ConfigError("", "critic", "opd_mode pure takes the advantage from the teachers "
                                         "alone, so a critic of the verifier rewards would "
                                         "train for nothing: remove it (and adv_estimator "
                                         "gae), or set opd_mode: mixed")
+
+
+def check_episode_teachers(cfg: PipelineConfig) -> None:
+    """Teachers over agentic episodes (pipelines/distill/episode_teachers.py): every teacher
+    scores every trajectory row, whose tokens the advantage's trajectory path credits."""
+    for name, teacher in cfg.teacher.items():
+        key = f"teacher.{name}"
+        if teacher.weights == "student":
+            raise ConfigError("", f"{key}.weights", "student needs a context_template over "
+                                                    "records, which episodes do not have; "
+                                                    "use a teacher of its own model")
+        for field, why in (("tag_included", "episodes carry an env tag, not a record's: "
+                                            "every teacher scores every episode"),
+                           ("context_template", "episodes have no record to write a "
+                                                "privileged prompt from")):
+            if getattr(teacher, field):
+                raise ConfigError("", f"{key}.{field}", f"{why}; remove it")
+    per_turn = estimator_spec(cfg.adv_estimator).per_turn
+    if cfg.step_level_samples or cfg.turn_level_returns or per_turn:
+        key = ("step_level_samples" if cfg.step_level_samples else "turn_level_returns"
+               if cfg.turn_level_returns else "adv_estimator")
+        raise ConfigError("", key, "on-policy distillation over episodes adds the teachers' "
+                                   "per-token term to the trajectory advantage (one row per "
+                                   "episode, episode returns); remove it or the teacher")
 
 
 def check_context_template(key: str, template: str | None) -> None:
@@ -110,12 +139,21 @@ def untaught_tags(tags: list[str], routing: dict[str, tuple[str, ...]]) -> list[
     return sorted(set(tags) - taken)
 
 
+def domain_tags(cfg: PipelineConfig, domain: str) -> list[str]:
+    """The tags of one domain_interleave_probs key: the key itself (a data tag), or, when
+    it names a reward with a tag_included, that reward's tags (ROLL's domain_2_tag: its
+    OPD example keys the mix by reward and routes teachers by the rewards' tags)."""
+    reward = cfg.rewards.get(domain)
+    return list(reward.tag_included) if reward is not None and reward.tag_included else [domain]
+
+
 def check_teacher_domains(cfg: PipelineConfig) -> None:
     """Every domain of the data mix has a teacher (the records are checked at start)."""
     domains = list(cfg.actor_train.data_args.domain_interleave_probs or {})
-    missing = untaught_tags(domains, teacher_tags(cfg))
+    tags = [tag for domain in domains for tag in domain_tags(cfg, domain)]
+    missing = untaught_tags(tags, teacher_tags(cfg))
     if missing:
-        raise ConfigError("", "teacher", f"no teacher takes domain(s) {', '.join(missing)} "
-                                         f"of actor_train.data_args.domain_interleave_probs: "
-                                         f"add them to a teacher's tag_included, or give a "
-                                         f"teacher an empty tag_included (every tag)")
+        raise ConfigError("", "teacher", f"no teacher takes tag(s) {', '.join(missing)} of "
+                                         f"actor_train.data_args.domain_interleave_probs' "
+                                         f"domains: add them to a teacher's tag_included, or "
+                                         f"give a teacher an empty tag_included (every tag)")

@@ -81,15 +81,23 @@ def check_sft(cfg: PipelineConfig) -> None:
                           f"SFT with LoRA trains on {in_process} (its checkpoint is the "
                           f"adapter); SFT on {strategy} ranks writes whole models: remove "
                           f"LoRA or use {in_process}")
-    if cfg.actor_train.training_args.num_train_epochs and cfg.max_steps != defaults.max_steps:
+    check_record_schedule(cfg, "SFT")
+
+
+def check_record_schedule(cfg: PipelineConfig, title: str) -> None:
+    """What a kind that trains on fixed records and validates greedily refuses (SFT,
+    offline distillation): max_steps beside num_train_epochs, validation sampling keys,
+    eval_steps without a validation block and the reverse."""
+    if cfg.actor_train.training_args.num_train_epochs and (
+            cfg.max_steps != PipelineConfig().max_steps):
         raise ConfigError("", "max_steps", "is set with actor_train.training_args."
                                            "num_train_epochs, which counts the steps from "
                                            "the data: write one of them")
     if cfg.validation is not None and cfg.validation.generating_args != (
             ValidationGeneratingArgs()):
         raise ConfigError("", "validation.generating_args",
-                          "SFT validation decodes greedily up to response_length tokens; "
-                          "remove generating_args")
+                          f"{title} validation decodes greedily up to response_length "
+                          f"tokens; remove generating_args")
     if cfg.eval_steps and cfg.validation is None:
         raise ConfigError("", "eval_steps", f"is {cfg.eval_steps} but there is no validation "
                                             f"block: add validation.data_args.file_name, or "

@@ -6,6 +6,7 @@
     roles.py       the role blocks (actor_train, actor_infer, reference, critic, validation)
     rewards.py     the reward blocks (`rewards.<name>`), code sandbox, LLM judge
     distill.py     on-policy distillation: the teacher blocks, opd_mode, opd_gamma
+    offline_distill.py  offline distillation: the divergence, top-k, its cache, SFT mix
     algorithm.py   sample filters and masks, advantages, clipping, KL, importance corrections
     asynchrony.py  generation ahead of training, partial rollouts, offloading, weight sync
     agentic.py     env tags, env pools, tools, episodes as training rows

@@ -28,6 +28,7 @@ from flywheel.config.schema.algorithm import AlgorithmKeys
 from flywheel.config.schema.asynchrony import AsyncKeys
 from flywheel.config.schema.data import BatchKeys
 from flywheel.config.schema.distill import DistillKeys
+from flywheel.config.schema.offline_distill import OfflineDistillKeys
 from flywheel.config.schema.preference import PreferenceKeys
 from flywheel.config.schema.rewards import RewardKeys
 from flywheel.config.schema.roles import ModelKeys, RoleKeys, ValidationKeys
@@ -39,8 +40,8 @@ from flywheel.config.schema.run import InfraKeys, RunKeys, StepKeys
 # `platform show-config`): RunKeys first, InfraKeys last.
 @dataclass
 class PipelineConfig(InfraKeys, AgentKeys, PreferenceKeys, AgenticKeys, ValidationKeys,
-                     DistillKeys, RewardKeys, RoleKeys, PPOClipKnobs, AlgorithmKeys, AsyncKeys,
-                     StepKeys, BatchKeys, ModelKeys, RunKeys):
+                     OfflineDistillKeys, DistillKeys, RewardKeys, RoleKeys, PPOClipKnobs,
+                     AlgorithmKeys, AsyncKeys, StepKeys, BatchKeys, ModelKeys, RunKeys):
     """A whole run. ROLL's top-level keys, plus flywheel's `pipeline_type`."""
 
 

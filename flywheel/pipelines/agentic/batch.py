@@ -49,6 +49,7 @@ from flywheel.config.derived import data_parallel_size
 from flywheel.config.schema import PipelineConfig
 from flywheel.envs import aggregate_metrics, discounted_returns, to_step_samples
 from flywheel.pipelines.agentic.env_jobs import EpisodeGroup
+from flywheel.pipelines.distill.opd_batch import teacher_scores
 from flywheel.pipelines.rlvr.train_batch import add_advantages, place_turn_rewards
 from flywheel.workers.batch import TokenBatch, pack_sequences
 
@@ -133,7 +134,8 @@ def agentic_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     if estimator_spec(cfg.adv_estimator).per_turn:  # step_reinforce, gigpo
         return _finish(batch, cfg, _step_advantages(batch, cfg, group_size))
     if not cfg.turn_level_returns and not cfg.step_level_samples:
-        return add_advantages(batch, cfg, group_size, kl_coef)
+        teachers = teacher_scores(batch, list(cfg.teacher)) if cfg.teacher else None
+        return add_advantages(batch, cfg, group_size, kl_coef, teachers)
     mask = batch.response_mask  # [B, L]
     g0 = _episode_returns_by_episode(batch)  # [E]
     grouped = g0.reshape(-1, group_size)  # [G, n]

@@ -6,7 +6,9 @@ buffer, ledger, staleness bound, checkpoints and metrics; what a step is made of
                   generator (env workers played them, asking actor_infer for every turn,
                   ahead by async_generation_ratio)
   2. log-probs    old log-probs of every trajectory (model tokens only count), reference
-  3. advantages   GRPO over the episodes of a group (or per-turn discounted returns)
+  3. advantages   GRPO over the episodes of a group (or per-turn discounted returns);
+                  with teachers, their per-token term (on-policy distillation: the
+                  teachers score the packed trajectories, distill/episode_teachers.py)
   4. train        actor_train.train_step with the configured pg_variant loss
   5. sync         publish the new weights to actor_infer
   6. log / validate on fixed held-out env seeds (generation paused) / checkpoint
@@ -56,14 +58,19 @@ from flywheel.pipelines.agentic.env_jobs import (
     start_env_workers,
     val_jobs,
 )
+from flywheel.pipelines.distill.episode_teachers import score_episodes
+from flywheel.pipelines.distill.teachers import check_teacher_tokenizers
 from flywheel.pipelines.loop.seams import Taken
 from flywheel.pipelines.roles.handles import EnvRole
 from flywheel.pipelines.roles.roles import Roles
 from flywheel.workers.batch import TokenBatch
+from flywheel.workers.strategies.hf_model import load_tokenizer
 
 
 def no_data(cfg: PipelineConfig, tokenizer) -> None:
-    """Envs make their own observations: nothing to load before Ray starts."""
+    """Envs make their own observations: nothing to load before Ray starts (a teacher's
+    tokenizer is checked against the student's here, for on-policy distillation)."""
+    check_teacher_tokenizers(cfg, tokenizer, load_tokenizer)
     return None
 
 
@@ -102,7 +109,10 @@ class AgenticRollout:
                               cfg.turn_level_returns or step_credit,
                               self._data_parallel_rows(),
                               episode_gamma=1.0 if cfg.adv_estimator == "gigpo" else None)
-        return pack_trajectories(groups, self.tokenizer.pad_token_id, cfg.gamma)
+        batch = pack_trajectories(groups, self.tokenizer.pad_token_id, cfg.gamma)
+        if self.roles.teachers:  # on-policy distillation over the episodes
+            score_episodes(batch, self.roles.teachers)
+        return batch
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         """Advantages over every episode played, then the rows fitted to whole optimizer
