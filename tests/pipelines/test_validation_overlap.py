@@ -95,7 +95,7 @@ def rows(run_dir) -> list[dict]:
 # batch generated ahead is ready when validation starts, and a train step fits inside it.
 # Steps 0 and 3 validate inline (the baseline, the last step), step 2 beside step 3.
 RLVR = dict(gen_s=0.01, train_s=0.3, max_steps=3, eval_steps=2, val_batch_size=48)
-AGENTIC = dict(gen_s=0.004, train_s=0.3, max_steps=3, eval_steps=2, val_batch_size=32,
+AGENTIC = dict(gen_s=0.01, train_s=0.3, max_steps=3, eval_steps=2, val_batch_size=32,
                val_env_manager={"num_env_groups": 32, "group_size": 1})
 # the ratio 0 run, for the figures, on RLVR only (each run costs seconds of start-up)
 PIPELINES = {"rlvr": (sim_config, RLVR, "val/response_length"),
