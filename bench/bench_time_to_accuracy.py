@@ -103,6 +103,7 @@ class Run:
     overrides: list[str]
     load_before: float
     process_s: float  # the whole child process, start-up included
+    baseline: float | None = None  # the metric before training (step 0)
     evals: list[Eval] = field(default_factory=list)
     blocking_val_s: float = 0.0  # time/validate + time/wait_for_validation, steps >= 1
     overlapped_val_s: float = 0.0  # time/validate_overlapped, summed
@@ -161,6 +162,8 @@ def one_run(name: str, overrides: list[str], seed: int, args, work: Path) -> Run
                                                                             args.metric)
     result.reach = reached(result.evals, args.target, 1)
     result.hold = reached(result.evals, args.target, 2)
+    result.baseline = next((r[args.metric] for r in rows if r["step"] == 0
+                            and args.metric in r), None)
     last = max(r["step"] for r in rows)
     result.final = next((r[args.metric] for r in rows if r["step"] == last
                          and args.metric in r), None)
@@ -222,7 +225,9 @@ def plot(runs: list[Run], names: list[str], metric: str, target: float, path: Pa
     ax = fig.add_subplot()
     colours = {name: f"C{i}" for i, name in enumerate(names)}
     for r in runs:
-        ax.plot([e.wall_s for e in r.evals], [e.value for e in r.evals], marker="o",
+        start = [(0.0, r.baseline)] if r.baseline is not None else []  # before training
+        points = start + [(e.wall_s, e.value) for e in r.evals]
+        ax.plot([t for t, _ in points], [v for _, v in points], marker="o",
                 color=colours[r.name], alpha=0.8, label=f"{r.name} seed {r.seed}")
     ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("wall s since the first train step (validation included)")
@@ -254,6 +259,8 @@ def main() -> None:
     parser.add_argument("--metric", default="val/accuracy")
     parser.add_argument("--budget-s", type=float, default=0.0,
                         help="also report the metric known by this wall time")
+    parser.add_argument("--work", type=Path, help="where runs and their logs go (a new "
+                        "folder inside it; default: the system's temporary folder)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--times", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
@@ -264,7 +271,9 @@ def main() -> None:
         return
     sets = parse_sets(args.sets)
     seeds = [int(s) for s in args.seeds.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="bench_tta-"))
+    if args.work:
+        args.work.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_tta-", dir=args.work))
     print(f"config {args.config}, sets {sets}, seeds {seeds}\nrun output and logs: {work}",
           flush=True)
     names = list(sets)
@@ -278,7 +287,8 @@ def main() -> None:
     stem = RESULTS / f"time_to_accuracy-{time.strftime('%Y%m%d-%H%M%S')}"
     plot(runs, names, args.metric, args.target, stem.with_suffix(".png"))
     stem.with_suffix(".json").write_text(json.dumps(
-        {"args": {**vars(args), "config": str(args.config), "times": None}, "sets": sets,
+        {"args": {**vars(args), "config": str(args.config), "times": None,
+                  "work": str(work)}, "sets": sets,
          "table": text, "runs": [asdict(r) for r in runs]}, indent=1))
     print(f"\nresults: {stem}.json, plot {stem}.png")
 
