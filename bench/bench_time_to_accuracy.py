@@ -106,6 +106,8 @@ class Run:
     baseline: float | None = None  # the metric before training (step 0)
     evals: list[Eval] = field(default_factory=list)
     blocking_val_s: float = 0.0  # time/validate + time/wait_for_validation, steps >= 1
+    # medians over the steps after WARMUP that neither validated nor waited for one
+    phases: dict[str, float] = field(default_factory=dict)
     overlapped_val_s: float = 0.0  # time/validate_overlapped, summed
     reach: Eval | None = None
     hold: Eval | None = None
@@ -130,6 +132,19 @@ def timeline(rows: list[dict], times: list[dict], metric: str) -> tuple[list[Eva
             # an overlapped validation ran after its step's training: not waited for
             evals.append(Eval(row["step"], known, known - beside - blocking, row[metric]))
     return evals, blocking, overlapped
+
+
+WARMUP = 2  # steps left out of the phase medians (the first cannot overlap)
+PHASES = ("time/step", "time/generate", "time/logprobs", "time/train", "time/wait_for_batch",
+          "time/weight_sync", "time/weight_load", "idle/actor_infer", "idle/actor_train")
+
+
+def phase_medians(rows: list[dict]) -> dict[str, float]:
+    """Where a plain step's time goes: medians over steps after WARMUP with no validation
+    in them (issue 50 item 3, the per-step gap)."""
+    plain = [r for r in rows if r["step"] > WARMUP and "time/step" in r
+             and not any(k in r for k in ("time/validate", "time/wait_for_validation"))]
+    return {k: statistics.median(r.get(k, 0.0) for r in plain) for k in PHASES} if plain else {}
 
 
 def reached(evals: list[Eval], target: float, consecutive: int) -> Eval | None:
@@ -160,6 +175,7 @@ def one_run(name: str, overrides: list[str], seed: int, args, work: Path) -> Run
     result = Run(name, seed, overrides, load, time.time() - started)
     result.evals, result.blocking_val_s, result.overlapped_val_s = timeline(rows, times,
                                                                             args.metric)
+    result.phases = phase_medians(rows)
     result.reach = reached(result.evals, args.target, 1)
     result.hold = reached(result.evals, args.target, 2)
     result.baseline = next((r[args.metric] for r in rows if r["step"] == 0
@@ -215,6 +231,18 @@ def table(runs: list[Run], names: list[str], target: float, budget: bool) -> str
         if budget:
             cells.append(fmt(median_of([r.at_budget for r in rs]), ".3f"))
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def phase_table(runs: list[Run], names: list[str]) -> str:
+    """Per set, the median over seeds of each run's plain-step phase medians."""
+    short = [k.split("/", 1)[1] for k in PHASES]
+    lines = ["| set | " + " | ".join(short) + " |", "|" + "---|" * (len(PHASES) + 1)]
+    for name in names:
+        rs = [r for r in runs if r.name == name and r.phases]
+        if rs:
+            lines.append(f"| {name} | " + " | ".join(
+                f"{statistics.median(r.phases[k] for r in rs):.2f}" for k in PHASES) + " |")
     return "\n".join(lines)
 
 
@@ -281,7 +309,9 @@ def main() -> None:
     for i, seed in enumerate(seeds):
         for name in (names if i % 2 == 0 else names[::-1]):
             runs.append(one_run(name, sets[name], seed, args, work))
-    text = table(runs, names, args.target, bool(args.budget_s))
+    text = (table(runs, names, args.target, bool(args.budget_s))
+            + f"\n\nplain steps (no validation, after step {WARMUP}), medians:\n\n"
+            + phase_table(runs, names))
     print("\n" + text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"time_to_accuracy-{time.strftime('%Y%m%d-%H%M%S')}"
