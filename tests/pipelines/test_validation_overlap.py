@@ -102,7 +102,9 @@ PIPELINES = {"rlvr": (sim_config, RLVR, "val/response_length"),
              "agentic": (agentic_sim_config, AGENTIC, None)}
 
 
-@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+# agentic under `long` (make test-long): the suite's agentic run at ratio 2
+# (test_agentic_async.py) validates beside training too and checks its rows
+@pytest.mark.parametrize("pipeline", ["rlvr", pytest.param("agentic", marks=pytest.mark.long)])
 def test_validation_runs_beside_training_on_exactly_its_version(
         tmp_path, ray_session, tiny_model_path, seen, pipeline):
     make, knobs, val_key = PIPELINES[pipeline]
