@@ -149,7 +149,10 @@ class Rollout(Protocol[W, G]):
     # rewards / env outcomes of the batch `step` (1-based) took
     def step_metrics(self, taken: Taken[G], step: int) -> dict[str, float]: ...
 
-    def validate(self) -> dict[str, float]: ...  # run while generation is paused
+    # run while generation is paused; with ratio > 0 from a thread of its own while the
+    # trainer trains the next batch (loop/overlapped_validation.py): touch no state that
+    # pack / add_advantages / step_metrics change
+    def validate(self) -> dict[str, float]: ...
 
     # a checkpoint keeps the buffer's groups as JSON
     def group_state(self, group: G) -> dict: ...

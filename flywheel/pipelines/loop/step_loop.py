@@ -14,7 +14,9 @@ One training step, in order:
                   mismatch first when step 2 did not
   5. sync         publish the new weights to actor_infer (every model_update_frequency);
                   the weights are asked for right behind the train call (policy_sync.py)
-  6. log / validate (generation paused) / checkpoint
+  6. log / validate (generation paused) / checkpoint; with ratio > 0 validation runs
+                  beside the next step's training, and that step's sync waits for it
+                  (loop/overlapped_validation.py)
 
 Steps are 1-based in logs; a policy version is the number of train steps its weights
 include, so a sample's staleness at (1-based) step s is (s − 1) − version: 0 for the
@@ -54,6 +56,7 @@ from flywheel.config.schema import PipelineConfig
 from flywheel.pipelines.loop.async_window import AsyncWindow
 from flywheel.pipelines.loop.group_filter import group_filter
 from flywheel.pipelines.loop.layout_hint import LAST, idle_split_hint
+from flywheel.pipelines.loop.overlapped_validation import OverlappedValidation
 from flywheel.pipelines.loop.phase_switch import PhaseSwitch, describe
 from flywheel.pipelines.loop.policy_sync import PolicySync
 from flywheel.pipelines.loop.prefetch import PrefetchGenerator, PrefetchSettings
@@ -132,6 +135,8 @@ class StepLoop(Generic[W, G]):
     _dropped: dict[str, int] = field(default_factory=dict)  # reason -> samples
     _dropped_lock: threading.Lock = field(default_factory=threading.Lock)
     _layout_rows: dict[int, dict[str, float]] = field(default_factory=dict)  # layout_hint
+    # the validation running beside training (ratio > 0), its step's row held until it ends
+    validation: OverlappedValidation | None = None
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -209,10 +214,16 @@ class StepLoop(Generic[W, G]):
                     raise error.at_step(step) from None
                 if metrics is None:  # asked to stop while waiting for a batch
                     break
-                self.tracker.log(self.step, metrics)
+                self.end_validation()  # still running (model_update_frequency > 1): rows in order
+                if self.validates_after(self.step) and self.overlaps_validation():
+                    self.validation = OverlappedValidation.start(
+                        self.step, metrics, self.rollout.validate, generator)  # 6. validate
+                else:
+                    self.tracker.log(self.step, metrics)
                 self.hint_layout(metrics)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     self.save_checkpoint(generator)
+            self.end_validation()
             # The end of a run is always resumable: a checkpoint of its last step, unless
             # it has one (save_steps, or no step trained since the start or the resume).
             if self.step > started and not (cfg.save_steps and self.step % cfg.save_steps == 0):
@@ -222,6 +233,23 @@ class StepLoop(Generic[W, G]):
             self.ledger.close(self.step)
             with contextlib.suppress(Exception):  # never hide the error that got us here
                 self.switch.write_events(self.output_dir / PHASE_EVENTS)
+
+    def validates_after(self, step: int) -> bool:
+        cfg = self.cfg
+        return bool(cfg.eval_steps) and (step % cfg.eval_steps == 0 or step == cfg.max_steps)
+
+    def overlaps_validation(self) -> bool:
+        """Validation beside training (loop/overlapped_validation.py): there are batches to
+        train meanwhile (ratio > 0), the devices are not taken in turns, a step follows."""
+        cfg = self.cfg
+        return (cfg.async_generation_ratio > 0 and not self.switch.active
+                and self.step < cfg.max_steps)
+
+    def end_validation(self) -> None:
+        """Wait for the validation running beside training and log its step's row."""
+        if self.validation is not None:
+            run, self.validation = self.validation, None
+            self.tracker.log(run.step, run.wait())
 
     def hint_layout(self, metrics: dict[str, float]) -> None:
         """Once, at step layout_hint.LAST: say whether the CPU split idles a role."""
@@ -253,12 +281,15 @@ class StepLoop(Generic[W, G]):
             with self.training_phase(generator):  # colocated: the engine sleeps meanwhile
                 metrics = self.train_on(taken.groups, timer)  # 2-4. log-probs, adv., train
                 sync = self.policy.syncs_after(self.step)
+                if sync and self.validation is not None:  # it must end on its version
+                    with timer.phase("wait_for_validation"):
+                        self.end_validation()
                 if sync or self.switch.active:
                     with timer.phase("weight_sync"):  # 5. sync
                         self.policy.after_step(self.step, generator, sync)
             generator.release(len(taken.groups))
             self.ledger.trained(taken.groups, self.step)
-            if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
+            if self.validates_after(self.step) and not self.overlaps_validation():
                 with timer.phase("validate"), generator.paused():  # 6. validate
                     metrics.update(self.rollout.validate())
         seconds = timer.seconds
@@ -359,6 +390,7 @@ class StepLoop(Generic[W, G]):
     def save_checkpoint(self, generator: PrefetchGenerator[W, G]) -> None:
         """Pause generation so the checkpoint holds every finished group: a resumed run
         continues with exactly the batches the uninterrupted one would have trained."""
+        self.end_validation()
         with (generator.paused(), self.switch.training(),
               writing_checkpoint(self.output_dir, self.step, plots=PANELS) as tmp):
             self.roles.actor_train.save(str(tmp / "actor_train"))
