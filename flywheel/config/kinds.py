@@ -170,7 +170,7 @@ KINDS: dict[str, PipelineKind] = {
         rl=False, samples=None, prompts=True, rewards=False, roles=("reference",),
         reads_roles=("reference",), title="DPO", keys=DPO_KEYS,
         config_check="flywheel.config.checks.preference:check_dpo",
-        run="flywheel.pipelines.dpo.run:run_dpo",
+        run="flywheel.pipelines.dpo.run:run_dpo", ranks_with_process_group=True,
         doc="offline preference learning on (chosen, rejected) pairs: DPO, IPO, SimPO"),
     "reward_model": PipelineKind(
         rl=False, samples=None, prompts=True, rewards=False, roles=(),
