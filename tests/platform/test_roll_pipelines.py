@@ -44,8 +44,6 @@ def test_each_pipeline_is_recognised_by_its_roles_and_keys(path, pipeline, becau
 
 
 @pytest.mark.parametrize(("path", "pipeline", "its_keys"), [
-    (PIPELINES / "dpo_megatron.yaml", "dpo",
-     ["ipo", "beta", "label_smoothing", "chosen_key", "rejected_key"]),
     (PIPELINES / "distill_megatron.yaml", "distill",
      ["student_pretrain", "teacher_pretrain", "kd_objective", "question_key", "student",
       "teacher"]),
