@@ -182,3 +182,44 @@ def check_where_it_trains(cfg: PipelineConfig) -> None:
     if cfg.validation is not None and not cfg.eval_steps:
         raise ConfigError("", "validation", "is set but eval_steps is 0, so it would never "
                                             "run: set eval_steps, or remove validation")
+
+
+# actor_train's policy-gradient keys: online DPO's pair loss reads none of them
+PG_ACTOR_KEYS = ("pg_variant", "pg_variant_args", "loss_agg_mode", "tis_lower_bound",
+                 "tis_upper_bound", "topr_positive_weight", "topr_negative_weight",
+                 "cispo_epsilon_low", "cispo_epsilon_high", "cispo_use_unified_mask",
+                 "kimi15_tau")
+
+
+def check_online_dpo(cfg: PipelineConfig) -> None:
+    """The online_dpo kind's `config_check` (config/kinds.py): the loss keys as offline
+    DPO's, actor_train's policy-gradient keys refused, and the reference the loss reads:
+    a `reference` block (a role of its own, or with LoRA the adapter-off base) for
+    sigmoid and ipo, none for simpo."""
+    check_pair_keys(cfg)
+    check_loss_keys(cfg)
+    actor = ActorTrainConfig()
+    for name in PG_ACTOR_KEYS:
+        if getattr(cfg.actor_train, name) != getattr(actor, name):
+            raise ConfigError("", f"actor_train.{name}", "online DPO trains with the pairwise "
+                                                          "loss (dpo_loss_type), not a "
+                                                          "policy-gradient loss; remove it")
+    args = cfg.actor_train.training_args
+    if args.per_device_train_batch_size % 2:
+        raise ConfigError("", "actor_train.training_args.per_device_train_batch_size",
+                          f"counts rows in online DPO, two per pair: "
+                          f"{args.per_device_train_batch_size} would split a pair; make it "
+                          f"even")
+    if args.dynamic_batching:
+        raise ConfigError("", "actor_train.training_args.dynamic_batching",
+                          "token-budget micro-batches reorder rows and would split a "
+                          "pair's chosen and rejected responses; remove it")
+    loss = loss_type(cfg)
+    if LOSS_NAMES[loss] and cfg.reference is None:
+        raise ConfigError("", "reference", f"dpo_loss_type {loss} reads a reference policy: "
+                                           f"add a reference block (its model_args: the "
+                                           f"start model; with LoRA the base with the "
+                                           f"adapter off), or use dpo_loss_type: simpo")
+    if not LOSS_NAMES[loss] and cfg.reference is not None:
+        raise ConfigError("", "reference", f"{loss} uses no reference policy; remove the "
+                                           f"reference block")
