@@ -201,7 +201,7 @@ def run_dpo_side_by_side(steps: int, pairs: int, lr: float, beta: float, val_pai
     dpo_pairs_for_trl(cfg, steps, pairs, pairs_path)
     model = resolve_pretrain(cfg.pretrain)
     trl_out = work / "dpo-trl"
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ""}
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     with open(work / "trl.log", "a") as log:
         subprocess.run([str(TRL_PYTHON), str(DPO_TRL_RUN), "--model", model, "--pairs",

@@ -1,6 +1,6 @@
 """TRL's DPOTrainer on pairs flywheel encoded: the peer side of bench_vs_trl.py's DPO part.
-Runs in `.venv-trl` (make trl-venv), never in flywheel's venv, and imports nothing of
-flywheel.
+Runs in `.venv-trl` (make trl-venv), never in flywheel's venv; flywheel is on PYTHONPATH
+only for trl_grpo_run's imports (its step clock is shared).
 
     .venv-trl/bin/python bench/trl_dpo_run.py --model DIR --pairs PAIRS.json --out DIR
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -26,6 +25,7 @@ from datasets import Dataset
 from torch.utils.data import SequentialSampler
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import DPOConfig, DPOTrainer
+from trl_grpo_run import StepClock  # this folder is on sys.path: the script's own
 
 
 class GivenIds(DPOTrainer):
@@ -39,15 +39,10 @@ class GivenIds(DPOTrainer):
 
 
 class StepLog(TrainerCallback):
+    """What TRL logs each optimizer step (logging_steps 1: that step's loss)."""
+
     def __init__(self):
         self.rows: list[dict] = []
-        self.started = time.perf_counter()
-        self.step_s: list[float] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        now = time.perf_counter()
-        self.step_s.append(now - self.started)
-        self.started = now
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
@@ -78,13 +73,13 @@ def main() -> None:
         gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to=[],
         bf16=False, fp16=False, use_cpu=True, seed=spec["seed"], dataloader_num_workers=0,
         remove_unused_columns=False)
-    log = StepLog()
+    log, clock = StepLog(), StepClock()
     trainer = GivenIds(model=model, ref_model=reference, args=config, train_dataset=data,
-                       processing_class=tokenizer, callbacks=[log])
+                       processing_class=tokenizer, callbacks=[log, clock])
     trainer.train()
     trainer.model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
-    (out / "steps.json").write_text(json.dumps({"rows": log.rows, "step_s": log.step_s},
+    (out / "steps.json").write_text(json.dumps({"rows": log.rows, "step_s": clock.seconds},
                                                indent=1))
 
 

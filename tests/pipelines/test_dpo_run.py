@@ -92,7 +92,8 @@ DPO = {"pipeline_type": "dpo", "actor_train": {"data_args": {"file_name": "x.jso
 
 
 @pytest.mark.parametrize(("extra", "key", "says"), [
-    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta", "acts in pipeline_type dpo only"),
+    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta",
+     "acts in pipeline_type dpo or online_dpo only"),
     ({"pipeline_type": "rlvr", "chosen_key": "good"}, "chosen_key",
      "acts in pipeline_type dpo or reward_model only"),
     ({"pipeline_type": "sft", "chosen_key": "good"}, "chosen_key", "SFT does not use it"),

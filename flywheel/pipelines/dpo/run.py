@@ -58,6 +58,7 @@ from flywheel.pipelines.dpo.pair_data import EncodedPairs, encode_pairs, load_pa
 from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
 from flywheel.pipelines.sft.run import save_checkpoint
+from flywheel.pipelines.sft.step_end import end_step
 from flywheel.pipelines.sft.trainers import InProcess, OnRanks, start_trainer
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.plots import refresh_run_plots
@@ -204,14 +205,11 @@ def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: EncodedPa
                 metrics |= train.counts.metrics("dpo")
             metrics["dpo/epoch"] = step * pairs / len(train)
             metrics["time/step"] = time.perf_counter() - start
-            last = step == cfg.max_steps
-            if val is not None and (step % cfg.eval_steps == 0 or last):
-                metrics.update(validate(trainer, reference, tokenizer, val, loss,
-                                        cfg.response_length,
-                                        cfg.actor_train.infer_batch_size))
-            tracker.log(step, metrics)
-            if last or (cfg.save_steps and step % cfg.save_steps == 0):
-                save_checkpoint(output_dir, step, trainer, tokenizer, cfg.save_total_limit)
+            end_step(cfg, step, cfg.max_steps, metrics, tracker, None if val is None else (
+                lambda: validate(trainer, reference, tokenizer, val, loss, cfg.response_length,
+                                 cfg.actor_train.infer_batch_size)),
+                lambda step=step: save_checkpoint(output_dir, step, trainer, tokenizer,
+                                                  cfg.save_total_limit))
     finally:
         trainer.close()
 
