@@ -64,6 +64,8 @@ DPO_NOTES: dict[str, str] = {
                                     "'instruction' whatever data_args say: the converted "
                                     "file sets actor_train.data_args.prompt: instruction "
                                     "(and validation's)",
+    "eval_steps": "ROLL's DPO also validates before its first step (step 0 is a multiple); "
+                  "flywheel's first validates at step eval_steps, and after the last",
     "sequence_length": "ROLL drops pairs whose chosen or rejected ids (prompt included) are "
                        "over it without a count; flywheel drops and counts them "
                        "(overlong_pairs: drop)",
