@@ -23,13 +23,18 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from torch.utils.data import SequentialSampler
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 from trl_grpo_run import StepClock  # this folder is on sys.path: the script's own
 
 
 class GivenIds(DPOTrainer):
-    """DPOTrainer on already tokenized pairs, in the given order."""
+    """DPOTrainer on already tokenized pairs, in the given order; each optimizer step's
+    loss and reward margin kept as exact floats (TRL's logs round them for display)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rows: list[dict] = []
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         return dataset
@@ -37,16 +42,15 @@ class GivenIds(DPOTrainer):
     def _get_train_sampler(self, *args, **kwargs):
         return SequentialSampler(self.train_dataset)
 
-
-class StepLog(TrainerCallback):
-    """What TRL logs each optimizer step (logging_steps 1: that step's loss)."""
-
-    def __init__(self):
-        self.rows: list[dict] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.rows.append({"step": state.global_step, **logs})
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self.model.training:  # one micro-batch per optimizer step here
+            loss = out[0] if return_outputs else out
+            self.rows.append({"loss": float(loss.detach()),
+                              "rewards/margins": self._metrics["train"]["rewards/margins"][-1],
+                              "rewards/accuracies":
+                                  self._metrics["train"]["rewards/accuracies"][-1]})
+        return out
 
 
 def main() -> None:
@@ -73,13 +77,13 @@ def main() -> None:
         gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to=[],
         bf16=False, fp16=False, use_cpu=True, seed=spec["seed"], dataloader_num_workers=0,
         remove_unused_columns=False)
-    log, clock = StepLog(), StepClock()
+    clock = StepClock()
     trainer = GivenIds(model=model, ref_model=reference, args=config, train_dataset=data,
-                       processing_class=tokenizer, callbacks=[log, clock])
+                       processing_class=tokenizer, callbacks=[clock])
     trainer.train()
     trainer.model.save_pretrained(out / "final")
     tokenizer.save_pretrained(out / "final")
-    (out / "steps.json").write_text(json.dumps({"rows": log.rows, "step_s": clock.seconds},
+    (out / "steps.json").write_text(json.dumps({"rows": trainer.rows, "step_s": clock.seconds},
                                                indent=1))
 
 
