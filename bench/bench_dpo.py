@@ -8,7 +8,15 @@ reward margin and accuracy, train and held-out) and seconds per step.
     PYTHONPATH=. nice -n 19 .venv/bin/python bench/bench_dpo.py [--steps 30] [--val 363]
     PYTHONPATH=. .venv/bin/python bench/bench_dpo.py --tiny   # the mechanism, built-in tiny
 
-Prints a markdown table and writes bench/results/bench_dpo-<timestamp>.json.
+Online DPO against GRPO (`--online`): examples/online_dpo_smollm2.yaml and
+examples/rlvr_smollm2.yaml from the same start with the same samples per step (8 prompts x
+8, 16 tokens, math_rule), val accuracy (363 prompts, greedy, the runs' own validation) and
+wall time (the steps' time/step summed, validation left out) at steps 0, 5, 10 and 20.
+
+    PYTHONPATH=. nice -n 5 .venv/bin/python bench/bench_dpo.py --online [--steps 20]
+
+Prints a markdown table and writes bench/results/bench_dpo-<timestamp>.json
+(bench_dpo_online-<timestamp>.json with --online).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "dpo_smollm2.yaml"
 TINY = ROOT / "examples" / "dpo_tiny.yaml"
+ONLINE = {"online DPO": ROOT / "examples" / "online_dpo_smollm2.yaml",
+          "GRPO": ROOT / "examples" / "rlvr_smollm2.yaml"}
 
 
 @torch.no_grad()
@@ -44,12 +54,56 @@ def val_accuracy(cfg, model_path: str) -> float:
     return sum(r.strip() == rec.chosen.strip() for r, rec in zip(replies, val.records)) / len(val)
 
 
+def online_curve(config: Path, steps: int, val: int, out: Path) -> dict[str, list[float]]:
+    """val/accuracy and the training wall time (s) at steps 0, 5, 10, ... of one run."""
+    from flywheel.pipelines.config import load_config
+    from flywheel.pipelines.run.launch import run
+
+    run_dir = run(load_config(config, [f"output_dir={out}", f"max_steps={steps}",
+                                       "eval_steps=5", f"save_steps={steps}",
+                                       f"val_batch_size={val}"]))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve: dict[str, list[float]] = {"step": [], "val_accuracy": [], "train_s": []}
+    seconds = 0.0
+    for row in sorted(rows, key=lambda r: r["step"]):
+        seconds += row.get("time/step", 0.0) - row.get("time/validate", 0.0)
+        if "val/accuracy" in row:
+            curve["step"].append(row["step"])
+            curve["val_accuracy"].append(row["val/accuracy"])
+            curve["train_s"].append(seconds)
+    return curve
+
+
+def main_online(steps: int, val: int) -> None:
+    curves = {}
+    for name, config in ONLINE.items():
+        curves[name] = online_curve(config, steps, val,
+                                    Path(tempfile.mkdtemp(prefix="bench_dpo_online-")))
+    print("| run | " + " | ".join(f"step {s}" for s in curves["GRPO"]["step"]) + " |")
+    print("|---|" + "---|" * len(curves["GRPO"]["step"]))
+    for name, curve in curves.items():
+        cells = [f"{a:.3f} ({t:.0f} s)" for a, t in zip(curve["val_accuracy"],
+                                                       curve["train_s"])]
+        print(f"| {name}: val accuracy (train wall) | " + " | ".join(cells) + " |")
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    path = results / f"bench_dpo_online-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"steps": steps, "val_prompts": val, "curves": curves},
+                               indent=2))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--val", type=int, default=363, help="validation pairs")
     parser.add_argument("--tiny", action="store_true", help="built-in tiny model, 6 steps")
+    parser.add_argument("--online", action="store_true",
+                        help="online DPO against GRPO on SmolLM2 (20 steps by default)")
     args = parser.parse_args()
+    if args.online:
+        main_online(args.steps if args.steps != 30 else 20, args.val)
+        return
 
     from flywheel.pipelines.config import load_config
     from flywheel.pipelines.run.launch import run

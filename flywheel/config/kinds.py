@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from flywheel.config.checks.offline_distill import DISTILL_KIND_KEYS
-from flywheel.config.checks.pair_keys import DPO_KEYS, REWARD_MODEL_KEYS
+from flywheel.config.checks.pair_keys import DPO_KEYS, ONLINE_DPO_KEYS, REWARD_MODEL_KEYS
 from flywheel.config.checks.sft import SFT_KEYS
 from flywheel.platform.config.catalogs import Catalog, check_import_path, register_entry
 
@@ -88,6 +88,11 @@ class PipelineKind:
     # `process_group`: deepspeed_train; pipelines/sft/trainers.py): there `ray`, `timeouts`
     # and actor_train's devices act (acts_when/table.py ON_RAY).
     ranks_with_process_group: bool = False
+    # Step-loop kinds whose groups train only when their samples' scores differ (online
+    # DPO's best/worst pairs): the replay buffer's group filter drops tied groups as they
+    # are scored, counted as filtered, whatever drop_uniform_groups says
+    # (loop/group_filter.py).
+    drops_tied_groups: bool = False
 
     def __post_init__(self) -> None:
         if (self.rollout is None) == (self.run is None):
@@ -172,8 +177,17 @@ KINDS: dict[str, PipelineKind] = {
         rl=False, samples=None, prompts=True, rewards=False, roles=("reference",),
         reads_roles=("reference",), title="DPO", keys=DPO_KEYS,
         config_check="flywheel.config.checks.preference:check_dpo",
-        run="flywheel.pipelines.dpo.run:run_dpo",
+        run="flywheel.pipelines.dpo.run:run_dpo", ranks_with_process_group=True,
         doc="offline preference learning on (chosen, rejected) pairs: DPO, IPO, SimPO"),
+    "online_dpo": PipelineKind(
+        rl=True, samples="responses", prompts=True, rewards=True, title="online DPO",
+        keys=ONLINE_DPO_KEYS, roles=("actor_infer", "reference"), reads_roles=("reference",),
+        drops_tied_groups=True,
+        config_check="flywheel.config.checks.preference:check_online_dpo",
+        prepare="flywheel.pipelines.rlvr.rollout:load_prompt_sets",
+        rollout="flywheel.pipelines.online_dpo.rollout:start_online_dpo",
+        loss="flywheel.pipelines.online_dpo.rollout:pair_loss",
+        doc="DPO on the policy's own samples: each group's best and worst by reward"),
     "reward_model": PipelineKind(
         rl=False, samples=None, prompts=True, rewards=False, roles=(),
         title="reward-model training", keys=REWARD_MODEL_KEYS,

@@ -92,7 +92,8 @@ DPO = {"pipeline_type": "dpo", "actor_train": {"data_args": {"file_name": "x.jso
 
 
 @pytest.mark.parametrize(("extra", "key", "says"), [
-    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta", "acts in pipeline_type dpo only"),
+    ({"pipeline_type": "rlvr", "beta": 0.2}, "beta",
+     "acts in pipeline_type dpo or online_dpo only"),
     ({"pipeline_type": "rlvr", "chosen_key": "good"}, "chosen_key",
      "acts in pipeline_type dpo or reward_model only"),
     ({"pipeline_type": "sft", "chosen_key": "good"}, "chosen_key", "SFT does not use it"),
@@ -110,8 +111,17 @@ DPO = {"pipeline_type": "dpo", "actor_train": {"data_args": {"file_name": "x.jso
      "reference.model_args.model_name_or_path", "adapter disabled"),
     ({"actor_train": {"training_args": {"dynamic_batching": True}}},
      "actor_train.training_args.dynamic_batching", "split a pair"),
-    ({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}}},
-     "actor_train.strategy_args.strategy_name", "in process on hf_train"),
+    ({"actor_train": {"strategy_args": {"strategy_name": "megatron_train"}}},
+     "actor_train.strategy_args.strategy_name", "or deepspeed_train (ranks on device_mapping"),
+    ({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"},
+                      "model_args": {"lora_target": "q_proj"}}},
+     "actor_train.model_args.lora_target", "writes whole models"),
+    ({"actor_train": {"device_mapping": [0, 1]}}, "actor_train.device_mapping",
+     "or use deepspeed_train for several ranks"),
+    ({"pipeline_type": "reward_model",
+      "actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}}},
+     "actor_train.strategy_args.strategy_name", "(in process, one device), not deepspeed"),
+    ({"ray": {"num_cpus": 2}}, "ray", "DPO runs in this process"),
     ({"eval_steps": 10}, "eval_steps", "no validation"),
     ({"label_smoothing": 0.7}, "label_smoothing", "[0, 0.5]"),
 ])

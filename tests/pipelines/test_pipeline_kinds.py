@@ -26,7 +26,7 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.mark.parametrize("data, message", [
     ({"pipeline_type": "kto"}, "pipeline_type: unknown pipeline_type 'kto'; known: rlvr, "
-                               "agentic, agent, sft, evaluate, dpo, reward_model"),
+                               "agentic, agent, sft, evaluate, dpo, online_dpo, reward_model"),
     ({"adv_estimator": "grp"}, "adv_estimator: unknown adv_estimator 'grp' (did you mean "
                                "'grpo'?); known: grpo, reinforce, gae, step_reinforce, gigpo"),
 ])
@@ -104,7 +104,7 @@ def test_registration_refuses_a_taken_name_and_a_malformed_entry(own_kinds):
     with pytest.raises(ValueError, match="must look like 'package.module:attr'"):
         PipelineKind(rl=False, samples=None, prompts=False, rewards=False, run="my.loop")
     assert list(KINDS) == ["rlvr", "agentic", "agent", "sft", "evaluate", "dpo",
-                           "reward_model", "distill"]
+                           "online_dpo", "reward_model", "distill"]
     assert list(ESTIMATORS) == ["grpo", "reinforce", "gae", "step_reinforce", "gigpo"]
 
 

@@ -191,7 +191,7 @@ CASES = [
     ("rewards", merged(AGENTIC, {"rewards": {"math_rule": {}}}), None,
      "scored by their envs"),
     ("prompt_length", merged(AGENTIC, {"prompt_length": 64}), None,
-     "rlvr, sft, evaluate, dpo, reward_model or distill"),
+     "rlvr, sft, evaluate, dpo, online_dpo, reward_model or distill"),
     ("response_length", merged(AGENTIC, {"response_length": 64}), None,
      "custom_envs.<tag>.max_tokens_per_step"),
     ("validation.data_args", merged(AGENTIC, {"eval_steps": 2, "validation": {

@@ -110,10 +110,12 @@ class TrainingArgs:
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
     # Global gradient-norm clip; 0 disables.
     max_grad_norm: float = 1.0
-    # SFT only (ROLL's num_train_epochs): whole passes over actor_train's records; the run's
-    # steps are then epochs x records // (per_device_train_batch_size x
+    # SFT and DPO (ROLL's num_train_epochs): whole passes over actor_train's records. SFT:
+    # the run's steps are then epochs x records // (per_device_train_batch_size x
     # gradient_accumulation_steps x ranks), counted once the data is read, and max_steps
-    # must stay unset. 0: max_steps counts the steps.
+    # must stay unset. DPO (as ROLL's DPO loop): the run stops at max_steps or after
+    # int(epochs) such passes over the pairs, whichever comes first. 0: max_steps counts
+    # the steps.
     num_train_epochs: float = bounded(0.0, 0)
     # AdamW moment decay rates (adam_beta1, adam_beta2) and denominator epsilon
     # (adam_epsilon).

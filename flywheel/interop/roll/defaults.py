@@ -85,10 +85,13 @@ def _default_blocks(data: dict[str, Any], out: Conversion):
         yield gen_source, keys.GENERATING_ARGS, rules.GENERATING_ARGS, ("actor_infer",
                                                                         "generating_args")
     if not agentic:
-        yield (("actor_train", "data_args"), keys.DATA_ARGS, rules.DATA_ARGS,
+        # data_args keys the pipeline never reads: `unread` holds them as data_args.<key>
+        data_args = {k: v for k, v in keys.DATA_ARGS.items()
+                     if f"data_args.{k}" not in pipeline.unread}
+        yield (("actor_train", "data_args"), data_args, rules.DATA_ARGS,
                ("actor_train", "data_args"))
         if data.get("validation") is not None:
-            yield (("validation", "data_args"), keys.DATA_ARGS, rules.DATA_ARGS,
+            yield (("validation", "data_args"), data_args, rules.DATA_ARGS,
                    ("validation", "data_args"))
 
 

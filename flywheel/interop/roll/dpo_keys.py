@@ -39,13 +39,15 @@ DPO_TOP_RULES: dict[str, Rule] = {
     # validation block reads the same file (val/dpo/*, plus greedy val/accuracy)
     "validation": SAME,
     "actor_train": SAME,
-    # only the reference's model_args act in flywheel (a frozen copy in the driver); ROLL's
-    # reference strategy / devices / infer_batch_size are reported (DPO_NOTES)
+    # only the reference's model acts in flywheel (a frozen copy on actor_train's backend
+    # and devices); ROLL's reference strategy / devices / infer_batch_size are reported
+    # (DPO_NOTES)
     "reference": SAME,
     # BaseConfig keys a DPO file carries that mean nothing to ROLL's DPO loop either
     "rollout_batch_size": Drop("ROLL's DPO batches by actor_train's batch size, not by it"),
     "num_return_sequences_in_group": Drop("ROLL's DPO samples nothing"),
-    "is_offload_states": Drop("a memory knob; the DPO run holds its models in process"),
+    "is_offload_states": Drop("a memory knob; flywheel's DPO keeps its models on their "
+                              "devices"),
     "is_offload_optimizer_states_in_train_step": Drop("a memory knob, as is_offload_states"),
     "use_sequence_packing": Missing("sequence packing in ROLL's DPO (ROLL refuses it)"),
 }
@@ -56,24 +58,29 @@ DPO_NOTES: dict[str, str] = {
         "pairs per device in both (ROLL doubles it into rows internally, as flywheel does)",
     "actor_train.infer_batch_size": "rows per forward in flywheel; ROLL doubles it for pairs",
     "actor_train.training_args.num_train_epochs":
-        "ROLL loops epochs until max_steps; flywheel's max_steps alone counts, the pairs "
-        "reshuffled epoch after epoch",
+        "the same in both: the run stops at max_steps or after int(epochs) whole passes "
+        "over the pairs (each epoch's last partial batch left out), whichever comes first",
     "actor_train.data_args.prompt": "ROLL's DPO reads the prompt from the column "
                                     "'instruction' whatever data_args say: the converted "
-                                    "file sets actor_train.data_args.prompt_key: instruction",
+                                    "file sets actor_train.data_args.prompt: instruction "
+                                    "(and validation's)",
+    "eval_steps": "ROLL's DPO also validates before its first step (step 0 is a multiple); "
+                  "flywheel's first validates at step eval_steps, and after the last",
     "sequence_length": "ROLL drops pairs whose chosen or rejected ids (prompt included) are "
                        "over it without a count; flywheel drops and counts them "
                        "(overlong_pairs: drop)",
-    "actor_train.strategy_args": "ROLL's example trains on megatron_train; flywheel's DPO "
-                                 "runs hf_train in process (one device) for now",
-    "reference.strategy_args": "ROLL runs the reference as a role (megatron_infer); "
-                               "flywheel's is a frozen copy beside actor_train",
+    "actor_train.strategy_args": "ROLL's examples train on megatron_train; flywheel's DPO "
+                                 "trains on hf_train in process or on deepspeed_train ranks",
+    "reference": "ROLL runs the reference as a role of its own backend and devices; "
+                 "flywheel's is a frozen copy of its model on actor_train's backend and "
+                 "devices, in actor_train's precision (only model_args.model_name_or_path "
+                 "acts)",
 }
 
 # what a converted ROLL DPO file gains: ROLL's fixed prompt column, and the kind
 DPO_IMPLIED: dict[str, Any] = {
     "pipeline_type": "dpo",
-    "actor_train.data_args.prompt_key": "instruction",
+    "actor_train.data_args.prompt": "instruction",
 }
 
 
@@ -102,7 +109,7 @@ def dpo_top_keys(roll: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[
         else:
             out[key] = value
     data = out.setdefault("actor_train", {}).setdefault("data_args", {})
-    data.setdefault("prompt_key", DPO_IMPLIED["actor_train.data_args.prompt_key"])
-    lines.append(f"actor_train.data_args.prompt_key: instruction ("
+    data.setdefault("prompt", DPO_IMPLIED["actor_train.data_args.prompt"])
+    lines.append(f"actor_train.data_args.prompt: instruction ("
                  f"{DPO_NOTES['actor_train.data_args.prompt']})")
     return out, lines, missing

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from flywheel.config.kinds import kind_of
 from flywheel.config.schema import PipelineConfig
 
 
@@ -50,6 +51,9 @@ class GroupFilter:
 
 
 def group_filter(cfg: PipelineConfig) -> GroupFilter:
+    """The config's filter; a kind whose groups train only when their scores differ
+    (`drops_tied_groups`: online DPO's pairs) always drops the uniform ones."""
     band = cfg.group_filter_mean_range
-    return GroupFilter(cfg.drop_uniform_groups, tuple(band) if band else None,
-                       cfg.group_filter_min_std, cfg.max_num_gen_batches)
+    return GroupFilter(cfg.drop_uniform_groups or kind_of(cfg).drops_tied_groups,
+                       tuple(band) if band else None, cfg.group_filter_min_std,
+                       cfg.max_num_gen_batches)

@@ -42,6 +42,7 @@ from flywheel.pipelines.data.prompt_data import DataError, PromptOrder
 from flywheel.pipelines.dpo.pair_data import PairCounts, PairRecord, load_pairs
 from flywheel.pipelines.dpo.run import pair_worker_config, run_in_process, sequence_limit
 from flywheel.pipelines.run.metric_views import PANELS
+from flywheel.pipelines.sft.step_end import end_step
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
 from flywheel.platform.tracking import Tracker
 from flywheel.workers.batch import TokenBatch, pack_sequences
@@ -175,12 +176,10 @@ def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: RenderedP
             metrics |= train.counts.metrics("rm")
         metrics["rm/epoch"] = step * pairs_per_step / len(train)
         metrics["time/step"] = time.perf_counter() - start
-        last = step == cfg.max_steps
-        if val is not None and (step % cfg.eval_steps == 0 or last):
-            metrics.update(validate(strategy, tokenizer, val))
-        tracker.log(step, metrics)
-        if last or (cfg.save_steps and step % cfg.save_steps == 0):
-            save_reward_model(output_dir, step, strategy, tokenizer, cfg.save_total_limit)
+        end_step(cfg, step, cfg.max_steps, metrics, tracker,
+                 None if val is None else (lambda: validate(strategy, tokenizer, val)),
+                 lambda step=step: save_reward_model(output_dir, step, strategy, tokenizer,
+                                                     cfg.save_total_limit))
 
 
 def run_reward_model(cfg: PipelineConfig, output_dir: Path, is_default: bool,

@@ -63,6 +63,7 @@ from flywheel.pipelines.data.prompt_data import (
 from flywheel.pipelines.data.records import json_images
 from flywheel.pipelines.run.metric_views import PANELS, PROGRESS_KEYS
 from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
+from flywheel.pipelines.sft.step_end import end_step
 from flywheel.pipelines.sft.train import CrossEntropy
 from flywheel.pipelines.sft.trainers import InProcess, OnRanks, start_trainer
 from flywheel.platform.checkpoint import prune_checkpoints, writing_checkpoint
@@ -298,12 +299,10 @@ def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: EncodedRe
             metrics["sft/response_tokens"] = float(batch.response_mask.sum())
             metrics["sft/epoch"] = step * rows / len(train.records)
             metrics["time/step"] = time.perf_counter() - start
-            last = step == steps
-            if val is not None and (step % cfg.eval_steps == 0 or last):
-                metrics.update(validate(trainer, tokenizer, val, cfg.response_length,
-                                        cfg.actor_train.infer_batch_size))
-            tracker.log(step, metrics)
-            if last or (cfg.save_steps and step % cfg.save_steps == 0):
-                save_checkpoint(output_dir, step, trainer, tokenizer, cfg.save_total_limit)
+            end_step(cfg, step, steps, metrics, tracker, None if val is None else (
+                lambda: validate(trainer, tokenizer, val, cfg.response_length,
+                                 cfg.actor_train.infer_batch_size)),
+                lambda step=step: save_checkpoint(output_dir, step, trainer, tokenizer,
+                                                  cfg.save_total_limit))
     finally:
         trainer.close()

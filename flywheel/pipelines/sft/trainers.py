@@ -7,7 +7,7 @@ of `TrainWorker`s on `device_mapping`, each batch sharded over the ranks in orde
 step the shared update loop (workers/strategies/train_loop.py) with the SFT objective.
 
 Both trainers answer the same four calls (`InProcess`, `OnRanks`), so pipelines/sft/run.py
-runs one loop over either:
+(and DPO's pipelines/dpo/run.py) runs one loop over either:
 
 - `train_step(batch, objective)`: one optimizer step; the metrics (averaged over ranks);
 - `logprobs(batch)`: per-token log-probs [B, L], for val/loss;
@@ -15,12 +15,16 @@ runs one loop over either:
   checkpoint (on ranks: the weights gathered as a weight sync gathers them, ZeRO-3
   included, and loaded into one copy of the model in the driver);
 - `close()`.
+
+A kind whose loss reads a frozen policy (DPO's reference) asks `start_trainer` for it by
+role name: on ranks it is a forward-only cluster of the same backend on actor_train's
+devices (`OnRanks.frozen_logprobs`); in process the pipeline holds its own copy.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -80,18 +84,19 @@ class OnRanks:
     model_path: str
     owns_ray: bool
     adapter: None = None  # checks/sft.py refuses LoRA here: the checkpoint is the model
+    # forward-only roles by name (start_trainer's `frozen`), on actor_train's devices
+    frozen: dict[str, TrainRole] = field(default_factory=dict)
     _model: torch.nn.Module | None = field(default=None, repr=False)
 
     def train_step(self, batch: TokenBatch, objective: Objective) -> dict[str, float]:
         return mean_over_ranks(self.role.train(batch, objective, ppo_epochs=1).result())
 
     def logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Sharded over the ranks in order; a batch that does not split evenly is padded
-        with copies of its first row, whose log-probs are cut off again."""
-        rows, pad = len(batch), -len(batch) % self.role.world_size
-        if pad:
-            batch = batch.select(torch.tensor(list(range(rows)) + [0] * pad))
-        return self.role.forward_logprobs(batch).result()[:rows]
+        return padded_logprobs(self.role, batch)
+
+    def frozen_logprobs(self, role: str, batch: TokenBatch) -> torch.Tensor:
+        """The frozen role `role`'s per-token log-probs [B, L] of `batch`."""
+        return padded_logprobs(self.frozen[role], batch)
 
     def model(self) -> torch.nn.Module:
         weights = copied_weights(self.role.weights().result())
@@ -110,43 +115,69 @@ class OnRanks:
 
     def close(self) -> None:
         try:
-            self.role.shutdown()
+            for role in (self.role, *self.frozen.values()):
+                role.shutdown()
             self.placement.release()
         finally:
             if self.owns_ray:
                 stop_ray()
 
 
+def padded_logprobs(role: TrainRole, batch: TokenBatch) -> torch.Tensor:
+    """`role`'s log-probs of `batch`, sharded over its ranks in order; a batch that does not
+    split evenly is padded with copies of its first row, whose log-probs are cut off again."""
+    rows, pad = len(batch), -len(batch) % role.world_size
+    if pad:
+        batch = batch.select(torch.tensor(list(range(rows)) + [0] * pad))
+    return role.forward_logprobs(batch).result()[:rows]
+
+
 def start_trainer(cfg: PipelineConfig, model_path: str, total_steps: int,
-                  output_dir: Path, address: str | None = None) -> InProcess | OnRanks:
+                  output_dir: Path, address: str | None = None,
+                  frozen: dict[str, str] | None = None) -> InProcess | OnRanks:
     """actor_train, built where its backend trains; `total_steps`: the optimizer steps
-    its learning-rate schedule spans (one per SFT step)."""
+    its learning-rate schedule spans (one per SFT step). `frozen`: role name -> model of
+    each forward-only role to start beside actor_train on ranks (same backend, devices and
+    precision, no optimizer); in process the caller builds its own."""
     if not on_ranks(cfg):
         return InProcess(HFTrainStrategy(model_path, cfg.actor_train, cfg.seed,
                                          total_steps=total_steps))
+    frozen = frozen or {}
     devices = role_devices("actor_train", cfg.actor_train)
+    colocated = [replace(devices, role=name) for name in frozen]
     owns_ray = start_ray(cfg.ray, slots_needed([devices]), address,
                          forward_worker_output=False,
                          weight_bytes=weight_bytes(model_path, cfg.actor_train.model_args.dtype))
     log_dir = output_dir / LOG_FOLDER
     log_dir.mkdir(exist_ok=True)
-    placement = None
+    placement, started = None, []
     try:
-        placement = place_devices([devices])
-        # the ranks train at once: the cores are split between them
+        placement = place_devices([devices, *colocated])
+        # the ranks train at once: the cores are split between them (a frozen role's
+        # forwards take turns with the training, so it gets the same share)
         threads = cfg.actor_train.num_threads or max(1, (os.cpu_count() or 1)
                                                      // devices.num_workers)
-        role = TrainRole.launch("actor_train", TrainWorker, devices, placement,
-                                init_kwargs=dict(model_path=model_path, cfg=cfg.actor_train,
-                                                 seed=cfg.seed, num_threads=threads,
-                                                 cpu_affinity=cfg.actor_train.cpu_affinity,
-                                                 total_steps=total_steps, trainable=True),
-                                timeout_s=cfg.timeouts.call_s, log_dir=log_dir)
+
+        def launch(name: str, path: str, trainable: bool) -> TrainRole:
+            started.append(TrainRole.launch(
+                name, TrainWorker, replace(devices, role=name), placement,
+                init_kwargs=dict(model_path=path, cfg=cfg.actor_train, seed=cfg.seed,
+                                 num_threads=threads,
+                                 cpu_affinity=cfg.actor_train.cpu_affinity,
+                                 total_steps=total_steps, trainable=trainable),
+                timeout_s=cfg.timeouts.call_s, log_dir=log_dir))
+            return started[-1]
+
+        role = launch("actor_train", model_path, True)
+        others = {name: launch(name, path, False) for name, path in frozen.items()}
         try:
-            role.wait_ready(cfg.timeouts.startup_s)
-            join_process_group(role, cfg.actor_train)
+            for cluster in started:
+                cluster.wait_ready(cfg.timeouts.startup_s)
+            for cluster in started:
+                join_process_group(cluster, cfg.actor_train)
         except BaseException:
-            role.shutdown()
+            for cluster in started:
+                cluster.shutdown()
             raise
     except BaseException:
         if placement is not None:
@@ -154,6 +185,8 @@ def start_trainer(cfg: PipelineConfig, model_path: str, total_steps: int,
         if owns_ray:
             stop_ray()
         raise
-    print(f"actor_train: {role.world_size} {cfg.actor_train.strategy_args.strategy_name} "
-          f"ranks (Ray workers; logs in {log_dir})", flush=True)
-    return OnRanks(cfg, role, placement, model_path, owns_ray)
+    name = cfg.actor_train.strategy_args.strategy_name
+    print(f"actor_train: {role.world_size} {name} ranks (Ray workers; logs in {log_dir})"
+          + "".join(f"; {other}: {cluster.world_size} frozen {name} ranks on its devices"
+                    for other, cluster in others.items()), flush=True)
+    return OnRanks(cfg, role, placement, model_path, owns_ray, frozen=others)

@@ -141,6 +141,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def __init__(self, model_path: str, cfg: WorkerConfig, seed: int, total_steps: int,
                  trainable: bool = True, head: ModelHead = POLICY):
         options = strategy_options(cfg)
+        if not trainable and options["zero_stage"] in (1, 2):
+            # ZeRO-1/2 shard optimizer states and gradients, which a frozen role (a
+            # reference) has none of: its weights are replicated either way (stage 0);
+            # DeepSpeed refuses stage 1/2 without an optimizer. ZeRO-3 shards the weights.
+            options = {**options, "zero_stage": 0}
         torch.manual_seed(seed)
         self.cfg, self.head = cfg, head
         self.trainable = trainable

@@ -25,7 +25,8 @@ class RollPipeline:
     # once the shared walk is done, before packing and defaults (defaults.finish): the
     # roles' backends onto ones that run this pipeline
     fit_backends: Callable[[Conversion], None] | None = None
-    # ROLL's shared top-level keys this pipeline never reads: their defaults are not written
+    # ROLL's shared top-level keys this pipeline never reads, and its data_args keys as
+    # "data_args.<key>": their defaults are not written
     unread: frozenset[str] = frozenset()
     generates: bool = True  # it samples (actor_infer's generating_args defaults apply)
 
