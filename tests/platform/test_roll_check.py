@@ -112,9 +112,8 @@ def test_vl_files_are_counted_and_video_is_excepted_by_name(tmp_path, roll_check
 
 
 def test_every_pipeline_is_counted_with_what_the_rest_need(tmp_path, roll_check):
-    """Over a three-file "checkout" (the SFT, DPO and offline distillation shapes): the SFT
-    and distillation files convert and validate, the DPO one is counted as needing its
-    pipeline."""
+    """Over a three-file "checkout" (the SFT, DPO and offline distillation shapes): each
+    converts and validates, counted under its own pipeline."""
     shapes = Path(__file__).parents[1] / "data" / "configs" / "roll" / "pipelines"
     (tmp_path / "examples").mkdir()
     for name in ("sft_megatron.yaml", "dpo_megatron.yaml", "distill_megatron.yaml"):
@@ -122,7 +121,8 @@ def test_every_pipeline_is_counted_with_what_the_rest_need(tmp_path, roll_check)
     table = roll_check.check(tmp_path)["summary"]["per_pipeline"]
     assert table["sft"] == {"files": 1, "roll_loads": 1, "converted_and_valid": 1,
                             "not_converted_need": {}}
-    assert table["dpo"]["not_converted_need"] == {"pipeline dpo": 1}
+    assert table["dpo"] == {"files": 1, "roll_loads": 1, "converted_and_valid": 1,
+                            "not_converted_need": {}}
     assert table["distill"] == {"files": 1, "roll_loads": 1, "converted_and_valid": 1,
                                 "not_converted_need": {}}
     assert "| sft | 1 | 1 | 1 | - |" in roll_check.pipeline_table(table)
