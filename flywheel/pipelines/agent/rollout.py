@@ -6,9 +6,11 @@ differs is the rollout:
   1. batch        rollout_batch_size / agent.group_size tasks, each played group_size
                   times by agent workers (worker.py), which serve the endpoint and ask
                   actor_infer for every call (ahead by async_generation_ratio)
-  2. rows         one per call (per sampled choice): its prompt ids and completion ids as
-                  the engine saw and produced them (token_ledger.py), the behaviour
-                  log-probs on the completion, the call's policy version
+  2. rows         agent.rows episode: the calls that continue each other packed into one
+                  row (rows.py; an episode without rewrites is one row), the ids the
+                  engine saw and produced (token_ledger.py), the loss on the sampled ids
+                  only, with their behaviour log-probs; agent.rows call: one row per call
+                  choice. A row's version is its oldest call's
   3. advantages   GRPO (or reinforce) over the episodes of a task; every row of an
                   episode gets its episode's advantage (the reward is the episode's), plus
                   the reward-to-go of the KL penalty on its own tokens, as RLVR's
@@ -49,6 +51,7 @@ from flywheel.pipelines.agent.jobs import (
     agent_group_from_dict,
     agent_group_to_dict,
 )
+from flywheel.pipelines.agent.rows import ROWS
 from flywheel.pipelines.agent.worker import AGENT_ROLE, AgentRole, AgentWorker
 from flywheel.pipelines.agentic.batch import data_parallel_rows, fit_rows, rows_per_optimizer_step
 from flywheel.pipelines.data.data_files import DataFileError, OversizeRow, read_rows
@@ -171,7 +174,8 @@ class AgentRollout:
                            self.failures)
 
     def pack(self, groups: list[AgentGroup]) -> TokenBatch:
-        return pack_calls(groups, self.tokenizer.pad_token_id or 0, self._data_parallel_rows())
+        return pack_calls(groups, self.tokenizer.pad_token_id or 0, self._data_parallel_rows(),
+                          self.cfg.agent.rows)
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         metrics = call_advantages(batch, self.cfg, self.group_size, kl_coef)
@@ -180,7 +184,7 @@ class AgentRollout:
                                   self._rows_per_optimizer_step(), seed)
 
     def step_metrics(self, taken: Taken[AgentGroup], step: int) -> dict[str, float]:
-        metrics = agent_metrics(taken.groups, "agent/")
+        metrics = agent_metrics(taken.groups, "agent/", self.cfg.agent.rows)
         failed = dict(self.failures)
         self.failures.clear()  # the source's counter: the same object
         for failure, name in FAILURE_METRICS.items():
@@ -193,7 +197,8 @@ class AgentRollout:
             return {}
         job = AgentJob(-1, 0, self.tasks.val, 1, VAL_SEED)
         groups = self.workers.get(self.workers.play(0, job, "val"), 0)
-        metrics = agent_metrics([g for g in groups if not g.failure], "val/agent/")
+        metrics = agent_metrics([g for g in groups if not g.failure], "val/agent/",
+                                self.cfg.agent.rows)
         metrics["val/agent/failed"] = float(sum(g.failure is not None for g in groups))
         return metrics
 
@@ -210,16 +215,20 @@ class AgentRollout:
         return rows_per_optimizer_step(self.cfg, self.roles)
 
 
-def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int) -> TokenBatch:
-    """One row per call choice, padded with loss-free rows to a multiple of `multiple_of`;
-    `episode` [B] is each row's episode (-1: padding), `episode_return` its reward."""
-    prompts, responses, logprobs, versions, episode, rewards = [], [], [], [], [], []
+def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int,
+               rows: str = "call") -> TokenBatch:
+    """The episodes' training rows (`rows`: "call", one per call choice, or "episode",
+    continued calls packed into one row: rows.py), padded with loss-free rows to a
+    multiple of `multiple_of`; `episode` [B] is each row's episode (-1: padding),
+    `episode_return` its reward. The loss mask is 1 exactly on sampled ids."""
+    prompts, responses, generated, logprobs, versions, episode, rewards = ([] for _ in range(7))
     index = 0
     for group in groups:
         for outcome in group.episodes:
-            for row in outcome.rows:
-                prompts.append(row.prompt_ids)
-                responses.append(row.token_ids)
+            for row in ROWS[rows](outcome.rows):
+                prompts.append(row.prompt)
+                responses.append(row.response)
+                generated.append(row.generated)
                 logprobs.append(row.log_probs)
                 versions.append(row.version)
                 episode.append(index)
@@ -228,8 +237,13 @@ def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int) -> Token
     padding = -len(prompts) % multiple_of
     prompts += [prompts[0][:1]] * padding  # one real token, no response: no loss
     responses += [[]] * padding
+    generated += [[]] * padding
     logprobs += [[]] * padding
     batch = pack_sequences(prompts, responses, pad_id, logprobs)
+    width = batch.input_ids.shape[1]
+    sampled = torch.tensor([[False] * len(p) + g + [False] * (width - len(p) - len(g))
+                            for p, g in zip(prompts, generated)])  # [B, L]
+    batch.response_mask = batch.response_mask * sampled  # the agent's / template's ids: 0
     episode_ids = torch.tensor(episode + [-1] * padding)  # [B]
     episode_reward = torch.tensor(rewards, dtype=torch.float32)  # [E]
     batch.episode = episode_ids
@@ -274,7 +288,7 @@ def call_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     return metrics
 
 
-def agent_metrics(groups: list[AgentGroup], prefix: str) -> dict[str, float]:
+def agent_metrics(groups: list[AgentGroup], prefix: str, rows: str) -> dict[str, float]:
     episodes = [e for g in groups for e in g.episodes]
     if not episodes:
         return {}
@@ -284,7 +298,7 @@ def agent_metrics(groups: list[AgentGroup], prefix: str) -> dict[str, float]:
         return float(sum(values) / len(values)) if values else 0.0
 
     metrics = {f"{prefix}reward": mean(e.reward for e in episodes),
-               f"{prefix}rows": float(sum(len(e.rows) for e in episodes)),
+               f"{prefix}rows": float(sum(len(ROWS[rows](e.rows)) for e in episodes)),
                f"{prefix}calls": mean(e.counts.get("calls", 0) for e in episodes)}
     for key in ("history_rewrites", "malformed_calls", "prompt_tokens", "completion_tokens"):
         metrics[f"{prefix}{key}"] = mean(e.counts.get(key, 0) for e in episodes)
