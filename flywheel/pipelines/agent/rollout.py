@@ -13,7 +13,9 @@ differs is the rollout:
                   choice. A row's version is its oldest call's
   3. advantages   GRPO (or reinforce) over the episodes of a task; every row of an
                   episode gets its episode's advantage (the reward is the episode's), plus
-                  the reward-to-go of the KL penalty on its own tokens, as RLVR's
+                  the reward-to-go of the KL penalty on its own tokens, as RLVR's;
+                  step_reinforce (agent.rows: call): each call its discounted return,
+                  normalised over the task's calls
   4. train / sync / log / validate / checkpoint: the loop's
 
 A group's version is the oldest version that sampled any of its calls, so the staleness
@@ -53,7 +55,12 @@ from flywheel.pipelines.agent.jobs import (
 )
 from flywheel.pipelines.agent.rows import ROWS
 from flywheel.pipelines.agent.worker import AGENT_ROLE, AgentRole, AgentWorker
-from flywheel.pipelines.agentic.batch import data_parallel_rows, fit_rows, rows_per_optimizer_step
+from flywheel.pipelines.agentic.batch import (
+    agentic_advantages,
+    data_parallel_rows,
+    fit_rows,
+    rows_per_optimizer_step,
+)
 from flywheel.pipelines.data.data_files import DataFileError, OversizeRow, read_rows
 from flywheel.pipelines.data.prompt_data import PromptOrder
 from flywheel.pipelines.loop.seams import Completion, Scored, Taken
@@ -174,8 +181,9 @@ class AgentRollout:
                            self.failures)
 
     def pack(self, groups: list[AgentGroup]) -> TokenBatch:
+        per_call = estimator_spec(self.cfg.adv_estimator).per_turn  # step_reinforce
         return pack_calls(groups, self.tokenizer.pad_token_id or 0, self._data_parallel_rows(),
-                          self.cfg.agent.rows)
+                          self.cfg.agent.rows, self.cfg.gamma if per_call else None)
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         metrics = call_advantages(batch, self.cfg, self.group_size, kl_coef)
@@ -216,16 +224,22 @@ class AgentRollout:
 
 
 def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int,
-               rows: str = "call") -> TokenBatch:
+               rows: str = "call", gamma: float | None = None) -> TokenBatch:
     """The episodes' training rows (`rows`: "call", one per call choice, or "episode",
     continued calls packed into one row: rows.py), padded with loss-free rows to a
     multiple of `multiple_of`; `episode` [B] is each row's episode (-1: padding),
-    `episode_return` its reward. The loss mask is 1 exactly on sampled ids."""
+    `episode_return` its reward. The loss mask is 1 exactly on sampled ids. `scores` [B]
+    is the episode's reward, or with `gamma` (step_reinforce) the row's discounted return
+    gamma^(K-1-k) R, its last call k of the episode's K (the reward comes at the end)."""
     prompts, responses, generated, logprobs, versions, episode, rewards = ([] for _ in range(7))
+    scores = []
     index = 0
     for group in groups:
         for outcome in group.episodes:
+            last = max((r.call for r in outcome.rows), default=0)
             for row in ROWS[rows](outcome.rows):
+                scores.append(outcome.reward if gamma is None
+                              else gamma ** (last - row.last_call) * outcome.reward)
                 prompts.append(row.prompt)
                 responses.append(row.response)
                 generated.append(row.generated)
@@ -248,7 +262,7 @@ def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int,
     episode_reward = torch.tensor(rewards, dtype=torch.float32)  # [E]
     batch.episode = episode_ids
     batch.episode_return = episode_reward[episode_ids.clamp(min=0)]  # [B]
-    batch.scores = batch.episode_return * (episode_ids >= 0)  # [B]
+    batch.scores = torch.tensor(scores + [0.0] * padding, dtype=torch.float32)  # [B]
     batch.version = torch.tensor(versions + [versions[0]] * padding)
     return batch
 
@@ -258,7 +272,12 @@ def call_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     """A_e of each episode e over its task's group (a "sample" estimator of
     algorithms/estimators.py: GRPO, Shao et al. 2024 eq. 3 outcome supervision,
     (r_e - mean_g) / std_g; reinforce), given to every token of every row of e; plus the
-    reward-to-go of the per-token KL penalty, as RLVR's."""
+    reward-to-go of the per-token KL penalty, as RLVR's. A per-turn estimator
+    (step_reinforce) credits each call row with its discounted return (pack_calls' scores)
+    normalised over its task's calls, as the agentic pipeline's per-turn rows
+    (algorithms/step_credit.py)."""
+    if estimator_spec(cfg.adv_estimator).per_turn:
+        return agentic_advantages(batch, cfg, group_size, kl_coef)
     mask = batch.response_mask  # [B, L]
     real = batch.episode >= 0  # [B]
     episodes = int(batch.episode.max()) + 1

@@ -43,13 +43,15 @@ class TrainRow:
     log_probs: list[float] = field(default_factory=list)  # 0.0 where not generated
     version: int = 0  # the oldest version among its calls
     calls: int = 0
+    last_call: int = 0  # the index of its last call in the episode
 
     @property
     def ids(self) -> list[int]:
         return self.prompt + self.response
 
-    def add(self, ids: list[int], log_probs: list[float], version: int) -> None:
-        """Append one call's completion (sampled ids, in the loss)."""
+    def add(self, ids: list[int], log_probs: list[float], version: int, call: int) -> None:
+        """Append call `call`'s completion (sampled ids, in the loss)."""
+        self.last_call = call
         self.response += ids
         self.generated += [True] * len(ids)
         self.log_probs += log_probs
@@ -68,7 +70,7 @@ def call_rows(rows: list[CallRow]) -> list[TrainRow]:
     out = []
     for r in rows:
         row = TrainRow(list(r.prompt_ids))
-        row.add(list(r.token_ids), list(r.log_probs), r.version)
+        row.add(list(r.token_ids), list(r.log_probs), r.version, r.call)
         out.append(row)
     return out
 
@@ -84,7 +86,7 @@ def episode_rows(rows: list[CallRow]) -> list[TrainRow]:
         else:  # rendered whole, branched, or (never from the ledger) not a continuation
             row = TrainRow(list(r.prompt_ids))
             out.append(row)
-        row.add(list(r.token_ids), list(r.log_probs), r.version)
+        row.add(list(r.token_ids), list(r.log_probs), r.version, r.call)
         open_rows[(r.call, r.choice)] = row
     return out
 
