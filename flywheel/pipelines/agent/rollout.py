@@ -21,8 +21,9 @@ differs is the rollout:
 A group's version is the oldest version that sampled any of its calls, so the staleness
 bound holds per call. A group with a failed episode is dropped whole and counted
 (rollout/dropped_agent_<failure>; agent/errors, agent/timeouts, ... per step).
-An episode in flight at a checkpoint is not in it: on resume its job is played again,
-never trained twice (the loop's ledger).
+A checkpoint pauses generation until the episodes in flight have returned, so they are in
+it; a kill loses them, and the resumed run plays their job again (same tasks and seeds),
+never training a group twice (the loop's ledger; tests/pipelines/test_agent_resume.py).
 
 Metrics: agent/reward (mean episode reward), agent/calls (per episode), agent/rows,
 agent/history_rewrites, agent/malformed_calls, agent/refused (requests refused, per
