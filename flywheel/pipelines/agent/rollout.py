@@ -26,6 +26,7 @@ it; a kill loses them, and the resumed run plays their job again (same tasks and
 never training a group twice (the loop's ledger; tests/pipelines/test_agent_resume.py).
 
 Metrics: agent/reward (mean episode reward), agent/calls (per episode), agent/rows,
+agent/row_tokens (ids of an episode's rows: what the trainer reads),
 agent/history_rewrites, agent/malformed_calls, agent/refused (requests refused, per
 episode), agent/prompt_tokens, agent/completion_tokens (per episode), and the failure
 counts agent/errors, agent/timeouts, agent/no_call, agent/bad_reward, agent/over_budget,
@@ -319,6 +320,9 @@ def agent_metrics(groups: list[AgentGroup], prefix: str, rows: str) -> dict[str,
 
     metrics = {f"{prefix}reward": mean(e.reward for e in episodes),
                f"{prefix}rows": float(sum(len(ROWS[rows](e.rows)) for e in episodes)),
+               # ids the trainer reads per episode (per call: prompt + completion tokens)
+               f"{prefix}row_tokens": mean(sum(len(r.ids) for r in ROWS[rows](e.rows))
+                                           for e in episodes),
                f"{prefix}calls": mean(e.counts.get("calls", 0) for e in episodes)}
     for key in ("history_rewrites", "malformed_calls", "prompt_tokens", "completion_tokens"):
         metrics[f"{prefix}{key}"] = mean(e.counts.get(key, 0) for e in episodes)
