@@ -10,7 +10,9 @@ learned (agent.tool_format: hermes), so step 0 is the same start
 (tests/pipelines/test_agent_token_continuity.py holds the prompt ids equal). Prints
 val/agent/reward (greedy success on the 64 held-out products of
 examples/data/multiply_tasks_val.jsonl: 64 products of their own, not the built-in
-pipeline's env seeds) at each validation step, and the step times.
+pipeline's env seeds) at each validation step, the step times, and per episode the calls,
+the training rows and the ids they hold (agent.rows: episode packs an episode's calls into
+one row; one row per call would hold agent/prompt_tokens + agent/completion_tokens).
 
     # the warm start (~5 min), then the RL run (~30 min on the 2-core CPU: run it idle)
     platform run --config examples/sft_smollm2_tool_calls.yaml
@@ -65,11 +67,20 @@ def main() -> None:
     for step, reward in sorted(val.items()):
         print(f"| {step} | {reward:.3f} | {BUILTIN.get(step, float('nan')):.3f} |")
     print(f"wall {time.time() - started:.0f} s; mean step {sum(steps) / max(len(steps), 1):.1f} s")
+    trained = [r for r in records if "agent/row_tokens" in r]
+    if trained:  # agent.rows: episode packs an episode's calls; per call = prompt + completion
+        def mean(key: str) -> float:
+            return sum(r[key] for r in trained) / len(trained)
+        per_call = mean("agent/prompt_tokens") + mean("agent/completion_tokens")
+        rows = mean("agent/rows") / cfg.rollout_batch_size
+        print(f"per episode: {mean('agent/calls'):.2f} calls, {rows:.2f} "
+              f"rows, {mean('agent/row_tokens'):.0f} row tokens trained (one row per call: "
+              f"{per_call:.0f})")
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
     (results / f"agent_multiply-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(
         json.dumps({"val": val, "step_s": steps, "pretrain": args.pretrain,
-                    "tiny": args.tiny}, indent=1))
+                    "tiny": args.tiny, "steps": trained}, indent=1))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ class EstimatorSpec:
     # which norm_mean_type / norm_std_type it reads: "configurable" (the keys act), "group"
     # (always the group's mean and std: grpo refuses other values), None (it reads neither)
     normalisation: Literal["configurable", "group"] | None = None
+    # gigpo: groups turns by the env state they were played from (anchor states), which a
+    # user's agent behind the endpoint does not have (pipeline_type agent refuses it)
+    needs_anchors: bool = False
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -83,7 +86,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "gae": EstimatorSpec("token", needs_critic=True, doc="GAE on a critic's values"),
     "step_reinforce": EstimatorSpec("turn", normalisation="configurable",
                                     doc="each turn's discounted return (step_credit.py)"),
-    "gigpo": EstimatorSpec("turn", normalisation="configurable",
+    "gigpo": EstimatorSpec("turn", normalisation="configurable", needs_anchors=True,
                            doc="GiGPO: episode and anchor-state advantages"),
 }
 

@@ -44,7 +44,8 @@ def test_the_examples_validate_as_the_agent_kind():
     ({"rollout_batch_size": 12}, "rollout_batch_size", "not a multiple"),
     ({"agent__max_calls": 0}, "agent.max_calls", ">= 1"),
     ({"adv_estimator": "gigpo"}, "adv_estimator", "anchor states"),
-    ({"adv_estimator": "gae"}, "adv_estimator", "grpo or reinforce"),
+    ({"adv_estimator": "gae"}, "adv_estimator", "grpo or reinforce or step_reinforce"),
+    ({"adv_estimator": "step_reinforce"}, "agent.rows", "set agent.rows: call"),
     ({"response_length": 4}, "response_length", "agent.max_tokens_per_call"),
     ({"custom_envs": {}}, "custom_envs", "not an agentic config"),
 ])
@@ -52,6 +53,14 @@ def test_a_refused_key_is_named(changes, key, says):
     with pytest.raises(ConfigError) as error:
         loaded(**changes)
     assert error.value.key_path == key and says in str(error.value)
+
+
+def test_step_reinforce_per_call_acts_with_its_discount():
+    cfg = loaded(adv_estimator="step_reinforce", agent__rows="call", gamma=0.9)
+    assert cfg.adv_estimator == "step_reinforce" and cfg.gamma == 0.9
+    with pytest.raises(ConfigError) as error:  # gamma acts only where returns are discounted
+        loaded(gamma=0.9)
+    assert error.value.key_path == "gamma"
 
 
 def test_the_agent_block_acts_only_in_the_agent_kind():

@@ -42,3 +42,22 @@ def test_rows_are_the_calls_and_share_their_episodes_advantage():
     # GRPO over task A's episodes: (1 - 0.5) / (0.5 + 1e-6) = +1, and -1; task B: 0
     assert per_row == pytest.approx([1.0, 1.0, -1.0, 0.0, 0.0, 0.0], abs=1e-5)
     assert torch.all(batch.advantages[5] == 0)
+
+
+def test_step_reinforce_credits_each_call_its_discounted_return():
+    # task A: episode 0 (reward 1, two calls), episode 1 (reward 0, one call); gamma 0.5:
+    # returns 0.5 (call 0: one call before the reward), 1.0, 0.0; over the group's calls
+    # mean 0.5, std sqrt(1/6): advantages 0, +sqrt(1.5), -sqrt(1.5). Task B: 1, 1 -> 0.
+    a = AgentGroup(0, {}, [episode(1.0, ([5, 6], [7], 2), ([5, 6, 7, 9], [8, 8], 3)),
+                           episode(0.0, ([5, 6], [4, 4, 4], 2))], version=2)
+    b = AgentGroup(1, {}, [episode(1.0, ([1], [2], 2)), episode(1.0, ([1], [3], 2))], version=2)
+    for e in a.episodes[0].rows[1:]:
+        e.call = 1
+    batch = pack_calls([a, b], pad_id=0, multiple_of=3, gamma=0.5)
+    assert batch.scores.tolist() == [0.5, 1.0, 0.0, 1.0, 1.0, 0.0]
+    cfg = dataclasses.replace(PipelineConfig(), adv_estimator="step_reinforce",
+                              whiten_advantages=False)
+    call_advantages(batch, cfg, group_size=2, kl_coef=0.0)
+    per_row = [float(batch.advantages[r][batch.response_mask[r].bool()].mean())
+               if batch.response_mask[r].any() else 0.0 for r in range(6)]
+    assert per_row == pytest.approx([0.0, 1.5 ** 0.5, -(1.5 ** 0.5), 0.0, 0.0, 0.0], abs=1e-4)

@@ -101,7 +101,7 @@ CASES = [
     ("lambd", {"lambd": 0.95}, GAE, "with adv_estimator gae"),
     ("value_clip", {"value_clip": 0.2}, GAE, "with adv_estimator gae"),
     ("critic", {"critic": {}}, {"adv_estimator": "gae"}, "with adv_estimator gae"),
-    ("gamma", {"gamma": 0.99}, GAE, "gae or agentic"),
+    ("gamma", {"gamma": 0.99}, GAE, "gae, agentic"),
     ("kl_penalty", {"kl_penalty": "k3"}, {"init_kl_coef": 0.1, "reference": {}},
      "with init_kl_coef > 0"),
     ("target_kl", {"target_kl": 0.1}, {"init_kl_coef": 0.1, "reference": {}},

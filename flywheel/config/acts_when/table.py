@@ -162,9 +162,10 @@ def _per_turn(cfg: PipelineConfig) -> bool:
 EPISODE_SCORE = Condition("without agentic turn_level_returns / step_level_samples, or "
                           "with adv_estimator step_reinforce / gigpo",
                           lambda cfg, _: not _per_turn(cfg) or estimator_of(cfg).per_turn)
-DISCOUNTED = Condition("with adv_estimator gae or agentic turn_level_returns / "
-                       "step_level_samples", lambda cfg, _: estimator_of(cfg).rows == "token"
-                       or _per_turn(cfg))
+DISCOUNTED = Condition("with adv_estimator gae, agentic turn_level_returns / "
+                       "step_level_samples, or an agent's per-call step_reinforce",
+                       lambda cfg, _: estimator_of(cfg).rows == "token" or _per_turn(cfg)
+                       or (kind_of(cfg).agents and estimator_of(cfg).per_turn))
 EVAL = Condition("with eval_steps > 0", lambda cfg, _: cfg.eval_steps > 0)
 PARTIAL = Condition("with partial_rollout: true", lambda cfg, _: cfg.partial_rollout)
 GROUP_FILTER = Condition(

@@ -3,11 +3,13 @@ kind's `config_check`. Pure: each rule raises `ConfigError` with the key path an
 
 What is refused, and why:
 - adv_estimator gae: a value per call would need a critic over the agent's calls, which
-  has no state of its own between calls; step_reinforce and gigpo: the agent's calls have
-  no per-call reward and no anchor state (an env's state), so neither has what it needs.
-  The estimators that act are the catalog's per-sample ones (algorithms/estimators.py:
-  rows "sample", no critic; today grpo and reinforce), each an episode's reward
-  normalised over the episodes of its task.
+  has no state of its own between calls; gigpo: its anchor states are env states, which
+  an agent's calls do not have. The estimators that act are the catalog's per-sample ones
+  (algorithms/estimators.py: rows "sample", no critic; today grpo and reinforce), each an
+  episode's reward normalised over the episodes of its task, and the per-turn ones
+  without anchors (step_reinforce), each call credited with its discounted return (the
+  episode's reward at its last call), which needs each call on its own row (agent.rows:
+  call).
 - num_return_sequences > 1 in actor_infer.generating_args: the agent's request says `n`.
 - step_level_samples / turn_level_returns: agentic's views of env episodes; an agent's
   rows are its calls already.
@@ -23,9 +25,11 @@ from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
 
 
-def _per_episode(spec) -> bool:
-    """One advantage per episode from its reward: what an agent's calls can be given."""
-    return spec.rows == "sample" and not spec.needs_critic
+def _acts(spec) -> bool:
+    """What an agent's calls can be given: one advantage per episode from its reward, or
+    one per call from its discounted return (no critic, no anchor states)."""
+    return (spec.rows == "sample" or (spec.per_turn and not spec.needs_anchors)) \
+        and not spec.needs_critic
 
 
 def check_agent(cfg: PipelineConfig) -> None:
@@ -54,12 +58,16 @@ def check_agent(cfg: PipelineConfig) -> None:
                               ("max_tokens_per_call", agent.max_tokens_per_call, 1)):
         if value < least:
             raise ConfigError("", f"agent.{key}", f"must be >= {least:g}, got {value}")
-    if not _per_episode(estimator_spec(cfg.adv_estimator)):
-        known = " or ".join(estimators_where(_per_episode))
+    spec = estimator_spec(cfg.adv_estimator)
+    if not _acts(spec):
+        known = " or ".join(estimators_where(_acts))
         raise ConfigError("", "adv_estimator", f"pipeline_type agent trains with {known} (an "
-                          f"episode's reward over a task's episodes); {cfg.adv_estimator} "
-                          "needs per-call rewards, values or anchor states that an agent's "
-                          "calls do not have")
+                          f"episode's reward, or a call's discounted return, over a task's "
+                          f"episodes); {cfg.adv_estimator} needs values or anchor states "
+                          "that an agent's calls do not have")
+    if spec.per_turn and agent.rows != "call":
+        raise ConfigError("", "agent.rows", f"adv_estimator {cfg.adv_estimator} credits each "
+                          "call its own return: set agent.rows: call (one row per call)")
     if cfg.actor_infer.generating_args.num_return_sequences != 1:
         raise ConfigError("", "actor_infer.generating_args.num_return_sequences",
                           "the agent's request says n; leave it 1")

@@ -51,11 +51,12 @@ def check_keys_act(cfg: PipelineConfig, catalogs: Catalogs) -> None:
     check_generating_args(cfg)
     check_lengths(cfg)
     if estimator_of(cfg).per_turn and not (
-            kind_of(cfg).envs and cfg.step_level_samples):
+            (kind_of(cfg).envs and cfg.step_level_samples) or kind_of(cfg).agents):
         raise ConfigError("", "adv_estimator", f"{cfg.adv_estimator} credits each turn of an "
                                                f"agentic episode on its own row: it needs "
                                                f"pipeline_type: agentic with "
-                                               f"step_level_samples: true")
+                                               f"step_level_samples: true (or an agent's "
+                                               f"calls: pipeline_type: agent)")
     if estimator_of(cfg).normalisation == "group" and (
             cfg.norm_mean_type, cfg.norm_std_type) != ("group", "group"):
         raise ConfigError("", "norm_mean_type", f"{cfg.adv_estimator} always normalises by "

@@ -48,6 +48,12 @@ class AgentConfig:
     max_episode_tokens: int = 4096
     # A request body over this many bytes is refused (413) before it is read whole.
     max_body_bytes: int = 4 << 20
+    # Training rows: episode (a call that continues an earlier reply is appended to that
+    # reply's row, its new prompt ids out of the loss: an episode without history
+    # rewrites or n > 1 is one row) or call (one row per call choice, each repeating the
+    # conversation so far). The same ids and per-token terms; under seq-mean-token-mean a
+    # packed episode is one sequence (pipelines/agent/rows.py).
+    rows: Literal["episode", "call"] = "episode"
 
 
 @dataclass

@@ -48,13 +48,18 @@ class AgentResult:
 
 @dataclass
 class CallRow:
-    """One call's sampled choice: what training reads (pack.py)."""
+    """One call's sampled choice: what training reads (rows.py)."""
 
     prompt_ids: list[int]
     token_ids: list[int]
     log_probs: list[float]
     version: int
     segment: int
+    call: int = 0  # the call's index in its episode
+    choice: int = 0  # which of the call's n choices
+    # [call, choice] of the reply this call's prompt continues (its prompt ids start with
+    # that row's prompt + completion); None: the call was rendered whole
+    extends: list[int] | None = None
 
 
 @dataclass
@@ -161,7 +166,8 @@ def _reward(value: Any) -> tuple[float, dict[str, float], str]:
 
 
 def rows_of(episode: Episode) -> list[CallRow]:
-    """Every choice of every call, one row each (each credited with the episode's reward)."""
+    """Every choice of every call, as the engine saw and sampled it, with the reply it
+    continues (training packs continued calls into one row: rows.py)."""
     return [CallRow(call.prompt_ids, list(g.token_ids), list(g.log_probs), call.version,
-                    call.segment)
-            for call in episode.ledger.calls for g in call.choices]
+                    call.segment, call.index, j, list(call.extends) if call.extends else None)
+            for call in episode.ledger.calls for j, g in enumerate(call.choices)]

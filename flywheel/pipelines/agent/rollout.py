@@ -6,21 +6,27 @@ differs is the rollout:
   1. batch        rollout_batch_size / agent.group_size tasks, each played group_size
                   times by agent workers (worker.py), which serve the endpoint and ask
                   actor_infer for every call (ahead by async_generation_ratio)
-  2. rows         one per call (per sampled choice): its prompt ids and completion ids as
-                  the engine saw and produced them (token_ledger.py), the behaviour
-                  log-probs on the completion, the call's policy version
+  2. rows         agent.rows episode: the calls that continue each other packed into one
+                  row (rows.py; an episode without rewrites is one row), the ids the
+                  engine saw and produced (token_ledger.py), the loss on the sampled ids
+                  only, with their behaviour log-probs; agent.rows call: one row per call
+                  choice. A row's version is its oldest call's
   3. advantages   GRPO (or reinforce) over the episodes of a task; every row of an
                   episode gets its episode's advantage (the reward is the episode's), plus
-                  the reward-to-go of the KL penalty on its own tokens, as RLVR's
+                  the reward-to-go of the KL penalty on its own tokens, as RLVR's;
+                  step_reinforce (agent.rows: call): each call its discounted return,
+                  normalised over the task's calls
   4. train / sync / log / validate / checkpoint: the loop's
 
 A group's version is the oldest version that sampled any of its calls, so the staleness
 bound holds per call. A group with a failed episode is dropped whole and counted
 (rollout/dropped_agent_<failure>; agent/errors, agent/timeouts, ... per step).
-An episode in flight at a checkpoint is not in it: on resume its job is played again,
-never trained twice (the loop's ledger).
+A checkpoint pauses generation until the episodes in flight have returned, so they are in
+it; a kill loses them, and the resumed run plays their job again (same tasks and seeds),
+never training a group twice (the loop's ledger; tests/pipelines/test_agent_resume.py).
 
 Metrics: agent/reward (mean episode reward), agent/calls (per episode), agent/rows,
+agent/row_tokens (ids of an episode's rows: what the trainer reads),
 agent/history_rewrites, agent/malformed_calls, agent/refused (requests refused, per
 episode), agent/prompt_tokens, agent/completion_tokens (per episode), and the failure
 counts agent/errors, agent/timeouts, agent/no_call, agent/bad_reward, agent/over_budget,
@@ -49,8 +55,14 @@ from flywheel.pipelines.agent.jobs import (
     agent_group_from_dict,
     agent_group_to_dict,
 )
+from flywheel.pipelines.agent.rows import ROWS
 from flywheel.pipelines.agent.worker import AGENT_ROLE, AgentRole, AgentWorker
-from flywheel.pipelines.agentic.batch import data_parallel_rows, fit_rows, rows_per_optimizer_step
+from flywheel.pipelines.agentic.batch import (
+    agentic_advantages,
+    data_parallel_rows,
+    fit_rows,
+    rows_per_optimizer_step,
+)
 from flywheel.pipelines.data.data_files import DataFileError, OversizeRow, read_rows
 from flywheel.pipelines.data.prompt_data import PromptOrder
 from flywheel.pipelines.loop.seams import Completion, Scored, Taken
@@ -171,7 +183,9 @@ class AgentRollout:
                            self.failures)
 
     def pack(self, groups: list[AgentGroup]) -> TokenBatch:
-        return pack_calls(groups, self.tokenizer.pad_token_id or 0, self._data_parallel_rows())
+        per_call = estimator_spec(self.cfg.adv_estimator).per_turn  # step_reinforce
+        return pack_calls(groups, self.tokenizer.pad_token_id or 0, self._data_parallel_rows(),
+                          self.cfg.agent.rows, self.cfg.gamma if per_call else None)
 
     def add_advantages(self, batch: TokenBatch, kl_coef: float) -> dict[str, float]:
         metrics = call_advantages(batch, self.cfg, self.group_size, kl_coef)
@@ -180,7 +194,7 @@ class AgentRollout:
                                   self._rows_per_optimizer_step(), seed)
 
     def step_metrics(self, taken: Taken[AgentGroup], step: int) -> dict[str, float]:
-        metrics = agent_metrics(taken.groups, "agent/")
+        metrics = agent_metrics(taken.groups, "agent/", self.cfg.agent.rows)
         failed = dict(self.failures)
         self.failures.clear()  # the source's counter: the same object
         for failure, name in FAILURE_METRICS.items():
@@ -193,7 +207,8 @@ class AgentRollout:
             return {}
         job = AgentJob(-1, 0, self.tasks.val, 1, VAL_SEED)
         groups = self.workers.get(self.workers.play(0, job, "val"), 0)
-        metrics = agent_metrics([g for g in groups if not g.failure], "val/agent/")
+        metrics = agent_metrics([g for g in groups if not g.failure], "val/agent/",
+                                self.cfg.agent.rows)
         metrics["val/agent/failed"] = float(sum(g.failure is not None for g in groups))
         return metrics
 
@@ -210,16 +225,26 @@ class AgentRollout:
         return rows_per_optimizer_step(self.cfg, self.roles)
 
 
-def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int) -> TokenBatch:
-    """One row per call choice, padded with loss-free rows to a multiple of `multiple_of`;
-    `episode` [B] is each row's episode (-1: padding), `episode_return` its reward."""
-    prompts, responses, logprobs, versions, episode, rewards = [], [], [], [], [], []
+def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int,
+               rows: str = "call", gamma: float | None = None) -> TokenBatch:
+    """The episodes' training rows (`rows`: "call", one per call choice, or "episode",
+    continued calls packed into one row: rows.py), padded with loss-free rows to a
+    multiple of `multiple_of`; `episode` [B] is each row's episode (-1: padding),
+    `episode_return` its reward. The loss mask is 1 exactly on sampled ids. `scores` [B]
+    is the episode's reward, or with `gamma` (step_reinforce) the row's discounted return
+    gamma^(K-1-k) R, its last call k of the episode's K (the reward comes at the end)."""
+    prompts, responses, generated, logprobs, versions, episode, rewards = ([] for _ in range(7))
+    scores = []
     index = 0
     for group in groups:
         for outcome in group.episodes:
-            for row in outcome.rows:
-                prompts.append(row.prompt_ids)
-                responses.append(row.token_ids)
+            last = max((r.call for r in outcome.rows), default=0)
+            for row in ROWS[rows](outcome.rows):
+                scores.append(outcome.reward if gamma is None
+                              else gamma ** (last - row.last_call) * outcome.reward)
+                prompts.append(row.prompt)
+                responses.append(row.response)
+                generated.append(row.generated)
                 logprobs.append(row.log_probs)
                 versions.append(row.version)
                 episode.append(index)
@@ -228,13 +253,18 @@ def pack_calls(groups: list[AgentGroup], pad_id: int, multiple_of: int) -> Token
     padding = -len(prompts) % multiple_of
     prompts += [prompts[0][:1]] * padding  # one real token, no response: no loss
     responses += [[]] * padding
+    generated += [[]] * padding
     logprobs += [[]] * padding
     batch = pack_sequences(prompts, responses, pad_id, logprobs)
+    width = batch.input_ids.shape[1]
+    sampled = torch.tensor([[False] * len(p) + g + [False] * (width - len(p) - len(g))
+                            for p, g in zip(prompts, generated)])  # [B, L]
+    batch.response_mask = batch.response_mask * sampled  # the agent's / template's ids: 0
     episode_ids = torch.tensor(episode + [-1] * padding)  # [B]
     episode_reward = torch.tensor(rewards, dtype=torch.float32)  # [E]
     batch.episode = episode_ids
     batch.episode_return = episode_reward[episode_ids.clamp(min=0)]  # [B]
-    batch.scores = batch.episode_return * (episode_ids >= 0)  # [B]
+    batch.scores = torch.tensor(scores + [0.0] * padding, dtype=torch.float32)  # [B]
     batch.version = torch.tensor(versions + [versions[0]] * padding)
     return batch
 
@@ -244,7 +274,12 @@ def call_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     """A_e of each episode e over its task's group (a "sample" estimator of
     algorithms/estimators.py: GRPO, Shao et al. 2024 eq. 3 outcome supervision,
     (r_e - mean_g) / std_g; reinforce), given to every token of every row of e; plus the
-    reward-to-go of the per-token KL penalty, as RLVR's."""
+    reward-to-go of the per-token KL penalty, as RLVR's. A per-turn estimator
+    (step_reinforce) credits each call row with its discounted return (pack_calls' scores)
+    normalised over its task's calls, as the agentic pipeline's per-turn rows
+    (algorithms/step_credit.py)."""
+    if estimator_spec(cfg.adv_estimator).per_turn:
+        return agentic_advantages(batch, cfg, group_size, kl_coef)
     mask = batch.response_mask  # [B, L]
     real = batch.episode >= 0  # [B]
     episodes = int(batch.episode.max()) + 1
@@ -274,7 +309,7 @@ def call_advantages(batch: TokenBatch, cfg: PipelineConfig, group_size: int,
     return metrics
 
 
-def agent_metrics(groups: list[AgentGroup], prefix: str) -> dict[str, float]:
+def agent_metrics(groups: list[AgentGroup], prefix: str, rows: str) -> dict[str, float]:
     episodes = [e for g in groups for e in g.episodes]
     if not episodes:
         return {}
@@ -284,7 +319,10 @@ def agent_metrics(groups: list[AgentGroup], prefix: str) -> dict[str, float]:
         return float(sum(values) / len(values)) if values else 0.0
 
     metrics = {f"{prefix}reward": mean(e.reward for e in episodes),
-               f"{prefix}rows": float(sum(len(e.rows) for e in episodes)),
+               f"{prefix}rows": float(sum(len(ROWS[rows](e.rows)) for e in episodes)),
+               # ids the trainer reads per episode (per call: prompt + completion tokens)
+               f"{prefix}row_tokens": mean(sum(len(r.ids) for r in ROWS[rows](e.rows))
+                                           for e in episodes),
                f"{prefix}calls": mean(e.counts.get("calls", 0) for e in episodes)}
     for key in ("history_rewrites", "malformed_calls", "prompt_tokens", "completion_tokens"):
         metrics[f"{prefix}{key}"] = mean(e.counts.get(key, 0) for e in episodes)

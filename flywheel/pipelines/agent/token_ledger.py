@@ -64,6 +64,9 @@ class CallRecord:
     keys: tuple  # message_key of each request message
     tools_key: str
     replies: list[tuple] = field(default_factory=list)  # message_key of each choice's reply
+    # (call, choice) whose ids its prompt continues (prompt = theirs + that reply + the new
+    # turns); None: rendered whole (a segment's first call). Training packs on it (rows.py).
+    extends: tuple[int, int] | None = None
 
 
 @dataclass
@@ -108,7 +111,7 @@ class TokenLedger:
         call = CallRecord(len(self.calls), prompt.segment, prompt.ids, choices, version,
                           tuple(message_key(m) for m in messages),
                           json.dumps([t.schema() for t in fmt.tools], sort_keys=True),
-                          [message_key(r) for r in replies])
+                          [message_key(r) for r in replies], prompt.extended_from)
         self.calls.append(call)
         return call
 
