@@ -38,8 +38,8 @@ def test_platform_run_scores_a_checkpoint_without_training(tmp_path, ray_session
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("max_steps", 10, "max_steps: acts only with pipeline_type rlvr, agentic, agent, sft, dpo "
-                      "or reward_model"),
+    ("max_steps", 10, "max_steps: acts only with pipeline_type rlvr, agentic, agent, sft, dpo, "
+                      "online_dpo, reward_model or distill"),
     ("adv_estimator", "reinforce", "evaluate does not read it: remove it"),
     ("num_return_sequences_in_group", 4, "evaluate does not read it: remove it"),
 ])

@@ -79,7 +79,7 @@ def test_validate_refuses_the_names_before_they_are_registered(tmp_path, capsys)
     err = capsys.readouterr().err
     assert f"rewards.mine.reward_type: unknown reward_type '{REWARD}'" in err
     assert (f"pipeline_type: unknown pipeline_type '{KIND}'; known: rlvr, agentic, agent, "
-            f"sft, evaluate, dpo, reward_model") in err
+            f"sft, evaluate, dpo, online_dpo, reward_model, distill") in err
     assert f"adv_estimator: unknown adv_estimator '{ESTIMATOR}'; known: grpo," in err
 
 

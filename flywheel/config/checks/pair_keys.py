@@ -7,6 +7,7 @@ from dataclasses import fields
 
 from flywheel.config.checks.sft import SFT_KEYS
 from flywheel.config.schema import PipelineConfig
+from flywheel.config.schema.offline_distill import OfflineDistillKeys
 from flywheel.config.schema.preference import PreferenceKeys
 
 PREFERENCE_KEYS = frozenset(f.name for f in fields(PreferenceKeys))
@@ -31,5 +32,6 @@ ONLINE_DPO_UNREAD = frozenset({
     "difficulty_high_threshold", "critic", "teacher", "opd_mode", "opd_gamma",
     "train_env_manager", "val_env_manager", "custom_envs", "env_import_allowlist",
     "turn_level_returns", "step_level_samples", "episode_reward_weight",
-    "step_reward_weight", "batch_adjust_mode", "agent", "margin_key", *PAIR_DATA_KEYS})
+    "step_reward_weight", "batch_adjust_mode", "agent", "margin_key", *PAIR_DATA_KEYS,
+    *(f.name for f in fields(OfflineDistillKeys))})  # offline distillation's own keys
 ONLINE_DPO_KEYS = frozenset(f.name for f in fields(PipelineConfig)) - ONLINE_DPO_UNREAD

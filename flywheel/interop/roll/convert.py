@@ -78,6 +78,7 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs,
     if kind.runs_as is None:
         return _not_run_yet(kind, data, out, agentic)
     if kind.fit is not None:
+        out.walk_role = _role
         data = kind.fit(data, out)
     data = served_judges(data, out)
     out.vl = is_vl(data)  # before data_function takes ROLL's default data function out
