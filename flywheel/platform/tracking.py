@@ -71,10 +71,13 @@ class Tracker:
     @classmethod
     def open(cls, output_dir: Path, cfg: TrackedConfig, run_name: str, params: dict,
              mlflow_uri: str, resumed_at: int | None = None,
-             progress_keys: tuple[str, ...] = ()) -> Tracker:
+             progress_keys: tuple[str, ...] = (), total_steps: int | None = None) -> Tracker:
+        """`total_steps`: the run's step count where it is not `max_steps` (SFT's
+        num_train_epochs), so the progress line says "step k/<steps>" of the run it is."""
         output_dir.mkdir(parents=True, exist_ok=True)
         tracking = cfg.tracking
-        tracker = cls(output_dir=output_dir, total_steps=cfg.max_steps,
+        tracker = cls(output_dir=output_dir,
+                      total_steps=cfg.max_steps if total_steps is None else total_steps,
                       logging_steps=max(1, cfg.logging_steps),
                       sample_text_steps=tracking.sample_text_steps,
                       sample_text_count=tracking.sample_text_count,

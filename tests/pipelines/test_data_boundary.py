@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,8 @@ from flywheel.pipelines.run.resume_rules import schedule_steps
 from flywheel.pipelines.sft.run import load_sft_records
 from flywheel.platform.checkpoint_state import CheckpointStateError, read_pipeline_state
 from flywheel.platform.config.errors import ConfigError
+
+from .rows_in_child import read_rows_in_child
 
 BIG = 64 << 20  # bytes of the oversize line
 
@@ -42,16 +42,7 @@ def big_file(tmp_path_factory) -> Path:
 
 
 def test_an_oversize_line_is_read_past_in_bounded_memory(big_file):
-    script = ("import json, resource, sys\nfrom pathlib import Path\n"
-              "from flywheel.pipelines.data.data_files import OversizeRow, read_rows\n"
-              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-              "rows = [(w, r.size_bytes if isinstance(r, OversizeRow) else r)\n"
-              "        for w, r in read_rows(Path(sys.argv[1]), 1 << 20)]\n"
-              "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-              "print(json.dumps({'rows': rows, 'grew_mb': (peak - before) / 1024}))\n")
-    done = subprocess.run([sys.executable, "-c", script, str(big_file)], capture_output=True,
-                          text=True, timeout=120, check=True)
-    result = json.loads(done.stdout)
+    result = read_rows_in_child(big_file)
     wheres = [where for where, _ in result["rows"]]
     assert wheres == [f"{big_file}:1", f"{big_file}:2", f"{big_file}:3"]
     assert result["rows"][1][1] > BIG  # its size, counted without holding it

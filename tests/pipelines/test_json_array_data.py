@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +13,8 @@ from flywheel.config.schema import DataArgs
 from flywheel.pipelines.data import json_array
 from flywheel.pipelines.data.data_files import DataFileError, OversizeRow, read_rows
 from flywheel.pipelines.data.prompt_data import load_records
+
+from .rows_in_child import read_rows_in_child
 
 # strings holding every byte the scanner treats specially, escaped quotes and backslashes
 # at the end of a string, nesting, unicode
@@ -56,16 +56,7 @@ def test_an_element_over_the_limit_is_skipped_unparsed_in_bounded_memory(tmp_pat
     with open(path, "w") as f:
         f.write('[{"prompt": "1+1=", "answer": "2"},\n {"prompt": "' + "x" * big +
                 '", "answer": "1"},\n {"prompt": "2+2=", "answer": "4"}]')
-    script = ("import json, resource, sys\nfrom pathlib import Path\n"
-              "from flywheel.pipelines.data.data_files import OversizeRow, read_rows\n"
-              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-              "rows = [(w, r.size_bytes if isinstance(r, OversizeRow) else r)\n"
-              "        for w, r in read_rows(Path(sys.argv[1]), 1 << 20)]\n"
-              "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-              "print(json.dumps({'rows': rows, 'grew_mb': (peak - before) / 1024}))\n")
-    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
-                          text=True, timeout=120, check=True)
-    result = json.loads(done.stdout)
+    result = read_rows_in_child(path)
     assert [w for w, _ in result["rows"]] == [f"{path}[{i}]" for i in range(3)]
     assert result["rows"][1][1] > big and result["rows"][2][1]["answer"] == "4"
     assert result["grew_mb"] < 16, result  # the element is 64 MB

@@ -109,3 +109,17 @@ def test_batch_size_is_not_checked_against_a_rollout_batch():
     cfg = load_config_dict({**SFT, "actor_train": {
         **SFT["actor_train"], "training_args": {"per_device_train_batch_size": 48}}})
     assert cfg.pipeline_type == "sft"
+
+
+def test_the_progress_line_counts_the_steps_num_train_epochs_makes(tmp_path, capsys):
+    from flywheel.config.schema import PipelineConfig
+
+    default_steps = PipelineConfig().max_steps
+    cfg = load_config(EXAMPLE, [f"output_dir={tmp_path}", f"max_steps={default_steps}",
+                                "eval_steps=0", "validation=null",
+                                "actor_train.training_args.num_train_epochs=0.04"])
+    rows = metrics_of(run(cfg, str(EXAMPLE)))
+    steps = rows[-1]["step"]
+    assert steps == len(rows) and 1 < steps < default_steps
+    out = capsys.readouterr().out
+    assert f"step {steps}/{steps} |" in out and f"/{default_steps} |" not in out

@@ -111,3 +111,18 @@ def test_a_vl_distillation_file_is_reported_missing_image_records(tmp_path):
     data["teacher_pretrain"] = "Qwen/Qwen2.5-VL-32B-Instruct"
     out = convert_roll(write(tmp_path, data))
     assert [m for m in out.missing if m.startswith("image records in offline distillation")]
+
+
+def test_a_forward_only_reference_reports_the_strategy_config_it_leaves(tmp_path):
+    """deepspeed_infer becomes a forward-only deepspeed_train role; its own settings do not
+    carry over, and the report says so (they were dropped without a line before)."""
+    data = opd_shape()
+    data["reference"] = {"device_mapping": "list(range(0,1))",
+                         "strategy_args": {"strategy_name": "deepspeed_infer",
+                                           "strategy_config": {"zero_optimization":
+                                                               {"stage": 3}}}}
+    out = convert_roll(write(tmp_path, data))
+    assert ("reference.strategy_args.strategy_name: deepspeed_infer -> deepspeed_train "
+            "(forward-only roles run on deepspeed_train)") in out.mapped
+    assert any(d.startswith("reference.strategy_args.strategy_config: zero_optimization: "
+                            "deepspeed_infer's settings") for d in out.dropped), out.dropped

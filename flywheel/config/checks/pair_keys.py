@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import fields
 
 from flywheel.config.checks.sft import SFT_KEYS
-from flywheel.config.schema import PipelineConfig
-from flywheel.config.schema.offline_distill import OfflineDistillKeys
+from flywheel.config.schema.asynchrony import AsyncKeys
+from flywheel.config.schema.data import BatchKeys
 from flywheel.config.schema.preference import PreferenceKeys
+from flywheel.config.schema.rewards import RewardKeys
+from flywheel.config.schema.roles import ModelKeys, ValidationKeys
+from flywheel.config.schema.run import InfraKeys, RunKeys, StepKeys
 
 PREFERENCE_KEYS = frozenset(f.name for f in fields(PreferenceKeys))
 PAIR_DATA_KEYS = frozenset({"chosen_key", "rejected_key", "overlong_pairs", "equal_pairs"})
@@ -18,20 +21,19 @@ DPO_KEYS = _IN_PROCESS | (PREFERENCE_KEYS - {"margin_key"}) | {"sequence_length"
                                                                  "reference"}
 # reward-model training reads the pairs, not the DPO loss (pipelines/reward_model/run.py)
 REWARD_MODEL_KEYS = _IN_PROCESS | PAIR_DATA_KEYS | {"sequence_length", "margin_key"}
-# online DPO: RLVR's keys (prompts, generation, rewards, async, weight sync, roles) and the
-# pair loss's; not the policy-gradient loss's, advantages', KL terms', critic's, the
-# train/infer correction's (the pair loss reads none of them), nor the pair data's
-ONLINE_DPO_UNREAD = frozenset({
-    "adv_estimator", "norm_mean_type", "norm_std_type", "whiten_advantages", "reward_clip",
-    "advantage_clip", "gamma", "lambd", "pg_clip", "use_pg_clip_range", "pg_clip_low",
-    "pg_clip_high", "dual_clip_loss", "dual_clip_c", "value_clip", "use_kl_loss",
-    "kl_loss_coef", "kl_loss_type", "init_kl_coef", "kl_penalty", "target_kl", "kl_horizon",
-    "entropy_loss_coef", "infer_is_correction", "infer_is_lower_bound",
-    "infer_is_upper_bound", "infer_filter_level", "infer_filter_ratio_band",
-    "infer_filter_diff_band", "max_len_mask", "difficulty_mask", "difficulty_low_threshold",
-    "difficulty_high_threshold", "critic", "teacher", "opd_mode", "opd_gamma",
-    "train_env_manager", "val_env_manager", "custom_envs", "env_import_allowlist",
-    "turn_level_returns", "step_level_samples", "episode_reward_weight",
-    "step_reward_weight", "batch_adjust_mode", "agent", "margin_key", *PAIR_DATA_KEYS,
-    *(f.name for f in fields(OfflineDistillKeys))})  # offline distillation's own keys
-ONLINE_DPO_KEYS = frozenset(f.name for f in fields(PipelineConfig)) - ONLINE_DPO_UNREAD
+# online DPO reads, as an allowlist (a key group added to the schema later is not read by
+# it until it says so here): RLVR's groups for prompts, generation, rewards, async, weight
+# sync, validation, steps and the run; its roles; the group filter's and epochs' keys of the
+# algorithm group; the pair loss's knobs. Not the policy-gradient loss's, advantages', KL
+# terms', critic's, the train/infer correction's, a teacher's, the envs' or agents' keys,
+# nor the pair data's (its pairs come from its own groups).
+_ONLINE_DPO_GROUPS = (InfraKeys, ValidationKeys, RewardKeys, AsyncKeys, StepKeys, BatchKeys,
+                      ModelKeys, RunKeys)
+_ONLINE_DPO_ALGORITHM = frozenset({
+    "drop_uniform_groups", "group_filter_mean_range", "group_filter_min_std",
+    "max_num_gen_batches", "num_return_sequences_in_group", "is_num_return_sequences_expand",
+    "ppo_epochs"})
+ONLINE_DPO_KEYS = (frozenset(f.name for group in _ONLINE_DPO_GROUPS for f in fields(group))
+                   | {"actor_train", "actor_infer", "reference", "import_allowlist"}
+                   | _ONLINE_DPO_ALGORITHM
+                   | (PREFERENCE_KEYS - PAIR_DATA_KEYS - {"margin_key"}))

@@ -17,9 +17,6 @@ class Conversion:
 
     source: str
     catalogs: Catalogs = field(repr=False, compare=False)  # the names flywheel has
-    # the shared role walk (convert._role), handed to a pipeline's fit so that the
-    # pipelines' modules need not import convert (which imports them)
-    walk_role: Any = field(default=None, repr=False, compare=False)
     pipeline_type: str = "rlvr"  # flywheel's; ROLL's pipeline is roll_pipeline
     roll_pipeline: str = "rlvr"  # interop/roll/pipelines: which of ROLL's pipelines reads it
     recognised_by: str = ""  # the rule that chose roll_pipeline, or "--pipeline"

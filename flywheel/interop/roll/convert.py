@@ -3,17 +3,18 @@ flywheel config plus a report of everything that did not carry over unchanged.
 
 Reading is ROLL's: `defaults:` with `@_here_`, the `hydra:` block dropped, every `${...}`
 (and the `oc.env` / `now` resolvers) resolved over the whole merged tree, and no schema
-check. Then each block is walked beside two tables: `roll_keys` (what ROLL reads: a key
-outside it is one ROLL ignores too, so the user learns it never did anything) and
-`roll_rules` (what each key ROLL reads becomes here). Keys ROLL ignores that some `${...}`
-referenced are reported as helpers. Then `roll_defaults.finish`: where ROLL's default differs
-from flywheel's and the key acts, ROLL's value is written out, so the converted run means the
-same; a key that would do nothing in the converted config is dropped, with the reason.
+check. Then each block is walked (a role's by `role_walk.walk_role`) beside two tables:
+`roll_keys` (what ROLL reads: a key outside it is one ROLL ignores too, so the user learns
+it never did anything) and `roll_rules` (what each key ROLL reads becomes here). Keys ROLL
+ignores that some `${...}` referenced are reported as helpers. Then `roll_defaults.finish`:
+where ROLL's default differs from flywheel's and the key acts, ROLL's value is written out,
+so the converted run means the same; a key that would do nothing in the converted config is
+dropped, with the reason.
 
 Nothing is dropped silently: the report lists every key ignored, mapped, dropped (with why
-it makes no difference) and every ROLL feature flywheel lacks. A config that needs a
-missing feature is not written (`Conversion.missing` non-empty): the run would not be the
-one the file describes. The output is checked by the strict loader before it is returned.
+it makes no difference) and every ROLL feature flywheel lacks. A config that needs a missing
+feature is not written (`Conversion.missing` non-empty): the run would not be the one the
+file describes. The output is checked by the strict loader before it is returned.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ from flywheel.interop.roll import rules as rules
 from flywheel.interop.roll.conversion import Conversion
 from flywheel.interop.roll.defaults import finish
 from flywheel.interop.roll.fit import loss as roll_loss
-from flywheel.interop.roll.fit import packing as roll_packing
 from flywheel.interop.roll.fit import step_credit as step_credit
 from flywheel.interop.roll.fit.envs import fit_env_config
-from flywheel.interop.roll.fit.fsdp2 import fit_fsdp2_config
 from flywheel.interop.roll.fit.judge import judge_settings, served_judges
 from flywheel.interop.roll.fit.loss import fit_loss
 from flywheel.interop.roll.fit.tools import fit_tool_wrapper
@@ -40,7 +39,16 @@ from flywheel.interop.roll.fit.val_lengths import KEYS as VAL_LENGTHS
 from flywheel.interop.roll.fit.val_lengths import fit_val_lengths
 from flywheel.interop.roll.fit.vl import data_function, detection_reward_args, is_vl
 from flywheel.interop.roll.pipelines import AGENTIC_MARKERS, RollPipeline, pipelines, recognise
-from flywheel.interop.roll.typos import near, unknown_key
+from flywheel.interop.roll.role_walk import (
+    SUB_BLOCKS,
+    apply_rule,
+    is_off,
+    put,
+    show,
+    walk_block,
+    walk_role,
+)
+from flywheel.interop.roll.typos import unknown_key
 from flywheel.platform.config.conversion import field_type_at
 from flywheel.platform.config.errors import ConfigError
 from flywheel.platform.config.helpers import helper_keys
@@ -52,7 +60,6 @@ RULE_MODEL_USE = {"DetectionRewardWorker": "its processor (a tokenizer, and the 
                   "of its Qwen2.5-VL box rescaling, which flywheel's detection reward "
                   "leaves out: the reference's coordinates must be the reply's)"}
 ROLE_BLOCKS = ("actor_train", "actor_infer", "reference", "critic")
-FSDP2 = ("fsdp2_train", "fsdp2_infer")
 
 
 def convert_roll(path: str | os.PathLike, catalogs: Catalogs,
@@ -78,7 +85,6 @@ def convert_roll(path: str | os.PathLike, catalogs: Catalogs,
     if kind.runs_as is None:
         return _not_run_yet(kind, data, out, agentic)
     if kind.fit is not None:
-        out.walk_role = _role
         data = kind.fit(data, out)
     data = served_judges(data, out)
     out.vl = is_vl(data)  # before data_function takes ROLL's default data function out
@@ -111,7 +117,7 @@ def _not_run_yet(kind: RollPipeline, data: dict[str, Any], out: Conversion,
                        f"({kind.launcher}), which flywheel does not run yet")
     for key in [k for k in data if kind.reads(k)]:
         value = data.pop(key)
-        what = "a role" if key in kind.roles else _show(value)
+        what = "a role" if key in kind.roles else show(value)
         out.needs_pipeline.append(f"{key}: {what}: needs pipeline {kind.name}")
     _top({k: v for k, v in data.items() if k not in out.helpers}, out, agentic)
     return out
@@ -130,7 +136,7 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             out.ignored.append(str(key))
         elif key in ROLE_BLOCKS:
             table = rules.ACTOR_TRAIN if key == "actor_train" else rules.WORKER
-            _role(value, key, table, out)
+            walk_role(value, key, table, out)
         elif key == "rewards":
             for name, reward in (value or {}).items():
                 _reward(reward, f"rewards.{name}", out)
@@ -159,7 +165,7 @@ def _top(data: dict[str, Any], out: Conversion, agentic: bool) -> None:
             out.dropped.append(f"tracker_kwargs: options of track_with "
                                f"{data['track_with']!r}, dropped with it")
         else:
-            _apply(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
+            apply_rule(rules.TOP.get(key, rules.Missing(key)), key, value, keys.TOP.get(key),
                    ("",), key, out)
 
 
@@ -193,7 +199,7 @@ def _global_template(name: str | None, out: Conversion) -> None:
     for block in ("actor_train", "validation"):
         args = (out.data.get(block) or {}).get("data_args")
         if block == "actor_train" or (isinstance(args, dict) and "template" in args):
-            _put(out.data, (block, "data_args", "template"), name)
+            put(out.data, (block, "data_args", "template"), name)
     out.mapped.append(f"global_template -> actor_train.data_args.template: {name} (ROLL "
                       f"encodes every prompt with it, in place of actor_train's template)")
 
@@ -207,130 +213,10 @@ def _tag_to_template(mapping: Any, out: Conversion) -> None:
     if not isinstance(mapping, dict):
         out.missing.append(f"a tag_to_template that is not a mapping ({mapping!r})")
         return
-    _put(out.data, ("actor_train", "data_args", "tag_to_template"),
+    put(out.data, ("actor_train", "data_args", "tag_to_template"),
          {str(tag): name for tag, name in mapping.items()})
     out.mapped.append(f"tag_to_template -> actor_train.data_args.tag_to_template "
                       f"({len(mapping)} tags)")
-
-
-def _apply(rule: rules.Rule, key: str, value: Any, roll_default: Any, block: tuple[str, ...],
-           where: str, out: Conversion) -> None:
-    """One key under the flywheel block `block` (a path of keys from the top).
-
-    The rules follow flywheel's schema as it grows: a dropped key that has become a field
-    of the same block is copied, and a copied key the schema lacks is reported missing."""
-    has_field = _is_field(block + (key,))
-    if isinstance(rule, rules.Drop) and has_field:
-        rule = rules.SAME
-    if isinstance(rule, rules.Same) and not has_field:
-        rule = rules.Missing(f"flywheel has no {key} here")
-    if isinstance(rule, rules.Same):
-        if value is None:
-            out.mapped.append(f"{where}: null, flywheel's default used")
-        else:
-            _put(out.data, block + (key,), value)
-    elif isinstance(rule, rules.To):
-        target = tuple(rule.path.strip("/").split("/"))
-        target = target if rule.path.startswith("/") else block + target
-        converted = rule.convert(value) if rule.convert else value
-        if converted is None:
-            out.mapped.append(f"{where}: null, flywheel's default used")
-            return
-        _put(out.data, target, converted)
-        # a conversion's note only where it changed the value ("a string is a one-file
-        # list" is not said of a list)
-        note = f" ({rule.note})" if rule.note and (rule.convert is None
-                                                    or converted != value) else ""
-        out.mapped.append(f"{where} -> {'.'.join(p for p in target if p)}{note}")
-    elif isinstance(rule, rules.Drop):
-        out.dropped.append(f"{where}: {rule.reason}")
-    elif _is_off(value, roll_default):
-        out.dropped.append(f"{where}: off ({_show(value)})")
-    else:
-        out.missing.append(f"{rule.feature} ({where} = {_show(value)})")
-
-
-def _block(value: Any, table: dict[str, rules.Rule], known: dict[str, Any],
-           block: tuple[str, ...], where: str, out: Conversion) -> None:
-    """A ROLL sub-block (model_args, ...) whose keys map into flywheel's `block`."""
-    for key, item in (value or {}).items():
-        child = f"{where}.{key}"
-        if key not in known:
-            unknown_key(child, key, known, out)
-        else:
-            _apply(table.get(key, rules.Missing(key)), key, item, known.get(key), block,
-                   child, out)
-
-
-def _role(value: Any, name: str, table: dict[str, rules.Rule], out: Conversion,
-          known: dict[str, Any] = keys.WORKER) -> None:
-    if value is None:
-        out.mapped.append(f"{name}: null, role not declared")
-        return
-    block = tuple(name.split("."))
-    value = _critic_value_head(value, name, out)
-    node = out.data
-    for part in block:  # the role is declared even when none of its keys carries over
-        node = node.setdefault(part, {})
-    for key, item in value.items():
-        where = f"{name}.{key}"
-        if key not in known:
-            unknown_key(where, key, known, out)
-        elif key == "strategy_args":
-            _strategy(item or {}, block, where, out, value)
-        elif key in roll_packing.KEYS:  # converted once backends are final (finish)
-            continue
-        elif key == "data_args" and name != "actor_train":
-            out.dropped.append(f"{where}: only actor_train's data_args are read (prompts and "
-                               f"their template)")
-        elif key in SUB_BLOCKS:
-            sub_table, sub_known = SUB_BLOCKS[key]
-            _block(item, sub_table, sub_known, block + (key,), where, out)
-        else:
-            _apply(table.get(key, rules.Missing(key)), key, item, known.get(key), block, where,
-                   out)
-
-
-def _critic_value_head(value: dict[str, Any], name: str, out: Conversion) -> dict[str, Any]:
-    """A critic's `model_args.model_type: trl` (trl's causal LM with a value head) is what
-    flywheel's critic is (workers/strategies/model_head.py VALUE): dropped, said."""
-    model_args = value.get("model_args")
-    if name != "critic" or not isinstance(model_args, dict) or (
-            model_args.get("model_type") != "trl"):
-        return value
-    out.dropped.append(f"{name}.model_args.model_type: trl: flywheel's critic is a value head "
-                       f"on the causal LM already, as trl's")
-    return {**value, "model_args": {k: v for k, v in model_args.items() if k != "model_type"}}
-
-
-def _strategy(value: dict[str, Any], block: tuple[str, ...], where: str, out: Conversion,
-              role: dict[str, Any] | None = None) -> None:
-    for key in value:
-        if key not in keys.STRATEGY_ARGS:
-            unknown_key(f"{where}.{key}", key, keys.STRATEGY_ARGS, out)
-    name = value.get("strategy_name")
-    if name is None:
-        return
-    same = (name, "") if name in out.catalogs.backends else (None, "")  # a flywheel name already
-    flywheel_name, note = rules.STRATEGY_NAMES.get(name, same)
-    if flywheel_name is None:
-        close = near(name, [*rules.STRATEGY_NAMES, *out.catalogs.backends])
-        if close is not None:
-            out.typos.append(f"{where}.strategy_name: {name} is no backend of ROLL's or "
-                             f"flywheel's; did you mean '{close}'?")
-        else:
-            out.missing.append(f"the {name} backend ({where}.strategy_name = {name})")
-        return
-    strategy: dict[str, Any] = {"strategy_name": flywheel_name}
-    # megatron_infer's layout keys are megatron_train's: kept, then checked key by key
-    keeps_config = not note or (name, flywheel_name) == ("megatron_infer", "megatron_train")
-    if keeps_config and value.get("strategy_config"):
-        strategy["strategy_config"] = value["strategy_config"]
-    elif name in FSDP2 and isinstance(value.get("strategy_config"), dict):
-        fit_fsdp2_config(value["strategy_config"], role or {}, f"{where}.strategy_config", out)
-    _put(out.data, block + ("strategy_args",), strategy)
-    if flywheel_name != name:
-        out.mapped.append(f"{where}.strategy_name: {name} -> {flywheel_name} ({note})")
 
 
 def _reward(value: Any, name: str, out: Conversion) -> None:
@@ -351,18 +237,18 @@ def _reward(value: Any, name: str, out: Conversion) -> None:
     if reward_type == "llm_judge":
         value, judge = judge_settings(value, name, out)
         for key, item in judge.items():
-            _put(out.data, tuple(name.split(".")) + ("llm_judge", key), item)
-    _role(value, name, rules.REWARD, out, known)
-    _put(out.data, tuple(name.split(".")) + ("reward_type",), reward_type)
+            put(out.data, tuple(name.split(".")) + ("llm_judge", key), item)
+    walk_role(value, name, rules.REWARD, out, known)
+    put(out.data, tuple(name.split(".")) + ("reward_type",), reward_type)
     out.mapped.append(f"{name}.worker_cls -> {name}.reward_type: {reward_type}")
     targets = rules.REWARD_WORKER_KEYS.get(reward_type, {})
     for key, item in only_some.items():
         where = f"{name}.{key}"
         if key in targets and item is not None:
-            _put(out.data, tuple(name.split(".")) + tuple(targets[key].split(".")), item)
+            put(out.data, tuple(name.split(".")) + tuple(targets[key].split(".")), item)
             out.mapped.append(f"{where} -> {name}.{targets[key]}")
-        elif key in targets or _is_off(item, known.get(key)):
-            out.dropped.append(f"{where}: off ({_show(item)})")
+        elif key in targets or is_off(item, known.get(key)):
+            out.dropped.append(f"{where}: off ({show(item)})")
         else:
             out.dropped.append(f"{where}: ROLL's {worker_cls.rsplit('.', 1)[-1]} does not "
                                f"read it")
@@ -389,9 +275,9 @@ def _validation(value: Any, out: Conversion) -> None:
         if key not in keys.WORKER:
             unknown_key(where, key, keys.WORKER, out)
         elif key in ("data_args", "generating_args"):
-            _block(item, *SUB_BLOCKS[key], ("validation", key), where, out)
+            walk_block(item, *SUB_BLOCKS[key], ("validation", key), where, out)
         else:
-            _apply(rules.VALIDATION[key], key, item, keys.WORKER.get(key), ("validation",),
+            apply_rule(rules.VALIDATION[key], key, item, keys.WORKER.get(key), ("validation",),
                    where, out)
 
 
@@ -402,14 +288,14 @@ def _env_manager(value: Any, name: str, out: Conversion) -> None:
         if key not in known:
             unknown_key(where, key, known, out)
         elif key == "generating_args" and name == "train_env_manager":
-            _block(item, rules.GENERATING_ARGS, keys.GENERATING_ARGS,
+            walk_block(item, rules.GENERATING_ARGS, keys.GENERATING_ARGS,
                    ("actor_infer", "generating_args"), where, out)
             out.mapped.append(f"{where} -> actor_infer.generating_args (flywheel's agentic "
                               f"turns are generated by actor_infer with its generating_args)")
         elif key == "generating_args":
             out.dropped.append(f"{where}: flywheel's validation episodes decode greedily")
         else:
-            _apply(rules.ENV_MANAGER.get(key, rules.Missing(key)), key, item, known.get(key),
+            apply_rule(rules.ENV_MANAGER.get(key, rules.Missing(key)), key, item, known.get(key),
                    (name,), where, out)
 
 
@@ -539,37 +425,3 @@ def _trackers() -> tuple[str, ...]:
     names = [a for a in get_args(field_type_at(("track_with",), PipelineConfig))
              if a is not type(None)]
     return get_args(names[0]) if names else ()
-
-
-def _is_field(path: tuple[str, ...]) -> bool:
-    try:
-        field_type_at(tuple(p for p in path if p), PipelineConfig)
-        return True
-    except ConfigError:
-        return False
-
-
-def _is_off(value: Any, roll_default: Any) -> bool:
-    return value in (None, False, 0, "", {}, []) or (
-        roll_default is not keys._NO_DEFAULT and value == roll_default)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    path = tuple(p for p in path if p)
-    node = data
-    for key in path[:-1]:
-        node = node.setdefault(key, {})
-    node[path[-1]] = value
-
-
-SUB_BLOCKS: dict[str, tuple[dict[str, rules.Rule], dict[str, Any]]] = {
-    "model_args": (rules.MODEL_ARGS, keys.MODEL_ARGS),
-    "training_args": (rules.TRAINING_ARGS, keys.TRAINING_ARGS),
-    "data_args": (rules.DATA_ARGS, keys.DATA_ARGS),
-    "generating_args": (rules.GENERATING_ARGS, keys.GENERATING_ARGS),
-}

@@ -242,7 +242,7 @@ def run_sft(cfg: PipelineConfig, output_dir: Path, is_default: bool, model_path:
         tracker = Tracker.open(output_dir, cfg, output_dir.name,
                                params=written_config(cfg, config_path),
                                mlflow_uri=default_mlflow_uri(output_dir, is_default),
-                               progress_keys=PROGRESS_KEYS)
+                               progress_keys=PROGRESS_KEYS, total_steps=steps)
         train_loop(cfg, model_path, tokenizer, train, val, tracker, output_dir, steps)
         status = "finished"
     except KeyboardInterrupt:

@@ -97,6 +97,7 @@ def fit_opd(data: dict[str, Any], out: Conversion) -> dict[str, Any]:
 def fit_teacher(block: dict[str, Any], where: str, out: Conversion) -> None:
     """One teacher's block through the shared role walk, minus what a teacher never uses."""
     from flywheel.interop.roll import rules
+    from flywheel.interop.roll.role_walk import walk_role
 
     block = dict(block)
     for key, why in TEACHER_UNUSED.items():
@@ -110,7 +111,7 @@ def fit_teacher(block: dict[str, Any], where: str, out: Conversion) -> None:
                                f"teacher never trains (no backward pass to checkpoint)")
     block["model_args"] = model_args
     table = {**rules.WORKER, "opd_kl_coef": rules.SAME, "tag_included": rules.SAME}
-    out.walk_role(block, where, table, out)
+    walk_role(block, where, table, out)
     strategy = block.get("strategy_args") or {}
     if strategy.get("strategy_name") == "megatron_infer":
         out.mapped.append(f"{where}: a forward-only role on megatron_train (flywheel has no "
