@@ -197,6 +197,11 @@ class CPUMegatronWorker(TrainWorker):
         """(asynchronous, from finalize) per reduce launched since record_grad_reduces."""
         return self.reduces
 
+    def expert_fc1_rows(self) -> int:
+        """Rows of this rank's first local expert's linear_fc1 ([gate; up] of its slice)."""
+        return next(p.shape[0] for n, p in self.strategy.model.named_parameters()
+                    if "local_experts.0.linear_fc1" in n)
+
     def chunk_layers(self) -> list[list[int]]:
         """The global decoder layers of each model chunk this rank built."""
         return [list(layers) for layers in self.strategy.chunk_layers]
@@ -530,13 +535,15 @@ def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batc
     resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
-@pytest.mark.long  # four ranks, 5 steps
+@pytest.mark.long  # four ranks, 5 steps and a resume
+@pytest.mark.parametrize(("expert_tp", "dispatcher"), [(1, "alltoall"), (2, "allgather")])
 def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_model_path,
-                                                 rl_batch):
+                                                 rl_batch, expert_tp, dispatcher):
     """TP 2 (sequence parallel, as megatron-core requires with MoE) x EP 2 on 4 ranks: the
     attention split over TP, the tokens split along the sequence before the routers, the
-    experts whole on their EP rank; hf_train's loss, grad norm, load-balancing loss and
-    weights on one rank."""
+    experts whole on their EP rank (expert_tensor_parallel_size 1) or each sliced over the
+    2 expert-TP ranks (2); hf_train's loss, grad norm, load-balancing loss and weights on
+    one rank, and an exact resume."""
     from flywheel.config.schema import ModelArgs
 
     path = save_tiny_qwen3_moe(tmp_path / "moe_kv2", tiny_model_path, vocab_size=264,
@@ -548,14 +555,18 @@ def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_m
     cluster = train_cluster("megatron_train", path, 4,
                             {"tensor_model_parallel_size": 2, "sequence_parallel": True,
                              "expert_model_parallel_size": 2,
-                             "moe_token_dispatcher_type": "alltoall"},
+                             "expert_tensor_parallel_size": expert_tp,
+                             "moe_token_dispatcher_type": dispatcher},
                             per_device=8, accum=2, worker_cls=CPUMegatronWorker,
                             model_args=args)
+    # [gate; up] of the expert's 16 intermediate channels, or of its half of them
+    assert cluster.call_all("expert_fc1_rows") == [2 * 16 // expert_tp] * 4
     diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
     diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
     print(dict(diffs))
     assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
     assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
 @pytest.mark.long  # four ranks, 6 steps and a resume
