@@ -5,7 +5,8 @@ megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-c
 zeros in the schedules, the MoE dispatcher's side stream and host copies, `.cuda()` on the
 tied embedding copy of the last pipeline stage, CUDA's autocast replayed in its linear
 layers' backward, the optimizers' "cuda" flags and the distributed optimizer's CUDA type
-names). The
+names), and one gloo lacks (the all-to-all dispatcher's all-gather of uneven token counts
+at expert_tensor_parallel_size > 1). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
 the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
 """
@@ -107,6 +108,33 @@ def cpu_streams() -> None:
         return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
 
     dispatcher.maybe_move_tensor_to_cpu = to_host
+    cpu_uneven_all_gather()
+
+
+def cpu_uneven_all_gather() -> None:
+    """At expert_tensor_parallel_size > 1 the all-to-all dispatcher all-gathers each
+    expert-TP rank's routed tokens, counts that differ (torch.distributed.all_gather into
+    tensors of different sizes: NCCL takes it, gloo's allgather wants equal sizes): on
+    gloo, each padded to the largest, gathered, and cut back."""
+    import torch.distributed as dist
+
+    if getattr(dist.all_gather, "_uneven", False):
+        return
+    plain = dist.all_gather
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        if async_op or all(t.shape == tensor.shape for t in tensor_list):
+            return plain(tensor_list, tensor, group=group, async_op=async_op)
+        rows = max(len(t) for t in tensor_list)
+        mine = tensor.new_zeros((rows, *tensor.shape[1:]))
+        mine[:len(tensor)] = tensor
+        padded = [torch.empty_like(mine) for _ in tensor_list]
+        plain(padded, mine, group=group)
+        for out, got in zip(tensor_list, padded):
+            out.copy_(got[:len(out)])
+
+    all_gather._uneven = True
+    dist.all_gather = all_gather
 
 
 def cpu_megatron_optimizer() -> None:
@@ -536,7 +564,8 @@ def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batc
 
 
 @pytest.mark.long  # four ranks, 5 steps and a resume
-@pytest.mark.parametrize(("expert_tp", "dispatcher"), [(1, "alltoall"), (2, "allgather")])
+@pytest.mark.parametrize(("expert_tp", "dispatcher"),
+                         [(1, "alltoall"), (2, "allgather"), (2, "alltoall")])
 def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_model_path,
                                                  rl_batch, expert_tp, dispatcher):
     """TP 2 (sequence parallel, as megatron-core requires with MoE) x EP 2 on 4 ranks: the
