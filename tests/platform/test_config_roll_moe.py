@@ -88,16 +88,23 @@ def test_a_qwen3_moe_actor_without_context_parallelism_stays_on_megatron(tmp_pat
     assert any(m.startswith("actor_train: the qwen3_moe model stays on megatron_train")
                for m in conversion.mapped)
     # TP 2 with sequence parallelism (what megatron-core needs for MoE under TP) stays,
-    # both kept; experts sliced over TP (not built) go to deepspeed_train
-    conversion = convert_roll(moe_file(tmp_path, accum=16, context_parallel_size=None,
-                                       tensor_model_parallel_size=2))
-    assert conversion.missing == []
-    config = conversion.data["actor_train"]["strategy_args"]["strategy_config"]
-    assert config["tensor_model_parallel_size"] == 2 and config["sequence_parallel"]
+    # both kept, and so do the experts sliced over those 2 ranks; experts sliced over
+    # ranks that are not the TP ranks (not built) go to deepspeed_train
+    for etp in (None, 2):
+        conversion = convert_roll(moe_file(tmp_path, accum=16, context_parallel_size=None,
+                                           tensor_model_parallel_size=2,
+                                           expert_tensor_parallel_size=etp))
+        assert conversion.missing == []
+        load_config_dict(conversion.data)
+        config = conversion.data["actor_train"]["strategy_args"]["strategy_config"]
+        assert config["tensor_model_parallel_size"] == 2 and config["sequence_parallel"]
+        assert config.get("expert_tensor_parallel_size") == etp
     conversion = convert_roll(moe_file(tmp_path, accum=8, context_parallel_size=None,
                                        expert_tensor_parallel_size=2))
     assert conversion.data["actor_train"]["strategy_args"]["strategy_name"] == (
         "deepspeed_train")
+    assert any("expert_tensor_parallel_size 1 or tensor_model_parallel_size (this file: 2 "
+               "at tensor_model_parallel_size 1)" in m for m in conversion.mapped)
 
 
 @pytest.mark.parametrize(("megatron", "coef", "refused"), [

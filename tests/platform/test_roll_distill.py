@@ -71,6 +71,28 @@ def test_many_teachers_route_by_tag_through_the_rewards_domains(tmp_path):
     assert any("no teacher takes tag(s) KodCode" in m for m in refused.missing)
 
 
+def test_a_megatron_infer_teacher_keeps_its_layout_and_its_bf16_is_its_dtype(tmp_path):
+    """ROLL's multi-teacher file gives each megatron_infer teacher a strategy_config (TP,
+    PP, CP and Megatron's bf16 flag): the layout stays on the forward-only megatron_train
+    role and validates there, bf16 becomes the teacher's model_args.dtype (the merged tree
+    refused the file: 'bf16: unknown key for megatron_train')."""
+    data = opd_shape()
+    data["teacher"]["strategy_args"]["strategy_config"] = {
+        "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 4,
+        "context_parallel_size": 1, "bf16": True}
+    data["teacher"] = {"math": data["teacher"]}
+    out = convert_roll(write(tmp_path, data))
+    assert not out.missing, out.missing
+    teacher = out.data["teacher"]["math"]
+    assert teacher["strategy_args"]["strategy_config"] == {
+        "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 4,
+        "context_parallel_size": 1}
+    assert teacher["model_args"]["dtype"] == "bf16"
+    assert any(m.startswith("teacher.math.strategy_args.strategy_config.bf16: true -> "
+                            "teacher.math.model_args.dtype: bf16") for m in out.mapped)
+    load_config_dict(out.data)
+
+
 def test_use_opd_alone_is_mixed_and_agentic_opd_is_missing(tmp_path):
     data = opd_shape()
     data["actor_train"], data["actor_infer"] = data.pop("student_train"), data.pop(

@@ -77,7 +77,8 @@ def test_megatron_refuses_what_it_does_not_implement():
 
     acting = {"use_distributed_optimizer": True, "overlap_grad_reduce": True,
               "ddp_bucket_size": 1000, "bias_activation_fusion": True,
-              "tensor_model_parallel_size": 2, "sequence_parallel": True}
+              "tensor_model_parallel_size": 2, "sequence_parallel": True,
+              "expert_tensor_parallel_size": 2}
     assert all(strategy_options(cfg(acting))[k] == v for k, v in acting.items())
     with pytest.raises(StrategyConfigError, match="sequence_parallel: .* needs "
                                                   "tensor_model_parallel_size >= 2"):
@@ -85,6 +86,9 @@ def test_megatron_refuses_what_it_does_not_implement():
     with pytest.raises(StrategyConfigError, match="context_parallel_size: .* only in "
                                                   "Transformer Engine's attention"):
         strategy_options(cfg({"context_parallel_size": 2}))
+    with pytest.raises(StrategyConfigError, match="expert_tensor_parallel_size: the experts "
+                                                  "whole .* are not: set 1$"):
+        strategy_options(cfg({"expert_tensor_parallel_size": 2}))
     with pytest.raises(StrategyConfigError, match="apply_rope_fusion: .* Transformer Engine"):
         strategy_options(cfg({"apply_rope_fusion": True}))
     with pytest.raises(StrategyConfigError, match="moe_grouped_gemm: .* grouped_gemm package"):

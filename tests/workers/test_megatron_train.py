@@ -5,7 +5,8 @@ megatron-core's home is the GPU: on a CPU-only machine a few of its calls hard-c
 zeros in the schedules, the MoE dispatcher's side stream and host copies, `.cuda()` on the
 tied embedding copy of the last pipeline stage, CUDA's autocast replayed in its linear
 layers' backward, the optimizers' "cuda" flags and the distributed optimizer's CUDA type
-names). The
+names), and one gloo lacks (the all-to-all dispatcher's all-gather of uneven token counts
+at expert_tensor_parallel_size > 1). The
 `CPUMegatronWorker` below patches exactly those, inside the test's own worker processes;
 the product path (`flywheel/workers/strategies/megatron_train.py`) is not patched.
 """
@@ -107,6 +108,33 @@ def cpu_streams() -> None:
         return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
 
     dispatcher.maybe_move_tensor_to_cpu = to_host
+    cpu_uneven_all_gather()
+
+
+def cpu_uneven_all_gather() -> None:
+    """At expert_tensor_parallel_size > 1 the all-to-all dispatcher all-gathers each
+    expert-TP rank's routed tokens, counts that differ (torch.distributed.all_gather into
+    tensors of different sizes: NCCL takes it, gloo's allgather wants equal sizes): on
+    gloo, each padded to the largest, gathered, and cut back."""
+    import torch.distributed as dist
+
+    if getattr(dist.all_gather, "_uneven", False):
+        return
+    plain = dist.all_gather
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        if async_op or all(t.shape == tensor.shape for t in tensor_list):
+            return plain(tensor_list, tensor, group=group, async_op=async_op)
+        rows = max(len(t) for t in tensor_list)
+        mine = tensor.new_zeros((rows, *tensor.shape[1:]))
+        mine[:len(tensor)] = tensor
+        padded = [torch.empty_like(mine) for _ in tensor_list]
+        plain(padded, mine, group=group)
+        for out, got in zip(tensor_list, padded):
+            out.copy_(got[:len(out)])
+
+    all_gather._uneven = True
+    dist.all_gather = all_gather
 
 
 def cpu_megatron_optimizer() -> None:
@@ -196,6 +224,11 @@ class CPUMegatronWorker(TrainWorker):
     def grad_reduces(self) -> list[tuple[bool, bool]]:
         """(asynchronous, from finalize) per reduce launched since record_grad_reduces."""
         return self.reduces
+
+    def expert_fc1_rows(self) -> int:
+        """Rows of this rank's first local expert's linear_fc1 ([gate; up] of its slice)."""
+        return next(p.shape[0] for n, p in self.strategy.model.named_parameters()
+                    if "local_experts.0.linear_fc1" in n)
 
     def chunk_layers(self) -> list[list[int]]:
         """The global decoder layers of each model chunk this rank built."""
@@ -530,13 +563,16 @@ def test_moe_at_two_expert_parallel_ranks(train_cluster, moe_model_path, rl_batc
     resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
-@pytest.mark.long  # four ranks, 5 steps
+@pytest.mark.long  # four ranks, 5 steps and a resume
+@pytest.mark.parametrize(("expert_tp", "dispatcher"),
+                         [(1, "alltoall"), (2, "allgather"), (2, "alltoall")])
 def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_model_path,
-                                                 rl_batch):
+                                                 rl_batch, expert_tp, dispatcher):
     """TP 2 (sequence parallel, as megatron-core requires with MoE) x EP 2 on 4 ranks: the
     attention split over TP, the tokens split along the sequence before the routers, the
-    experts whole on their EP rank; hf_train's loss, grad norm, load-balancing loss and
-    weights on one rank."""
+    experts whole on their EP rank (expert_tensor_parallel_size 1) or each sliced over the
+    2 expert-TP ranks (2); hf_train's loss, grad norm, load-balancing loss and weights on
+    one rank, and an exact resume."""
     from flywheel.config.schema import ModelArgs
 
     path = save_tiny_qwen3_moe(tmp_path / "moe_kv2", tiny_model_path, vocab_size=264,
@@ -548,14 +584,18 @@ def test_moe_under_tensor_and_expert_parallelism(train_cluster, tmp_path, tiny_m
     cluster = train_cluster("megatron_train", path, 4,
                             {"tensor_model_parallel_size": 2, "sequence_parallel": True,
                              "expert_model_parallel_size": 2,
-                             "moe_token_dispatcher_type": "alltoall"},
+                             "expert_tensor_parallel_size": expert_tp,
+                             "moe_token_dispatcher_type": dispatcher},
                             per_device=8, accum=2, worker_cls=CPUMegatronWorker,
                             model_args=args)
+    # [gate; up] of the expert's 16 intermediate channels, or of its half of them
+    assert cluster.call_all("expert_fc1_rows") == [2 * 16 // expert_tp] * 4
     diffs = moe_follows_hf_train(cluster, hf, rl_batch, actor_loss(entropy_coef=0.01))
     diffs["weights"] = weight_diff(cluster_weights(cluster), hf.state_dict_for_sync())
     print(dict(diffs))
     assert diffs["pg/loss"] < 1e-6 and diffs["actor/grad_norm"] < 1e-5
     assert diffs["actor/moe_aux_loss"] < 1e-6 and diffs["weights"] < 1e-4
+    resumes_exactly(cluster, rl_batch, tmp_path / "ckpt")
 
 
 @pytest.mark.long  # four ranks, 6 steps and a resume

@@ -155,3 +155,15 @@ def test_moe_round_trip_is_bit_identical_from_the_model_and_from_its_files(kind,
                        meg["decoder.layers.0.mlp.experts.local_experts.2.linear_fc2.weight"])
     merged = ep_unshard(shards, spec.num_experts)
     assert merged.keys() == meg.keys() and all(torch.equal(merged[k], v) for k, v in meg.items())
+    # expert_tensor_parallel_size 2: each expert's fc1 as [gate_r; up_r], fc2 by its input
+    x = "decoder.layers.0.mlp.experts.local_experts.1."
+    fc1, fc2 = meg[x + "linear_fc1.weight"], meg[x + "linear_fc2.weight"]  # [2I, H], [H, I]
+    gate, up = fc1.chunk(2)
+    assert torch.equal(tp_shard(x + "linear_fc1.weight", fc1, 1, 2),
+                       torch.cat([gate[4:], up[4:]]))
+    assert torch.equal(tp_shard(x + "linear_fc2.weight", fc2, 1, 2), fc2[:, 4:])
+    for name in (x + "linear_fc1.weight", x + "linear_fc2.weight"):
+        assert torch.equal(tp_unshard(name, [tp_shard(name, meg[name], r, 2) for r in range(2)]),
+                           meg[name])
+    router = meg["decoder.layers.0.mlp.router.weight"]
+    assert tp_shard("decoder.layers.0.mlp.router.weight", router, 1, 2) is router

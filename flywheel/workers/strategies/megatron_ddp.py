@@ -181,14 +181,15 @@ def clipped_norm(step: GradStep, max_norm: float, tied: bool,
     `max_norm`. TP-replicated parameters count on TP rank 0 only and the last pipeline
     stage's copy of a tied embedding not at all; which parameters are TP-sliced is decided
     by name (megatron's `tensor_model_parallel` flag is set only when it initialises the
-    weights). With experts split over EP (`expert_group`), each rank's experts are its
-    own: their squares are summed over the EP ranks too; under the distributed optimizer
-    (`sliced`) each expert element sits in one rank's slice, and the world sum counts it."""
+    weights). With experts (`expert_group`: megatron's expert-tensor x expert x pipeline
+    parallel group, whose ranks together hold every expert element once), each rank's
+    experts (or its expert-TP slices of them) are its own: their squares are summed over
+    that group and added to the dense sum; under the distributed optimizer (`sliced`) each
+    expert element sits in one rank's slice, and the world sum counts it."""
     first_tp = ps.get_tensor_model_parallel_rank() == 0
     tied_copy = (tied and ps.get_pipeline_model_parallel_world_size() > 1
                  and not ps.is_pipeline_first_stage())
-    # an expert is whole on its rank (expert_tensor_parallel_size 1), and the TP ranks may
-    # hold different ones: each rank counts its own, summed over EP below
+    # the TP ranks may hold different experts (or slices of them): each rank counts its own
     counted = [(n, t) for n, t in step.named
                if (tp_dim(n) is not None or first_tp
                    or (expert_group is not None and is_expert(n)))
@@ -203,11 +204,10 @@ def clipped_norm(step: GradStep, max_norm: float, tied: bool,
             squares += t.grad.float().pow(2).sum()
     if expert_group is not None and sliced:
         squares += experts  # summed over the world with the rest
-    elif expert_group is not None:
-        dist.all_reduce(experts, group=expert_group)
-        if first_tp:  # the EP sum once per model-parallel group, then summed over it
-            squares += experts
     dist.all_reduce(squares, group=step.group)
+    if expert_group is not None and not sliced:
+        dist.all_reduce(experts, group=expert_group)
+        squares += experts
     norm = float(squares.sqrt())
     if max_norm > 0 and norm > 0:
         coef = max_norm / (norm + 1e-6)

@@ -27,7 +27,9 @@ DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
             "account_for_loss_in_pipeline_split": False,
             "account_for_embedding_in_pipeline_split": False, "bias_activation_fusion": False,
             "moe_grouped_gemm": False}
-# Acting (megatron_ddp.py, megatron_train.py): sequence_parallel, use_distributed_optimizer,
+# Acting (megatron_ddp.py, megatron_train.py): expert_model_parallel_size,
+# expert_tensor_parallel_size (unset: 1, each expert whole on its rank; megatron-core's own
+# unset default is TP, the same numbers), sequence_parallel, use_distributed_optimizer,
 # overlap_grad_reduce, ddp_bucket_size, bias_activation_fusion (megatron's torch.jit
 # SwiGLU), recompute_granularity, virtual_pipeline_model_parallel_size (the interleaved
 # schedule) and the account_for_*_in_pipeline_split keys (where the layers go).
@@ -60,9 +62,13 @@ def strategy_options(strategy_config: dict[str, Any]) -> dict[str, Any]:
     require(isinstance(ep, int) and not isinstance(ep, bool) and ep >= 1,
             "expert_model_parallel_size", "expected a positive number of ranks the experts "
             "are split over")
-    require(options["expert_tensor_parallel_size"] in (None, 1), "expert_tensor_parallel_size",
-            "only 1 is built by flywheel's megatron_train (each expert whole on its rank; "
-            "experts sliced over tensor-parallel ranks are not built yet): set 1")
+    etp, tp = options["expert_tensor_parallel_size"], options["tensor_model_parallel_size"]
+    require(etp is None or (isinstance(etp, int) and not isinstance(etp, bool)
+                            and etp in (1, tp)), "expert_tensor_parallel_size",
+            f"the experts whole on their rank (1, or unset) or sliced over the "
+            f"tensor-parallel ranks as the dense layers are ({tp}, "
+            f"tensor_model_parallel_size) are built; megatron-core's other expert layouts "
+            f"are not: set 1" + (f" or {tp}" if tp != 1 else ""))
     require(options["moe_token_dispatcher_type"] in ("allgather", "alltoall"),
             "moe_token_dispatcher_type", "how the tokens reach their experts: allgather or "
             "alltoall here (megatron-core's flex dispatcher needs DeepEP, not in flywheel's "

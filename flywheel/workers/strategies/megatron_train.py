@@ -49,8 +49,10 @@ runs them (its micro-batches in groups of PP).
 
 MoE. The experts are megatron-core's (`moe_config`, `layer_spec`), split over
 `expert_model_parallel_size` ranks (megatron_weights.ep_shard at load, gathered at sync);
-`model_args.moe_aux_loss_coef` is megatron's router aux loss at router_loss.py's scale
-(`_aux_share`). Not built: experts sliced over TP, the distributed optimizer for MoE.
+with `expert_tensor_parallel_size` (1 or TP) each expert's fc1 / fc2 is sliced over that
+many ranks as a dense MLP's (megatron-core's expert-TP group; its dispatcher gathers the
+tokens there), gathered at sync. `model_args.moe_aux_loss_coef` is megatron's router aux
+loss at router_loss.py's scale (`_aux_share`).
 
 On CPU megatron-core still calls torch.cuda in a few places (RoPE, RNG tracker, p2p, the
 DDP buffers, the optimizer's flags and its `torch.cuda.FloatTensor` type checks), and its
@@ -175,7 +177,13 @@ def moe_config(spec: DecoderSpec, options: dict, aux_coef: float | None) -> dict
         moe_shared_expert_intermediate_size=spec.shared_expert_size or None,
         moe_shared_expert_gate=bool(spec.shared_expert_size),
         expert_model_parallel_size=options["expert_model_parallel_size"],
-        expert_tensor_parallel_size=1)
+        expert_tensor_parallel_size=expert_tp(options))
+
+
+def expert_tp(options: dict) -> int:
+    """Ranks each routed expert's linear layers are sliced over: unset is 1 here, each
+    expert whole on its rank (megatron-core's unset is TP; the numbers are the same)."""
+    return options["expert_tensor_parallel_size"] or 1
 
 
 def transformer_config(spec: DecoderSpec, options: dict, on_cpu: bool,
@@ -303,10 +311,12 @@ class MegatronTrainStrategy(TrainStrategy):
         vpp, ep = interleaved_chunks(options), options["expert_model_parallel_size"]
         self.spec = DecoderSpec.from_hf(AutoConfig.from_pretrained(model_path))
         self.aux_coef = self._require_moe_layout(options, cfg, trainable, head)
-        ps.initialize_model_parallel(tp, pp, virtual_pipeline_model_parallel_size=vpp,
-                                     expert_model_parallel_size=ep,
-                                     expert_tensor_parallel_size=1 if self.spec.moe else None)
+        ps.initialize_model_parallel(
+            tp, pp, virtual_pipeline_model_parallel_size=vpp, expert_model_parallel_size=ep,
+            expert_tensor_parallel_size=expert_tp(options) if self.spec.moe else None)
         self.ep_rank, self.ep_size = ps.get_expert_model_parallel_rank(), ep
+        self.etp_size = expert_tp(options) if self.spec.moe else 1
+        self.etp_rank = ps.get_expert_tensor_parallel_rank() if self.spec.moe else 0
         torch.manual_seed(seed)
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
         require_pipeline_split(self.spec.num_layers, options)
@@ -382,13 +392,17 @@ class MegatronTrainStrategy(TrainStrategy):
                             head: ModelHead) -> float | None:
         """What an MoE model needs (known only from the model), and the load-balancing
         loss's coefficient (policy training only, as router_loss.py)."""
-        spec, ep = self.spec, options["expert_model_parallel_size"]
-        require(ep == 1 or spec.moe, "expert_model_parallel_size",
-                f"a dense model ({spec.num_layers} layers, no experts) has no experts to "
-                f"split: set 1")
+        spec, ep, etp = self.spec, options["expert_model_parallel_size"], expert_tp(options)
+        for key, size in (("expert_model_parallel_size", ep),
+                          ("expert_tensor_parallel_size", etp)):
+            require(size == 1 or spec.moe, key, f"a dense model ({spec.num_layers} layers, "
+                    f"no experts) has no experts to split: set 1")
         if spec.moe:
             require(spec.num_experts % ep == 0, "expert_model_parallel_size",
                     f"{spec.num_experts} experts do not split over {ep} ranks")
+            require(spec.moe_ffn_hidden_size % etp == 0, "expert_tensor_parallel_size",
+                    f"the experts' {spec.moe_ffn_hidden_size} intermediate channels do not "
+                    f"split over {etp} ranks")
             require(options["tensor_model_parallel_size"] == 1 or options["sequence_parallel"],
                     "sequence_parallel", "megatron-core trains an MoE model under tensor "
                     "parallelism only with sequence parallelism (its MoELayer raises "
@@ -409,7 +423,10 @@ class MegatronTrainStrategy(TrainStrategy):
                                     self.tied)
             if self.spec.moe:  # this EP rank's experts, renumbered from 0
                 local = ep_shard(local, self.ep_rank, self.ep_size, self.spec.num_experts)
-            shards = {k: tp_shard(k, v, self.tp_rank, self.tp_size) for k, v in local.items()}
+            # the experts' slices are this rank's over the expert-tensor-parallel ranks
+            shards = {k: tp_shard(k, v, *((self.etp_rank, self.etp_size) if is_expert(k)
+                                          else (self.tp_rank, self.tp_size)))
+                      for k, v in local.items()}
             missing, unexpected = chunk.load_state_dict(shards, strict=False)
             missing = [k for k in missing if not k.endswith("_extra_state")]
             if missing or unexpected:
@@ -424,16 +441,20 @@ class MegatronTrainStrategy(TrainStrategy):
         self._require_head("policy", "weights for actor_infer")
         # actor_infer loads model_args.dtype; cast before the gathers, which then move half
         tp_group = ps.get_tensor_model_parallel_group()
+        etp_group = ps.get_expert_tensor_parallel_group() if self.spec.moe else None
         here = {}  # this rank's chunks, whole over TP, layers numbered globally
         for state, layers in zip(self._chunk_states(), self.chunk_layers):
             full = {}
             for name, tensor in state.items():
                 tensor = tensor.detach().to(self.precision.compute_dtype)
-                if is_expert(name):  # whole on this rank (expert_tensor_parallel_size 1)
+                # an expert's slices are over the expert-TP ranks (whole at size 1)
+                group, size = ((etp_group, self.etp_size) if is_expert(name)
+                               else (tp_group, self.tp_size))
+                if size == 1:
                     full[name] = tensor.cpu()
                     continue
-                parts = [torch.empty_like(tensor) for _ in range(self.tp_size)]
-                dist.all_gather(parts, tensor.contiguous(), group=tp_group)
+                parts = [torch.empty_like(tensor) for _ in range(size)]
+                dist.all_gather(parts, tensor.contiguous(), group=group)
                 full[name] = tp_unshard(name, [p.cpu() for p in parts])
             here |= to_global_layers(full, layers.start)
         if self.ep_size > 1:  # every EP rank's experts, numbered globally
@@ -505,8 +526,8 @@ class MegatronTrainStrategy(TrainStrategy):
         grads = ready_grads(self.model, self.dopt)
         self.precision.unscale_(t for _, t in grads.named)
         norm = clipped_norm(grads, max_grad_norm, self.tied,
-                            ps.get_expert_model_parallel_group() if self.spec.moe else None,
-                            sliced=self.dopt is not None)
+                            ps.get_expert_tensor_model_pipeline_parallel_group()
+                            if self.spec.moe else None, sliced=self.dopt is not None)
         return self.precision.step(DistributedStep(self.dopt) if self.dopt else self.optimizer,
                                    norm)
 
@@ -596,12 +617,14 @@ class MegatronTrainStrategy(TrainStrategy):
         coords = f"tp{self.tp_rank}_pp{ps.get_pipeline_model_parallel_rank()}"
         if self.ep_size > 1:  # each EP rank holds its own experts
             coords += f"_ep{self.ep_rank}"
+        if self.etp_size > 1:  # and each expert-TP rank its slices of them
+            coords += f"_etp{self.etp_rank}"
         return os.path.join(path, "megatron", f"{coords}.pt")
 
     def _writes_shard(self) -> bool:
         """One writer per distinct shard: DP rank 0, or with experts split, the first
-        rank of each EP rank's expert-data-parallel group."""
-        if self.ep_size > 1:
+        rank of each (EP, expert-TP) coordinate's expert-data-parallel group."""
+        if self.ep_size > 1 or self.etp_size > 1:
             return ps.get_expert_data_parallel_rank() == 0
         return ps.get_data_parallel_rank() == 0
 

@@ -26,7 +26,9 @@ reads either, `megatron_to_hf` writes the fused form. Qwen2-MoE's shared expert 
 megatron's `shared_experts` (TP-sliced like a dense MLP) with its sigmoid gate
 `gate_weight`. Qwen3's per-head q/k RMSNorms are `q_layernorm` / `k_layernorm`.
   4. expert parallelism: `ep_shard` / `ep_unshard` give EP rank r the experts
-     [r E/EP, (r+1) E/EP), renumbered from 0 (megatron's local_experts).
+     [r E/EP, (r+1) E/EP), renumbered from 0 (megatron's local_experts); with
+     `expert_tensor_parallel_size` > 1 each expert's fc1 / fc2 is then sliced by
+     `tp_shard` as a dense MLP's, over the expert-tensor-parallel ranks.
 Tied embeddings: Megatron has no `output_layer.weight` on a single stage (and a synced
 copy on the last stage with pipeline parallelism); HF gets `lm_head.weight` only untied.
 """
@@ -233,9 +235,10 @@ def _split_qkv(fused: torch.Tensor, spec: DecoderSpec) -> tuple[torch.Tensor, ..
 # ---- 2. tensor parallelism -----------------------------------------------------------
 def tp_dim(name: str) -> int | None:
     """The dimension a TP rank slices `name` along; None = replicated on every TP rank
-    (the router, and the experts: megatron_train runs them at expert_tensor_parallel_size
-    1)."""
-    if is_expert(name) or name.endswith("router.weight"):
+    (the router). A routed expert's linear layers slice as a dense MLP's, over the
+    expert-tensor-parallel ranks (`expert_tensor_parallel_size`) instead: the caller passes
+    those ranks' coordinates to `tp_shard` for them (`is_expert`)."""
+    if name.endswith("router.weight"):
         return None
     if name.endswith(("word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
                       "linear_qkv.bias", "linear_fc1.weight")):

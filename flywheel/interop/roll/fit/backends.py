@@ -24,7 +24,7 @@ it a flywheel backend refuses (its `config_check`, workers/strategies/registry.p
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flywheel.config.checks.config import check_backend_config
 from flywheel.config.derived import is_rule_reward, roles, truncated_sampling
@@ -93,18 +93,24 @@ def _sglang_to_vllm(out: Conversion) -> None:
 
 def megatron_precision(out: Conversion) -> None:
     for name, role in out.data.items():
-        strategy = role.get("strategy_args") if isinstance(role, dict) else None
-        if not isinstance(strategy, dict) or strategy.get("strategy_name") != "megatron_train":
+        role_precision(role, name, out)
+
+
+def role_precision(role: Any, name: str, out: Conversion) -> None:
+    """A megatron_train role's Megatron `bf16` / `fp16` flag becomes its model_args.dtype
+    (`name`: the role's key path, e.g. teacher.math for a named teacher)."""
+    strategy = role.get("strategy_args") if isinstance(role, dict) else None
+    if not isinstance(strategy, dict) or strategy.get("strategy_name") != "megatron_train":
+        return
+    config = strategy.get("strategy_config") or {}
+    for flag in ("bf16", "fp16"):
+        if flag not in config:
             continue
-        config = strategy.get("strategy_config") or {}
-        for flag in ("bf16", "fp16"):
-            if flag not in config:
-                continue
-            key = f"{name}.strategy_args.strategy_config.{flag}"
-            if config.pop(flag) is True:
-                role.setdefault("model_args", {})["dtype"] = flag
-                out.mapped.append(f"{key}: true -> {name}.model_args.dtype: {flag} (the "
-                                  f"precision megatron_train trains in)")
-            else:
-                out.dropped.append(f"{key}: false: the role trains in its model_args.dtype, "
-                                   f"in ROLL as in flywheel")
+        key = f"{name}.strategy_args.strategy_config.{flag}"
+        if config.pop(flag) is True:
+            role.setdefault("model_args", {})["dtype"] = flag
+            out.mapped.append(f"{key}: true -> {name}.model_args.dtype: {flag} (the "
+                              f"precision megatron_train trains in)")
+        else:
+            out.dropped.append(f"{key}: false: the role trains in its model_args.dtype, "
+                               f"in ROLL as in flywheel")

@@ -2,8 +2,9 @@
 
 flywheel's megatron_train builds a megatron-core GPTModel from Hugging Face Qwen2 / Llama
 weights, and Qwen2-MoE / Qwen3-MoE on megatron-core's MoE layers with expert parallelism
-(whole experts; under TP with sequence parallelism; no context parallelism). A ROLL MoE
-role of those families at such a layout stays on megatron_train (`keep_moe_on_megatron`):
+(experts whole or sliced over the TP ranks; under TP with sequence parallelism; no context
+parallelism). A ROLL MoE role of those families at such a layout stays on megatron_train
+(`keep_moe_on_megatron`):
 the keys megatron_train reads are kept (validate then drops, with its reason, any it
 refuses as a speed-up or memory saving), the router keys act as below, and every other
 key is dropped with its reason or reported missing.
@@ -149,10 +150,12 @@ def _not_on_megatron(family: str, config: dict[str, Any]) -> str | None:
         return (f"flywheel's megatron_train builds "
                 f"{' and '.join(megatron_options.MOE_MODEL_TYPES)} MoE models; "
                 f"transformers builds {family}")
-    if (config.get("expert_tensor_parallel_size") or 1) > 1:
+    etp, tp = (config.get("expert_tensor_parallel_size") or 1,
+               config.get("tensor_model_parallel_size") or 1)
+    if etp not in (1, tp):
         return (f"flywheel's megatron_train builds MoE models at expert_tensor_parallel_size "
-                f"1 (this file: {config['expert_tensor_parallel_size']}); transformers "
-                f"builds {family}")
+                f"1 or tensor_model_parallel_size (this file: {etp} at tensor_model_parallel_"
+                f"size {tp}); transformers builds {family}")
     if (config.get("tensor_model_parallel_size") or 1) > 1 and not config.get(
             "sequence_parallel"):
         return (f"megatron-core trains MoE models under tensor parallelism only with "

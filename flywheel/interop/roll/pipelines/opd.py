@@ -97,6 +97,7 @@ def fit_opd(data: dict[str, Any], out: Conversion) -> dict[str, Any]:
 def fit_teacher(block: dict[str, Any], where: str, out: Conversion) -> None:
     """One teacher's block through the shared role walk, minus what a teacher never uses."""
     from flywheel.interop.roll import rules
+    from flywheel.interop.roll.fit.backends import role_precision
     from flywheel.interop.roll.role_walk import walk_role
 
     block = dict(block)
@@ -115,12 +116,14 @@ def fit_teacher(block: dict[str, Any], where: str, out: Conversion) -> None:
     strategy = block.get("strategy_args") or {}
     if strategy.get("strategy_name") == "megatron_infer":
         out.mapped.append(f"{where}: a forward-only role on megatron_train (flywheel has no "
-                          f"megatron_infer; a teacher builds no optimizer)")
-        if strategy.get("strategy_config"):
-            out.dropped.append(f"{where}.strategy_args.strategy_config: "
-                               f"{', '.join(strategy['strategy_config'])}: megatron_infer's "
-                               f"parallel layout; the forward-only megatron_train role takes "
-                               f"the default one (a memory/speed layout, the same log-probs)")
+                          f"megatron_infer; a teacher builds no optimizer), keeping "
+                          f"megatron_infer's parallel layout (checked key by key)")
+        # the walk kept megatron_infer's strategy_config; its bf16 / fp16 flag is the
+        # teacher's dtype, as for the top-level roles
+        role = out.data
+        for part in where.split("."):
+            role = role.get(part) if isinstance(role, dict) else None
+        role_precision(role, where, out)
 
 
 PIPELINE = RollPipeline(name="opd", title="on-policy distillation",
