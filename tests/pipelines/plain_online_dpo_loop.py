@@ -42,6 +42,8 @@ def prompt_stream(parts: PlainParts) -> Iterator:
 def plain_online_dpo_loop(cfg, model_path: str, steps: int) -> list[dict]:
     """Each step's training metrics (dpo/*, actor/*, the mismatch metrics, online_dpo/*)."""
     assert not cfg.ipo and cfg.reference is not None and cfg.ppo_epochs == 1
+    # the kind's filter is the tie rule alone (group_filter.py: drop_uniform)
+    assert cfg.group_filter_mean_range is None and cfg.group_filter_min_std == 0
     (_, rcfg), = cfg.rewards.items()
     assert rcfg.response_length_penalty_coef == 0
     with every_core():
