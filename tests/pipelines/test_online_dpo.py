@@ -96,7 +96,8 @@ def test_the_example_validates_with_its_roles():
 def short_overrides(out, *extra: str) -> list[str]:
     """The example shrunk: 8 prompts x 4 samples a step (two chunks of 4 prompts)."""
     return [f"output_dir={out}", "max_steps=2", "save_steps=0", "rollout_batch_size=8",
-            "num_return_sequences_in_group=4", "logging_steps=100", *extra]
+            "num_return_sequences_in_group=4", "logging_steps=100",
+            "actor_train.training_args.per_device_train_batch_size=16", *extra]
 
 
 @pytest.fixture(scope="module")
