@@ -1,9 +1,10 @@
 """Benchmark: offline DPO on SmolLM2-135M-Instruct (examples/dpo_smollm2.yaml, issue 46).
 
 Val accuracy (363 held-out times-table prompts in wordings never trained on, greedy, 16
-tokens, equal to the chosen answer) before training and after one epoch of DPO on the
-pairs examples/data/times_tables_pairs.py writes; the DPO metrics of the run (loss,
-reward margin and accuracy, train and held-out) and seconds per step.
+tokens, equal to the chosen answer) before training (the run's own step-0 validation) and
+after one epoch of DPO on the pairs examples/data/times_tables_pairs.py writes; the DPO
+metrics of the run (loss, reward margin and accuracy, train and held-out) and seconds per
+step (training only: a step's time/step leaves its validation out).
 
     PYTHONPATH=. nice -n 19 .venv/bin/python bench/bench_dpo.py [--steps 30] [--val 363]
     PYTHONPATH=. .venv/bin/python bench/bench_dpo.py --tiny   # the mechanism, built-in tiny
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -54,6 +56,12 @@ def val_accuracy(cfg, model_path: str) -> float:
     return sum(r.strip() == rec.chosen.strip() for r, rec in zip(replies, val.records)) / len(val)
 
 
+def drop_checkpoints(run_dir: Path) -> None:
+    """The runs' checkpoints (~0.5-1.6 GB each on SmolLM2): the figures are in metrics.jsonl."""
+    for checkpoint in run_dir.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+
+
 def online_curve(config: Path, steps: int, val: int, out: Path) -> dict[str, list[float]]:
     """val/accuracy and the training wall time (s) at steps 0, 5, 10, ... of one run."""
     from flywheel.pipelines.config import load_config
@@ -62,6 +70,7 @@ def online_curve(config: Path, steps: int, val: int, out: Path) -> dict[str, lis
     run_dir = run(load_config(config, [f"output_dir={out}", f"max_steps={steps}",
                                        "eval_steps=5", f"save_steps={steps}",
                                        f"val_batch_size={val}"]))
+    drop_checkpoints(run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve: dict[str, list[float]] = {"step": [], "val_accuracy": [], "train_s": []}
     seconds = 0.0
@@ -75,21 +84,25 @@ def online_curve(config: Path, steps: int, val: int, out: Path) -> dict[str, lis
 
 
 def main_online(steps: int, val: int) -> None:
-    curves = {}
+    curves, walls = {}, {}
     for name, config in ONLINE.items():
+        start = time.perf_counter()
         curves[name] = online_curve(config, steps, val,
                                     Path(tempfile.mkdtemp(prefix="bench_dpo_online-")))
+        walls[name] = time.perf_counter() - start
     print("| run | " + " | ".join(f"step {s}" for s in curves["GRPO"]["step"]) + " |")
     print("|---|" + "---|" * len(curves["GRPO"]["step"]))
     for name, curve in curves.items():
         cells = [f"{a:.3f} ({t:.0f} s)" for a, t in zip(curve["val_accuracy"],
                                                        curve["train_s"])]
         print(f"| {name}: val accuracy (train wall) | " + " | ".join(cells) + " |")
+    for name, wall in walls.items():
+        print(f"{name}: whole run {wall:.0f} s (start-up and validation included)")
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
     path = results / f"bench_dpo_online-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"steps": steps, "val_prompts": val, "curves": curves},
-                               indent=2))
+    path.write_text(json.dumps({"steps": steps, "val_prompts": val, "curves": curves,
+                                "run_wall_s": walls}, indent=2))
     print(f"wrote {path}")
 
 
@@ -107,7 +120,6 @@ def main() -> None:
 
     from flywheel.pipelines.config import load_config
     from flywheel.pipelines.run.launch import run
-    from flywheel.platform.models.builtin import resolve_pretrain
 
     steps = 6 if args.tiny else args.steps
     val = 16 if args.tiny else args.val
@@ -115,22 +127,29 @@ def main() -> None:
     cfg = load_config(TINY if args.tiny else EXAMPLE,
                       [f"output_dir={out}", f"max_steps={steps}", f"save_steps={steps}",
                        f"eval_steps={steps}", f"val_batch_size={val}"])
-    before = val_accuracy(cfg, resolve_pretrain(cfg.pretrain))
     start = time.perf_counter()
     run(cfg)
     wall = time.perf_counter() - start
+    drop_checkpoints(out)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    last = rows[-1]
-    steady = [r["time/step"] for r in rows[1:]] or [rows[0]["time/step"]]
+    baseline = next(r for r in rows if r["step"] == 0)  # the run's validation before step 1
+    trained = [r for r in rows if r["step"] > 0]
+    last = trained[-1]
+    steady = [r["time/step"] for r in trained[1:]] or [trained[0]["time/step"]]
     result = {
         "model": cfg.pretrain, "steps": steps, "val_pairs": val,
-        "val_accuracy_before": before, "val_accuracy_after": last["val/accuracy"],
-        "dpo_loss_first": rows[0]["dpo/loss"], "dpo_loss_last": last["dpo/loss"],
+        "val_accuracy_before": baseline["val/accuracy"],
+        "val_accuracy_after": last["val/accuracy"],
+        "val_dpo_loss_before": baseline["val/dpo/loss"], "val_dpo_loss_after": last["val/dpo/loss"],
+        "val_reward_accuracy_before": baseline["val/dpo/reward_accuracy"],
+        "val_reward_accuracy_after": last["val/dpo/reward_accuracy"],
+        "val_reward_margin_after": last["val/dpo/reward_margin"],
+        "dpo_loss_first": trained[0]["dpo/loss"], "dpo_loss_last": last["dpo/loss"],
         "reward_margin_last": last["dpo/reward_margin"],
         "reward_accuracy_last": last["dpo/reward_accuracy"],
-        "val_reward_accuracy": last["val/dpo/reward_accuracy"],
-        "val_reward_margin": last["val/dpo/reward_margin"],
-        "seconds_per_step": sum(steady) / len(steady), "wall_s": wall, "run_dir": str(out),
+        "epochs": last["dpo/epoch"],
+        "seconds_per_step": sum(steady) / len(steady),
+        "train_s": sum(r["time/step"] for r in trained), "wall_s": wall, "run_dir": str(out),
     }
     print("| measure | value |\n|---|---|")
     for key, value in result.items():

@@ -82,7 +82,10 @@ def test_dpo_on_two_zero_ranks_equals_the_in_driver_run(tmp_path, capsys):
                                                                    "reference"}, logs
     hf_dir = run(dpo(tmp_path, "hf", pairs_per_rank=4, ranks=1))
     on_ranks, in_driver = rows(ranks_dir), rows(hf_dir)
-    assert [r["step"] for r in on_ranks] == [1, 2, 3]
+    assert [r["step"] for r in on_ranks] == [0, 1, 2, 3]  # 0: the baseline validation
+    for key in ("val/dpo/loss", "val/accuracy"):
+        assert on_ranks[0][key] == pytest.approx(in_driver[0][key], abs=1e-4), key
+    on_ranks, in_driver = on_ranks[1:], in_driver[1:]
     for key in ("dpo/loss", "dpo/reward_margin", "dpo/chosen_logps"):
         assert [r[key] for r in on_ranks] == pytest.approx([r[key] for r in in_driver],
                                                            abs=1e-4), key

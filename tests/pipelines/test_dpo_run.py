@@ -17,6 +17,7 @@ from flywheel.pipelines.dpo.run import (
     load,
     objective,
     pair_worker_config,
+    train_loop,
 )
 from flywheel.pipelines.run.launch import run
 from flywheel.platform.config.errors import ConfigError
@@ -73,17 +74,48 @@ def test_steps_raise_the_margin_and_the_reference_stays_bit_identical(tmp_path, 
         assert torch.equal(after[name], tensor), name
 
 
+class Logged:
+    """The one tracker call a DPO loop makes (`log`): every row, in order."""
+
+    def __init__(self):
+        self.rows = []
+
+    def log(self, step, metrics):
+        self.rows.append({"step": step, **metrics})
+
+
+def test_validation_runs_before_the_first_step_as_the_baseline(tmp_path):
+    """Step 0 is the untrained policy's validation (as RLVR's and ROLL's DPO pipelines
+    validate at step 0): the policy is the reference there, so h = 0 on every held-out
+    pair, the margin exactly 0 and the loss log 2."""
+    val = write_pairs(tmp_path / "val.jsonl", n=4)
+    cfg = dpo_config(tmp_path, max_steps=1, eval_steps=1, response_length=3,
+                     validation={"data_args": {"file_name": val}})
+    path = resolve_pretrain(cfg.pretrain)
+    tokenizer = load_tokenizer(path)
+    logged = Logged()
+    train_loop(cfg, path, tokenizer, load(cfg, "actor_train", tokenizer),
+               load(cfg, "validation", tokenizer), logged, tmp_path / "run")
+    assert [r["step"] for r in logged.rows] == [0, 1]
+    baseline, after = logged.rows
+    assert {k for k in baseline if k != "step"} == {k for k in after if k.startswith("val/")}
+    assert baseline["val/dpo/reward_margin"] == 0.0
+    assert baseline["val/dpo/loss"] == pytest.approx(0.693147, abs=1e-6)
+    assert 0 <= baseline["val/accuracy"] <= 1
+    assert after["val/dpo/reward_margin"] != 0.0  # step 1 moved the policy
+
+
 @pytest.mark.long  # a whole `platform run` (~10 s idle); the steps' own tests above stay
 def test_a_yaml_run_logs_the_pair_metrics_and_a_checkpoint(tmp_path):
     val = write_pairs(tmp_path / "val.jsonl", n=4)
     cfg = dpo_config(tmp_path, max_steps=3, eval_steps=3, response_length=3,
                      validation={"data_args": {"file_name": val}})
     rows = [json.loads(x) for x in (run(cfg) / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # step 0: the baseline validation
     for key in ("dpo/loss", "dpo/reward_margin", "dpo/reward_accuracy", "dpo/chosen_logps",
                 "dpo/rejected_logps", "actor/grad_norm"):
         assert key in rows[-1], key
-    assert rows[0]["dpo/pairs_dropped_overlong"] == 0.0
+    assert "val/accuracy" in rows[0] and rows[1]["dpo/pairs_dropped_overlong"] == 0.0
     assert "val/dpo/reward_accuracy" in rows[-1] and 0 <= rows[-1]["val/accuracy"] <= 1
     assert (tmp_path / "run" / "checkpoint-3" / "config.json").exists()
 

@@ -1,7 +1,8 @@
 """`pipeline_type: online_dpo` (pipelines/online_dpo/rollout.py): a group's pair is its best
 and worst sample, laid in the pair layout the pairwise loss reads; a tied group gives no
 pair and is counted, and the replay buffer's filter drops tied groups for this kind; the
-kind's refusals name their keys. A short real run on the tiny model is marked long.
+kind's refusals name their keys. A 2-step run on the tiny model logs the DPO metrics and
+equals, number for number, a plain synchronous loop written from the strategies' APIs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from flywheel.pipelines.rlvr.generation import Group
 from flywheel.pipelines.run.launch import run
 from flywheel.platform.config.errors import ConfigError
 from flywheel.workers.strategies.base import Generation
+
+from .plain_loop import TIMING
+from .plain_online_dpo_loop import plain_online_dpo_loop
 
 EXAMPLE = "examples/online_dpo_tiny.yaml"
 
@@ -89,18 +93,50 @@ def test_the_example_validates_with_its_roles():
     assert cfg.pipeline_type == "online_dpo" and cfg.reference is not None
 
 
+def short_overrides(out, *extra: str) -> list[str]:
+    """The example shrunk: 8 prompts x 4 samples a step (two chunks of 4 prompts)."""
+    return [f"output_dir={out}", "max_steps=2", "save_steps=0", "rollout_batch_size=8",
+            "num_return_sequences_in_group=4", "logging_steps=100",
+            "actor_train.training_args.per_device_train_batch_size=16", *extra]
+
+
+@pytest.fixture(scope="module")
+def short_online_run(tmp_path_factory, ray_session, arith_model_path):
+    """2 steps of the example through Ray (four roles), validating at steps 0 and 2."""
+    out = tmp_path_factory.mktemp("online_dpo") / "run"
+    cfg = load_config(EXAMPLE, short_overrides(out, "eval_steps=2", "val_batch_size=16"))
+    return [json.loads(x) for x in (run(cfg) / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.slow
-@pytest.mark.long  # a whole step-loop run (four roles through Ray): ~1 min on 2 cores
-def test_a_short_online_dpo_run_trains_pairs_and_logs_the_dpo_metrics(tmp_path):
-    cfg = load_config(EXAMPLE, overrides=[
-        f"output_dir={tmp_path}", "max_steps=3", "eval_steps=3", "save_steps=3",
-        "val_batch_size=32", "rollout_batch_size=8"])
-    rows = [json.loads(x) for x in (run(cfg) / "metrics.jsonl").read_text().splitlines()]
+def test_a_short_online_dpo_run_trains_pairs_and_logs_the_dpo_metrics(short_online_run):
+    rows = short_online_run
     steps = [r for r in rows if r["step"] > 0]
-    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         assert 1 <= r["online_dpo/pairs"] <= 8
         assert r["online_dpo/chosen_score"] > r["online_dpo/rejected_score"]
         assert r["online_dpo/tied_groups"] == 0.0  # dropped by the filter before the batch
     assert steps[0]["dpo/reward_margin"] == pytest.approx(0.0, abs=1e-6)  # policy = ref
-    assert "val/accuracy" in rows[0] and "val/accuracy" in steps[-1]
+    assert rows[0]["step"] == 0 and "val/accuracy" in rows[0] and "val/accuracy" in steps[-1]
+
+
+@pytest.mark.slow
+def test_ratio_zero_online_dpo_equals_the_plain_synchronous_loop(short_online_run, tmp_path,
+                                                                 arith_model_path):
+    """The run's 2 steps (Ray actors, the prefetch thread, the replay buffer's filter and
+    refill, the step loop, the kind's pack and loss) equal a loop in this process that
+    calls the strategies and the reward directly (plain_online_dpo_loop.py), every
+    training number exactly: the same groups kept, the same pairs, the same losses."""
+    cfg = load_config(EXAMPLE, short_overrides(tmp_path, "eval_steps=0", "validation=null"))
+    plain = plain_online_dpo_loop(cfg, arith_model_path, 2)
+    piped = [r for r in short_online_run if r["step"] > 0]
+    assert [r["step"] for r in piped] == [1, 2] and len(plain) == 2
+    for got, want in zip(piped, plain, strict=True):
+        assert got["staleness/max"] == 0
+        assert {"dpo/loss", "dpo/reward_margin", "actor/grad_norm",
+                "online_dpo/pairs"} <= want.keys()  # not a vacuous match
+        for key, value in want.items():
+            if not key.startswith(TIMING):
+                assert got[key] == value, (got["step"], key, got[key], value)
+    assert any(r["rollout/dropped_filtered"] > 0 for r in piped)  # a refill was exercised

@@ -21,9 +21,11 @@ What a run does, in order:
    pretrain), or, with LoRA, actor_train's own model with the adapter disabled (as RL's
    reference, config/derived.py `reference_from_actor`): no second model is held. SimPO
    uses none.
-4. Every eval_steps and after the last step: the validation pairs' `val/dpo/*` (the loss
-   and reward metrics under the current policy) and `val/accuracy` (greedy decoding up to
-   response_length tokens equal to the chosen response, whitespace stripped).
+4. Before the first step (logged as step 0, the baseline, as RLVR and ROLL's pipelines
+   validate at step 0), every eval_steps and after the last step: the validation pairs'
+   `val/dpo/*` (the loss and reward metrics under the current policy) and `val/accuracy`
+   (greedy decoding up to response_length tokens equal to the chosen response,
+   whitespace stripped).
 5. Every save_steps and at the end: `checkpoint-<step>/` as SFT writes it (an HF folder,
    or `adapter/` with LoRA), an RL run's `pretrain`.
 
@@ -196,6 +198,11 @@ def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: EncodedPa
         reference = Reference.beside(cfg, model_path, trainer)
         order = PromptOrder(list(range(len(train))), cfg.seed)
         loss = objective(cfg)
+        validation = None if val is None else (
+            lambda: validate(trainer, reference, tokenizer, val, loss, cfg.response_length,
+                             cfg.actor_train.infer_batch_size))
+        if validation is not None:  # the baseline every later evaluation is read against
+            tracker.log(0, validation())
         for step in range(1, cfg.max_steps + 1):
             start = time.perf_counter()
             batch = train.batch(order.batch(step - 1, pairs), tokenizer.pad_token_id)
@@ -205,11 +212,9 @@ def train_loop(cfg: PipelineConfig, model_path: str, tokenizer, train: EncodedPa
                 metrics |= train.counts.metrics("dpo")
             metrics["dpo/epoch"] = step * pairs / len(train)
             metrics["time/step"] = time.perf_counter() - start
-            end_step(cfg, step, cfg.max_steps, metrics, tracker, None if val is None else (
-                lambda: validate(trainer, reference, tokenizer, val, loss, cfg.response_length,
-                                 cfg.actor_train.infer_batch_size)),
-                lambda step=step: save_checkpoint(output_dir, step, trainer, tokenizer,
-                                                  cfg.save_total_limit))
+            end_step(cfg, step, cfg.max_steps, metrics, tracker, validation,
+                     lambda step=step: save_checkpoint(output_dir, step, trainer, tokenizer,
+                                                       cfg.save_total_limit))
     finally:
         trainer.close()
 
