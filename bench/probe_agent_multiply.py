@@ -6,7 +6,7 @@ episode against the endpoint (agent.tool_format hermes, max_tokens 48, 3 calls) 
 given checkpoint; printed per episode: its reward, then per call the tail of the prompt
 and the model's reply as decoded text. Also checked: the first call's prompt ids equal
 the SFT warm start's rendering of the same question (examples/data/multiply_tool_demos.py
-`demo`, the chat template it was trained with), i.e. the endpoint renders the format the
+`demo`, encoded as the SFT run encodes its prompts: sft/run.py, data_args template chat), i.e. the endpoint renders the format the
 warm start learned.
 
     PYTHONPATH=. python bench/probe_agent_multiply.py --pretrain <checkpoint> \
@@ -21,10 +21,11 @@ import json
 import sys
 from pathlib import Path
 
-from flywheel.config.schema import WorkerConfig
+from flywheel.config.schema import DataArgs, WorkerConfig
 from flywheel.pipelines.agent.endpoint import AgentEndpoint, EndpointLimits
 from flywheel.pipelines.agent.episodes import AgentLimits, run_episode
 from flywheel.pipelines.agent.generator import StrategyGenerator
+from flywheel.pipelines.data.prompt_data import prompt_encoder
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.workers.strategies.base import SamplingParams
 from flywheel.workers.strategies.hf_infer import HFInferStrategy
@@ -53,6 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     strategy = HFInferStrategy(resolve_pretrain(args.pretrain), WorkerConfig(), seed=0)
     tok = strategy.tokenizer
+    warm_prompt = prompt_encoder(tok, DataArgs(template="chat"))  # the SFT's prompt encoding
     sampling = SamplingParams(max_new_tokens=48, temperature=args.temperature,
                               do_sample=not args.greedy)
     endpoint = AgentEndpoint(StrategyGenerator(strategy), tok, "policy", sampling,
@@ -67,8 +69,7 @@ def main() -> None:
         print(f"== {task['a']} * {task['b']} = {task['a'] * task['b']}: reward "
               f"{outcome.reward} {outcome.failure or ''} {outcome.message}")
         asked = demo(task["a"], task["b"])[0]["messages"][:2]
-        warm = tok.apply_chat_template(asked, tokenize=True, add_generation_prompt=True)
-        warm = list(warm["input_ids"] if isinstance(warm, dict) else warm)
+        warm = warm_prompt(asked)
         first = next(r for r in outcome.rows if r.call == 0)
         same += first.prompt_ids == warm
         if first.prompt_ids != warm:
