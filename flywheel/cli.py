@@ -52,7 +52,7 @@ import yaml
 from flywheel.cli_completion import config_key_completer
 from flywheel.config import PipelineConfig
 from flywheel.config.derived import roles
-from flywheel.config.kinds import kind_of
+from flywheel.config.kinds import kind_of, scores_with_rewards
 from flywheel.config.persisted import written_config
 from flywheel.interop.roll.pipelines import NAMES as ROLL_PIPELINES
 from flywheel.platform.config.errors import ConfigError
@@ -358,7 +358,7 @@ def _count_roles(cfg: PipelineConfig) -> int:
     """The roles the run starts: the blocks its kind has (the schema holds every block, so
     an SFT config still carries a default actor_infer and rewards it never starts)."""
     kind = kind_of(cfg)
-    return sum(kind.rewards if r.key_path.startswith("rewards.") else
+    return sum(scores_with_rewards(cfg) if r.key_path.startswith("rewards.") else
                kind.has_role(r.key_path.split(".")[0]) for r in roles(cfg))
 
 

@@ -53,7 +53,8 @@ class PipelineKind:
     samples: Literal["responses", "episodes", "calls"] | None
     # Reads prompt records from actor_train.data_args / validation.data_args.
     prompts: bool
-    # Scores its samples with the `rewards:` block (reward workers, reward user code).
+    # Scores its samples with the `rewards:` block (reward workers, reward user code); an
+    # agent kind only where the config says so (agent.reward: rewards; scores_with_rewards).
     rewards: bool
     # How messages name it ("SFT does not read it"): its name in capitals by default.
     title: str = ""
@@ -153,7 +154,7 @@ KINDS: dict[str, PipelineKind] = {
         roles=(*RL_ROLES, "teacher"), reads_roles=("teacher",),  # OPD over episodes
         doc="RL on multi-turn episodes in environments (custom_envs:)"),
     "agent": PipelineKind(
-        rl=True, samples="calls", prompts=False, rewards=False, title="agent",
+        rl=True, samples="calls", prompts=False, rewards=True, title="agent",
         config_check="flywheel.config.checks.agent:check_agent",
         prepare="flywheel.pipelines.agent.rollout:load_tasks",
         rollout="flywheel.pipelines.agent.rollout:start_agent", loss=PG_LOSS,
@@ -214,6 +215,14 @@ def kind_of(cfg: Any) -> PipelineKind:
     """The entry of `cfg.pipeline_type`; a ConfigError at pipeline_type listing the known
     kinds when it names none."""
     return KIND_CATALOG.get(cfg.pipeline_type, "pipeline_type")
+
+
+def scores_with_rewards(cfg: Any) -> bool:
+    """Whether the `rewards:` block scores this run's samples (its reward workers start, its
+    keys act): the kind's `rewards`, and for a kind that runs the user's agent, whose
+    agent may give its reward itself, agent.reward: rewards (pipelines/agent/answers.py)."""
+    kind = kind_of(cfg)
+    return kind.rewards and (not kind.agents or cfg.agent.reward == "rewards")
 
 
 def kind_title(cfg: Any) -> str:

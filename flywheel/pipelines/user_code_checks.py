@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flywheel.config.checks.import_allowlist import allowed_prefixes
-from flywheel.config.kinds import kind_of
+from flywheel.config.kinds import kind_of, scores_with_rewards
 from flywheel.config.schema import PipelineConfig
 from flywheel.envs import check_env_config, register_from_import_path
 from flywheel.platform.config.errors import ConfigError
@@ -116,7 +116,7 @@ def check_user_code(cfg: PipelineConfig,
                     if not callable(built):
                         raise ConfigError("", at, f"names a {type(built).__name__}, not a "
                                                   f"class or function that builds the tool")
-    if kind.rewards:
+    if scores_with_rewards(cfg):
         for name, reward in cfg.rewards.items():
             if reward.reward_type == "python" and reward.reward_import_path:
                 at = f"rewards.{name}.reward_import_path"

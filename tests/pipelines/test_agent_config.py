@@ -81,3 +81,29 @@ def test_a_task_file_line_that_is_not_an_object_is_named(tmp_path):
     bad.write_text("\n")
     with pytest.raises(ValueError, match="holds no task"):
         read_tasks(str(bad), "agent.tasks")
+
+
+def test_rewards_act_only_where_they_score_the_agents_answer(tmp_path):
+    """agent.reward says who gives the reward: rewards: written under agent (the
+    default) is refused; under rewards it acts, starts its reward workers, and a task no
+    reward takes is refused when the tasks load, naming their key."""
+    from flywheel.cli import _count_roles
+    from flywheel.config.kinds import scores_with_rewards
+    from flywheel.pipelines.agent.rollout import load_tasks
+
+    assert not scores_with_rewards(loaded())
+    with pytest.raises(ConfigError) as error:
+        loaded(rewards={"math_rule": {"reward_type": "math_rule"}})
+    assert error.value.key_path == "rewards" and "set agent.reward: rewards" in str(error.value)
+    math = {"reward_type": "math_rule", "tag_included": ["math"]}
+    cfg = loaded(agent__reward="rewards", rewards={"math_rule": math})
+    assert scores_with_rewards(cfg) and cfg.rewards["math_rule"].tag_included == ["math"]
+    assert _count_roles(cfg) == _count_roles(loaded()) + 1  # its reward worker
+    with pytest.raises(ValueError, match=r"^agent.tasks: 2000 record\(s\) with no tag "
+                                         r"would go to no reward"):
+        load_tasks(cfg, None)
+    tagged = tmp_path / "tasks.jsonl"
+    tagged.write_text('{"prompt": "1+1=", "answer": "002", "tag": "math"}\n')
+    assert len(load_tasks(loaded(agent__reward="rewards", rewards={"math_rule": math},
+                                 agent__tasks=str(tagged), agent__val_tasks=""),
+                          None).train) == 1

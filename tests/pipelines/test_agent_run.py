@@ -44,3 +44,36 @@ def test_an_agent_by_import_path_trains_through_the_endpoint(tmp_path, ray_sessi
         assert 0 <= r["agent/reward"] <= 1
     # greedy on 8 held-out sums, before and after (measured under load: 0.375 -> 0.625)
     assert [r["step"] for r in records if "val/agent/reward" in r] == [0, 2]
+
+
+@pytest.mark.long  # a Ray run, as the one above
+def test_the_rewards_score_an_agents_answers_in_a_real_run(tmp_path, ray_session):
+    """agent.reward: rewards on the tiny model: a reward function (reward_type python, its
+    own reward worker) scores each episode's answer; every step's agent/reward equals the
+    agent's own check of the same answers (agent/self_check), in training and validation."""
+    raw = yaml.safe_load((ROOT / "examples/agent_tiny_sums.yaml").read_text())
+    val = tmp_path / "val.jsonl"
+    val.write_text("".join((ROOT / "examples/data/sums_tasks_val.jsonl").read_text()
+                           .splitlines(keepends=True)[:8]))
+    raw.update(output_dir=str(tmp_path / "run"), max_steps=2, save_steps=0, logging_steps=1,
+               eval_steps=2, rollout_batch_size=16,
+               import_allowlist=["examples.agents", "tests.pipelines.agents"],
+               rewards={"exact": {"reward_type": "python", "reward_import_path":
+                                  "tests.pipelines.agents.answer_sums:exact"}})
+    raw["agent"].update(tasks=str(ROOT / raw["agent"]["tasks"]), val_tasks=str(val),
+                        chat_template=str(ROOT / raw["agent"]["chat_template"]),
+                        import_path="tests.pipelines.agents.answer_sums:agent",
+                        reward="rewards")
+    raw["actor_train"]["training_args"]["per_device_train_batch_size"] = 16
+    run_dir = run(load_config_dict(raw))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
+               .splitlines()]
+    steps = [r for r in records if "agent/reward" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["agent/reward"] == pytest.approx(r["agent/self_check"])
+        assert r["agent/bad_reward"] == 0 and r["reward/fn_errors"] == 0
+    checked = [r for r in records if "val/agent/reward" in r]
+    assert [r["step"] for r in checked] == [0, 2]
+    for r in checked:
+        assert r["val/agent/reward"] == pytest.approx(r["val/agent/self_check"])

@@ -40,6 +40,7 @@ from flywheel.config.kinds import (
     kind_title,
     kinds_said,
     kinds_where,
+    scores_with_rewards,
 )
 from flywheel.config.schema import ActorTrainConfig, PipelineConfig
 from flywheel.platform.config.errors import KeyPath
@@ -201,7 +202,8 @@ def _names_user_code(cfg: PipelineConfig, _: KeyPath) -> bool:
     """A path the allowlist checks (checks/import_allowlist.py) is written where it is read:
     every import-path extension point counts (a user tool alone is configurable)."""
     kind = kind_of(cfg)
-    return (kind.rewards and any(r.reward_import_path for r in cfg.rewards.values())) or (
+    return (scores_with_rewards(cfg) and any(r.reward_import_path
+                                             for r in cfg.rewards.values())) or (
         kind.envs and any(e.env_import_path or (e.tool_use and any(
             t.tool_import_path for t in e.tool_use.tools)) for e in cfg.custom_envs.values())
     ) or (kind.agents and bool(cfg.agent.import_path))
@@ -221,7 +223,10 @@ def kind_condition(question: Callable[[PipelineKind], bool]) -> Condition:
     return Condition(f"with {kinds_said(question)}", lambda cfg, _: question(kind_of(cfg)))
 
 
-REWARDS = kind_condition(lambda kind: kind.rewards)  # scores its samples with rewards:
+# scores its samples with rewards: (an agent kind only with agent.reward: rewards)
+REWARDS = Condition(f"with {kinds_said(lambda kind: kind.rewards and not kind.agents)}, or "
+                    f"{kinds_said(lambda kind: kind.rewards and kind.agents)} with "
+                    "agent.reward: rewards", lambda cfg, _: scores_with_rewards(cfg))
 RESPONSES = kind_condition(lambda kind: kind.responses)  # groups of sampled responses
 RL_RESPONSES = kind_condition(lambda kind: kind.rl and kind.responses)  # trains on them
 PROMPTS = kind_condition(lambda kind: kind.prompts)
@@ -578,6 +583,14 @@ FREEZE_ROWS = [
         ("reference", "this role never trains: remove it"),
         ("critic", "the critic's value model trains whole here: remove it"))]
 
+def _scored_otherwise(cfg: PipelineConfig) -> str:
+    """What a rewards key written where no reward scores should become instead."""
+    if kind_of(cfg).agents:
+        return ("the agent returns its episodes' rewards (agent.reward: agent): remove it, "
+                "or set agent.reward: rewards to score the agent's final answer with it")
+    return "agentic episodes are scored by their envs: remove it"
+
+
 PIPELINE_ROWS = [
     # item 7: agentic turns are budgeted per env tag, never by the RLVR lengths
     ActsWhen("actor_infer.generating_args.max_new_tokens", PROMPTS,
@@ -599,7 +612,7 @@ PIPELINE_ROWS = [
     *[ActsWhen(f"{role}.data_args.tag_to_template", RESPONSES, "the template of a record's tag",
                "SFT records carry no tag: remove it") for role in ("actor_train",
                                                                    "validation")],
-    *[ActsWhen(key, REWARDS, does, "agentic episodes are scored by their envs: remove it")
+    *[ActsWhen(key, REWARDS, does, _scored_otherwise)
       for key, does in (("rewards", "the reward workers"),
                         ("reward_pretrain", "the reward model"),
                         ("reward_aggregation", "how several rewards combine"))],

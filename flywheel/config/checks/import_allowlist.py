@@ -12,7 +12,7 @@ Pure functions on a `PipelineConfig`, run by `checks.check_config`; each raises
 
 from __future__ import annotations
 
-from flywheel.config.kinds import kind_of
+from flywheel.config.kinds import scores_with_rewards
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.catalogs import IMPORT_PATH
 from flywheel.platform.config.errors import ConfigError
@@ -56,7 +56,7 @@ def check_import_paths(cfg: PipelineConfig) -> None:
     """The allowlist's two spellings, and every reward function's path (an env's path is
     checked with the other agentic keys, checks/agentic.py)."""
     check_import_allowlist(cfg)
-    if not kind_of(cfg).rewards:  # the rewards: block acts only where the kind scores
+    if not scores_with_rewards(cfg):  # the rewards: block acts only where it scores
         return
     for name, reward in cfg.rewards.items():
         key = f"rewards.{name}.reward_import_path"

@@ -14,7 +14,7 @@ import math
 import re
 
 from flywheel.config.checks.reward_limits import check_reward_limits
-from flywheel.config.kinds import kind_of
+from flywheel.config.kinds import scores_with_rewards
 from flywheel.config.schema import PipelineConfig
 from flywheel.platform.config.errors import ConfigError
 
@@ -23,7 +23,7 @@ SUM_TOLERANCE = 0.01  # probabilities summing to 1 within this are rescaled to e
 
 
 def check_reward_routing(cfg: PipelineConfig) -> None:
-    rlvr = kind_of(cfg).rewards  # the kind scores its samples with rewards:
+    rlvr = scores_with_rewards(cfg)  # the run scores its samples with rewards:
     if not rlvr and cfg.reward_aggregation != "first_match":
         raise ConfigError("", "reward_aggregation", f"combines RLVR rewards; "
                                                     f"pipeline_type {cfg.pipeline_type} "

@@ -15,13 +15,24 @@ class AgentConfig:
     against the endpoint; rollout_batch_size counts episodes (group_size per task)."""
 
     # The agent as "package.module:function", an async function
-    # `agent(task: dict, client: openai.AsyncOpenAI) -> float | AgentResult`; its module
-    # must lie under a prefix of import_allowlist. Exactly one of import_path and command.
+    # `agent(task: dict, client: openai.AsyncOpenAI) -> float | AgentResult` (under
+    # agent.reward: rewards its answer: str | None | AgentResult); its module must lie
+    # under a prefix of import_allowlist. Exactly one of import_path and command.
     import_path: str | None = None
     # The agent as a command (argv, no shell) run once per episode with OPENAI_BASE_URL,
     # OPENAI_API_KEY, OPENAI_MODEL and FLYWHEEL_TASK (the task as JSON) set; it prints
-    # its reward (a number) as the last line of its stdout.
+    # its reward (a number; under agent.reward: rewards its final answer) as the last
+    # line of its stdout.
     command: list[str] = field(default_factory=list)
+    # Who gives an episode its reward. agent: the agent returns it (a number, or
+    # AgentResult(reward=...)). rewards: the `rewards:` block scores the agent's final
+    # answer, as RLVR scores a response (the same reward workers, routed by the task's
+    # `tag`, the task's `answer` as the reference, the task as the record); the agent
+    # returns its answer (a string, or AgentResult(answer=...)) or None (the content of
+    # its last reply), a command prints it as its last stdout line. One source per run:
+    # an agent that returns a reward under rewards (or no reward under agent) fails its
+    # episode as bad_reward, and `rewards:` written under agent is refused at load.
+    reward: Literal["agent", "rewards"] = "agent"
     # Training tasks: a .jsonl file, one JSON object per line, handed to the agent as is.
     tasks: str = ""
     # Validation tasks (same format), played every eval_steps; empty: no validation.

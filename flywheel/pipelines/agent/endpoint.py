@@ -75,6 +75,18 @@ class Episode:
     over_budget: str | None = None  # the first limit it hit, in words
     failed: str | None = None  # the engine failed on one of its calls
     ended: bool = False
+    # its last call: the first choice's content (an answer's default under agent.reward:
+    # rewards), and the request's messages with their tool format
+    last_reply: str | None = None
+    last_request: tuple[list[dict[str, Any]], ToolFormat] | None = None
+
+    @property
+    def last_messages(self) -> list[dict[str, Any]]:
+        """The last call's messages as the model's template saw them (tool_format.py)."""
+        if self.last_request is None:
+            return []
+        messages, fmt = self.last_request
+        return fmt.messages_for_template(messages)
 
 
 class AgentEndpoint:
@@ -247,6 +259,8 @@ class AgentEndpoint:
         choices = [self._choice(episode, fmt, req, i, g) for i, g in enumerate(generations)]
         episode.ledger.record(req.messages, fmt, prompt, generations, version,
                               [c["message"] for c in choices])
+        episode.last_reply = choices[0]["message"]["content"] if choices else None
+        episode.last_request = (req.messages, fmt)
         done = sum(len(g.token_ids) for g in generations)
         episode.counts["completion_tokens"] += done
         episode.counts["prompt_tokens"] += len(prompt.ids)

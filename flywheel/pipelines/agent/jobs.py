@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from flywheel.pipelines.agent.answers import task_record
 from flywheel.pipelines.agent.endpoint import AgentEndpoint
 from flywheel.pipelines.agent.episodes import (
     AgentFn,
@@ -25,6 +26,7 @@ from flywheel.pipelines.agent.episodes import (
     EpisodeOutcome,
     run_episode,
 )
+from flywheel.pipelines.data.records import PromptRecord
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,9 @@ class AgentGroup:
     episodes: list[EpisodeOutcome]
     version: int  # the oldest version among its calls (-1: no call)
     scores: list[float] = field(default_factory=list)  # episode rewards
+    # agent.reward rewards: per episode what the rewards said beside the score (RLVR's
+    # Group.reward_info: the reward/* metrics and the reward health check read it)
+    reward_info: list[dict] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -66,6 +71,11 @@ class AgentGroup:
     @property
     def num_tokens(self) -> int:
         return sum(len(r.token_ids) for e in self.episodes for r in e.rows)
+
+    @property
+    def record(self) -> PromptRecord:
+        """The task as the record the rewards see (answers.py)."""
+        return task_record(self.task, self.seq)
 
     @property
     def failure(self) -> str | None:
@@ -88,11 +98,13 @@ def episode_seeds(job: AgentJob) -> list[int]:
 
 
 async def run_job(endpoint: AgentEndpoint, job: AgentJob, limits: AgentLimits,
-                  agent: AgentFn | None = None,
-                  command: list[str] | None = None) -> list[AgentGroup]:
+                  agent: AgentFn | None = None, command: list[str] | None = None,
+                  answers: bool = False) -> list[AgentGroup]:
+    """`answers`: agent.reward is rewards (episodes return answers; rewards NaN until
+    the rewards score them: answers.py)."""
     seeds = episode_seeds(job)
     runs = [run_episode(endpoint, task, g, f"{job.describe()} task {g} episode {e}",
-                        seeds[g * job.group_size + e], limits, agent, command)
+                        seeds[g * job.group_size + e], limits, agent, command, answers)
             for g, task in enumerate(job.tasks) for e in range(job.group_size)]
     outcomes = await asyncio.gather(*runs)
     groups = []

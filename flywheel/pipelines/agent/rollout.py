@@ -18,6 +18,11 @@ differs is the rollout:
                   normalised over the task's calls
   4. train / sync / log / validate / checkpoint: the loop's
 
+Rewards: the agent's own (agent.reward: agent), or under agent.reward: rewards the
+`rewards:` block's score of each episode's final answer, sent to the reward workers as
+each job comes back (AgentSource.complete; answers.py: RLVR's scoring path), so scoring
+overlaps generation as RLVR's does; validation's answers are scored the same way.
+
 A group's version is the oldest version that sampled any of its calls, so the staleness
 bound holds per call. A group with a failed episode is dropped whole and counted
 (rollout/dropped_agent_<failure>; agent/errors, agent/timeouts, ... per step).
@@ -30,12 +35,14 @@ agent/row_tokens (ids of an episode's rows: what the trainer reads),
 agent/history_rewrites, agent/malformed_calls, agent/refused (requests refused, per
 episode), agent/prompt_tokens, agent/completion_tokens (per episode), and the failure
 counts agent/errors, agent/timeouts, agent/no_call, agent/bad_reward, agent/over_budget,
-agent/engine_errors (episodes since the last step).
+agent/engine_errors (episodes since the last step); under agent.reward: rewards also
+RLVR's reward/* (what the rewards said: parse rate, timeouts, function errors).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +54,9 @@ from flywheel.algorithms import advantage_clip, whiten_advantages
 from flywheel.algorithms.estimators import estimator_spec, sample_estimator
 from flywheel.algorithms.kl import apply_kl_penalty
 from flywheel.config.derived import context_length
+from flywheel.config.kinds import scores_with_rewards
 from flywheel.config.schema import PipelineConfig, ValidationGeneratingArgs
+from flywheel.pipelines.agent.answers import AnswerScoring, check_task_routes, score_answers
 from flywheel.pipelines.agent.episodes import FAILURES
 from flywheel.pipelines.agent.jobs import (
     AgentGroup,
@@ -67,6 +76,8 @@ from flywheel.pipelines.data.data_files import DataFileError, OversizeRow, read_
 from flywheel.pipelines.data.prompt_data import PromptOrder
 from flywheel.pipelines.loop.seams import Completion, Scored, Taken
 from flywheel.pipelines.rlvr.generation import sampling_params
+from flywheel.pipelines.rlvr.metrics import reward_info_metrics
+from flywheel.pipelines.rlvr.reward_health import RewardHealth
 from flywheel.pipelines.roles.roles import Roles, streams
 from flywheel.platform.resources import RoleDevices
 from flywheel.workers.batch import TokenBatch, pack_sequences
@@ -104,10 +115,16 @@ def read_tasks(path: str, key: str) -> list[dict]:
 
 
 def load_tasks(cfg: PipelineConfig, tokenizer) -> AgentTasks:
-    """Before Ray starts: the tasks, read and checked."""
+    """Before Ray starts: the tasks, read and checked (under agent.reward: rewards, each
+    task's tag taken by some reward)."""
     agent = cfg.agent
-    return AgentTasks(read_tasks(agent.tasks, "agent.tasks"),
-                      read_tasks(agent.val_tasks, "agent.val_tasks") if agent.val_tasks else [])
+    tasks = AgentTasks(read_tasks(agent.tasks, "agent.tasks"),
+                       read_tasks(agent.val_tasks, "agent.val_tasks") if agent.val_tasks
+                       else [])
+    if scores_with_rewards(cfg):
+        check_task_routes(tasks.train, cfg, "agent.tasks")
+        check_task_routes(tasks.val, cfg, "agent.val_tasks")
+    return tasks
 
 
 def start_agent(cfg: PipelineConfig, roles: Roles, tokenizer, tasks: AgentTasks,
@@ -135,6 +152,8 @@ class AgentSource:
     cfg: PipelineConfig
     order: PromptOrder
     failures: Counter  # episodes failed since the last step, by failure (shared)
+    # agent.reward rewards: the kept groups' answers -> their scoring in flight
+    score: Callable[[list[AgentGroup]], AnswerScoring] | None = None
     waits_for_weights: bool = True  # agents call actor_infer themselves, as env workers
     per_worker: int = 1
 
@@ -157,6 +176,8 @@ class AgentSource:
                 dropped.setdefault(f"agent_{group.failure}", []).append(group)
             else:
                 kept.append(group)
+        if self.score is not None and kept:  # the rewards score the answers meanwhile
+            return Completion(self.score(kept), [], dropped)
         return Completion(Scored(kept), [], dropped)
 
 
@@ -169,6 +190,11 @@ class AgentRollout:
     tasks: AgentTasks
     drop_reasons: tuple[str, ...] = tuple(f"agent_{f}" for f in FAILURES)
     failures: Counter = field(default_factory=Counter)
+    health: RewardHealth | None = field(init=False)  # agent.reward rewards (reward_health.py)
+
+    def __post_init__(self) -> None:
+        self.health = (RewardHealth(self.cfg.rewards, self.cfg.reward_aggregation)
+                       if scores_with_rewards(self.cfg) else None)
 
     @property
     def group_size(self) -> int:
@@ -180,7 +206,11 @@ class AgentRollout:
 
     def source(self) -> AgentSource:
         return AgentSource(self.workers, self.cfg, PromptOrder(self.tasks.train, self.cfg.seed),
-                           self.failures)
+                           self.failures, self.score_answers if self.health else None)
+
+    def score_answers(self, groups: list[AgentGroup]) -> AnswerScoring:
+        return score_answers(groups, self.roles.rewards, self.cfg.rewards, self.tokenizer,
+                             self.cfg.reward_aggregation)
 
     def pack(self, groups: list[AgentGroup]) -> TokenBatch:
         per_call = estimator_spec(self.cfg.adv_estimator).per_turn  # step_reinforce
@@ -195,6 +225,9 @@ class AgentRollout:
 
     def step_metrics(self, taken: Taken[AgentGroup], step: int) -> dict[str, float]:
         metrics = agent_metrics(taken.groups, "agent/", self.cfg.agent.rows)
+        if self.health is not None:  # says, or stops, a reward that scores nothing
+            self.health.check(taken, step)
+            metrics |= reward_info_metrics(taken)
         failed = dict(self.failures)
         self.failures.clear()  # the source's counter: the same object
         for failure, name in FAILURE_METRICS.items():
@@ -207,8 +240,10 @@ class AgentRollout:
             return {}
         job = AgentJob(-1, 0, self.tasks.val, 1, VAL_SEED)
         groups = self.workers.get(self.workers.play(0, job, "val"), 0)
-        metrics = agent_metrics([g for g in groups if not g.failure], "val/agent/",
-                                self.cfg.agent.rows)
+        kept = [g for g in groups if not g.failure]
+        if self.health is not None and kept:
+            self.score_answers(kept).finish()
+        metrics = agent_metrics(kept, "val/agent/", self.cfg.agent.rows)
         metrics["val/agent/failed"] = float(sum(g.failure is not None for g in groups))
         return metrics
 

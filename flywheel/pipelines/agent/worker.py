@@ -67,6 +67,7 @@ class AgentWorker(RoleWorker):
             endpoint.start()
         self.agent_fn = load_agent(agent.import_path) if agent.import_path else None
         self.command = list(agent.command) or None
+        self.answers = agent.reward == "rewards"  # the rewards score answers (answers.py)
         self.limits = AgentLimits(agent.wall_clock_s)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="agents", daemon=True).start()
@@ -74,7 +75,8 @@ class AgentWorker(RoleWorker):
     def play(self, job: AgentJob, split: str = "train") -> list[AgentGroup]:
         """Every episode of `job`; a job whose episodes outlive their wall clock by a
         minute (an agent blocking its loop) is an error naming the job."""
-        run = run_job(self.endpoints[split], job, self.limits, self.agent_fn, self.command)
+        run = run_job(self.endpoints[split], job, self.limits, self.agent_fn, self.command,
+                      self.answers)
         future = asyncio.run_coroutine_threadsafe(run, self.loop)
         try:
             return future.result(timeout=self.limits.wall_clock_s + 60)

@@ -349,7 +349,17 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
     for group in groups:
         group.texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                        for g in group.responses]
-    prompts = [reward_prompt(tokenizer, g.prompt_ids) for g in groups]
+    return submit_texts(groups, [reward_prompt(tokenizer, g.prompt_ids) for g in groups],
+                        [prompt_messages(g.record.prompt) for g in groups], reward_clusters,
+                        reward_cfgs, aggregation)
+
+
+def submit_texts(groups: list[Group], prompts: list[str], messages: list[list[dict]],
+                 reward_clusters: dict[str, RewardRole], reward_cfgs: dict[str, RewardConfig],
+                 aggregation: str = "first_match") -> ScoringJob:
+    """Send each group's `texts` (already set) to the rewards its record's tag routes it
+    to, with the group's prompt string and chat messages; the one path every `rewards:`
+    score takes (RLVR's responses, an agent's final answers: pipelines/agent/answers.py)."""
     parts, weights, length_coefs, names = [], [], [], []
     routes = route_rewards([g.record.tag for g in groups], reward_cfgs, aggregation)
     for name, indices in routes.items():
@@ -358,7 +368,7 @@ def submit_scoring(groups: list[Group], reward_clusters: dict[str, RewardRole],
             mine = indices[rank::cluster.world_size]
             if mine:
                 items = [Sample(prompts[gi], text, groups[gi].record.answer,
-                                groups[gi].record.row, prompt_messages(groups[gi].record.prompt))
+                                groups[gi].record.row, messages[gi])
                          for gi in mine for text in groups[gi].texts]
                 parts.append((cluster, rank, cluster.score(rank, items), mine))
                 weights.append(reward_cfgs[name].weight)

@@ -48,16 +48,19 @@ def route_rewards(tags: list[str], rewards: dict[str, RewardConfig],
     return routes
 
 
-def check_routes(records: Iterable[PromptRecord], cfg: PipelineConfig, role: str) -> None:
-    """Every record's tag is taken by some reward; else a one-line DataError."""
+def check_routes(records: Iterable[PromptRecord], cfg: PipelineConfig, role: str,
+                 key: str = "") -> None:
+    """Every record's tag is taken by some reward; else a one-line DataError naming `key`
+    (default: the role's data_args)."""
     counts = Counter(r.tag for r in records)
     for tag, n in counts.items():
         if not rewards_for_tag(tag, cfg.rewards, cfg.reward_aggregation):
             taken = "; ".join(f"{name}: {r.tag_included}" for name, r in cfg.rewards.items())
             shown = f"'{tag}'" if tag else "no tag"
-            raise DataError(f"{role}.data_args: {n} record(s) with {shown} would go to no "
-                            f"reward (rewards' tag_included: {taken}); add the tag to a "
-                            f"reward's tag_included, or a reward with an empty tag_included")
+            raise DataError(f"{key or f'{role}.data_args'}: {n} record(s) with {shown} "
+                            f"would go to no reward (rewards' tag_included: {taken}); add "
+                            f"the tag to a reward's tag_included, or a reward with an empty "
+                            f"tag_included")
 
 
 def merged_metadata(parts: list[dict]) -> dict:

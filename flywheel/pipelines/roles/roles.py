@@ -31,7 +31,7 @@ from flywheel.config.derived import (
     served_adapter,
     shared_actor_devices,
 )
-from flywheel.config.kinds import kind_of
+from flywheel.config.kinds import kind_of, scores_with_rewards
 from flywheel.config.schema import PipelineConfig, WorkerConfig
 from flywheel.pipelines.roles.handles import InferRole, Pending, RewardRole, TrainRole
 from flywheel.platform.cluster import Cluster
@@ -70,7 +70,7 @@ def device_roles(cfg: PipelineConfig) -> list[RoleDevices]:
         roles.append(role_devices("critic", cfg.critic))
     roles += [role_devices(f"teacher.{name}", t) for name, t in cfg.teacher.items()
               if t.weights == "own"]  # the student's own weights: actor_train's
-    if kind_of(cfg).rewards:
+    if scores_with_rewards(cfg):
         roles += [role_devices(f"rewards.{name}", reward)
                   for name, reward in cfg.rewards.items() if loads_model(reward)]
     return roles
@@ -243,8 +243,9 @@ def start_roles(cfg: PipelineConfig, model_path: str, total_steps: int,
                            trainable=True, head=VALUE,
                            schedule_per_train_step=schedule_per_train_step(cfg))
         rewards = {}
-        # Agentic episodes are scored by their envs: no reward workers.
-        for name, rcfg in (cfg.rewards.items() if kind_of(cfg).rewards else ()):
+        # Agentic episodes are scored by their envs, an agent's by itself unless
+        # agent.reward is rewards: no reward workers.
+        for name, rcfg in (cfg.rewards.items() if scores_with_rewards(cfg) else ()):
             role, wcfg, where, threads = f"rewards.{name}", rcfg, None, 1
             devices = RoleDevices(role, tuple(range(max(1, rcfg.world_size))))
             if loads_model(rcfg):  # a judge model on the role's own devices
