@@ -6,8 +6,8 @@ episode against the endpoint (agent.tool_format hermes, max_tokens 48, 3 calls) 
 given checkpoint; printed per episode: its reward, then per call the tail of the prompt
 and the model's reply as decoded text. Also checked: the first call's prompt ids equal
 the SFT warm start's rendering of the same question (examples/data/multiply_tool_demos.py
-`demo`, encoded as the SFT run encodes its prompts: sft/run.py, data_args template chat), i.e. the endpoint renders the format the
-warm start learned.
+`demo`, encoded as the SFT run encodes its prompts: sft/run.py, data_args template
+chat), i.e. the endpoint renders the format the warm start learned.
 
     PYTHONPATH=. python bench/probe_agent_multiply.py --pretrain <checkpoint> \
         --temperature 1.0 --episodes 8

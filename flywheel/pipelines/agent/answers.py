@@ -24,13 +24,12 @@ group as they read RLVR's. A task whose tag no reward takes is refused at load.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flywheel.config.schema import PipelineConfig, RewardConfig
+from flywheel.pipelines.agent.task_record import task_record
 from flywheel.pipelines.data.prompt_data import reward_prompt
-from flywheel.pipelines.data.records import PromptRecord, json_row
 from flywheel.pipelines.rlvr.generation import Group, ScoringJob, submit_texts
 from flywheel.pipelines.rlvr.reward_routing import check_routes
 from flywheel.workers.strategies.base import Generation
@@ -42,16 +41,6 @@ if TYPE_CHECKING:
     from flywheel.pipelines.agent.jobs import AgentGroup
     from flywheel.pipelines.roles.handles import RewardRole
     from flywheel.platform.cluster import Cluster
-
-
-def task_record(task: dict, seq: int) -> PromptRecord:
-    """A task as the record the rewards see. Its prompt is empty: each episode's is the
-    conversation it had (answer_groups)."""
-    answer = task.get("answer", "")
-    tag = task.get("tag")
-    return PromptRecord(id=str(task.get("id", f"agent/task{seq}")), prompt="",
-                        answer=answer if isinstance(answer, str) else json.dumps(answer),
-                        tag=tag if isinstance(tag, str) else "", row=json_row(task))
 
 
 def check_task_routes(tasks: list[dict], cfg: PipelineConfig, key: str) -> None:

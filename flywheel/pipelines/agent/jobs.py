@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from flywheel.pipelines.agent.answers import task_record
 from flywheel.pipelines.agent.endpoint import AgentEndpoint
 from flywheel.pipelines.agent.episodes import (
     AgentFn,
@@ -26,6 +25,7 @@ from flywheel.pipelines.agent.episodes import (
     EpisodeOutcome,
     run_episode,
 )
+from flywheel.pipelines.agent.task_record import task_record
 from flywheel.pipelines.data.records import PromptRecord
 
 log = logging.getLogger(__name__)
