@@ -109,6 +109,7 @@ def short_online_run(tmp_path_factory, ray_session, arith_model_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray run of four roles, ~20 s idle: the suite's budget (make test-long)
 def test_a_short_online_dpo_run_trains_pairs_and_logs_the_dpo_metrics(short_online_run):
     rows = short_online_run
     steps = [r for r in rows if r["step"] > 0]
@@ -122,6 +123,7 @@ def test_a_short_online_dpo_run_trains_pairs_and_logs_the_dpo_metrics(short_onli
 
 
 @pytest.mark.slow
+@pytest.mark.long  # shares that run, plus the plain loop (~10 s)
 def test_ratio_zero_online_dpo_equals_the_plain_synchronous_loop(short_online_run, tmp_path,
                                                                  arith_model_path):
     """The run's 2 steps (Ray actors, the prefetch thread, the replay buffer's filter and
