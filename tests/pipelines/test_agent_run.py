@@ -18,20 +18,28 @@ from flywheel.pipelines.run.launch import run
 ROOT = Path(__file__).parents[2]
 
 
-@pytest.mark.long  # a Ray run: 80 s under load (avg 20) on the shared 2 cores, beyond the budget
-def test_an_agent_by_import_path_trains_through_the_endpoint(tmp_path, ray_session):
+def two_steps_of_tiny_sums(tmp_path, top: dict | None = None,
+                           agent: dict | None = None) -> list[dict]:
+    """examples/agent_tiny_sums.yaml for 2 steps of 16 episodes through Ray, validating
+    on 8 held-out sums at steps 0 and 2, with `top` and `agent` keys added; its metrics."""
     raw = yaml.safe_load((ROOT / "examples/agent_tiny_sums.yaml").read_text())
     val = tmp_path / "val.jsonl"
     val.write_text("".join((ROOT / "examples/data/sums_tasks_val.jsonl").read_text()
                            .splitlines(keepends=True)[:8]))
     raw.update(output_dir=str(tmp_path / "run"), max_steps=2, save_steps=0, logging_steps=1,
-               eval_steps=2, rollout_batch_size=16)
+               eval_steps=2, rollout_batch_size=16, **(top or {}))
     raw["agent"].update(tasks=str(ROOT / raw["agent"]["tasks"]), val_tasks=str(val),
-                        chat_template=str(ROOT / raw["agent"]["chat_template"]))
+                        chat_template=str(ROOT / raw["agent"]["chat_template"]),
+                        **(agent or {}))
     raw["actor_train"]["training_args"]["per_device_train_batch_size"] = 16
     run_dir = run(load_config_dict(raw))
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
-               .splitlines()]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
+            .splitlines()]
+
+
+@pytest.mark.long  # a Ray run: 80 s under load (avg 20) on the shared 2 cores, beyond the budget
+def test_an_agent_by_import_path_trains_through_the_endpoint(tmp_path, ray_session):
+    records = two_steps_of_tiny_sums(tmp_path)
     steps = [r for r in records if "agent/reward" in r]
     assert len(steps) == 2
     for r in steps:
@@ -51,23 +59,12 @@ def test_the_rewards_score_an_agents_answers_in_a_real_run(tmp_path, ray_session
     """agent.reward: rewards on the tiny model: a reward function (reward_type python, its
     own reward worker) scores each episode's answer; every step's agent/reward equals the
     agent's own check of the same answers (agent/self_check), in training and validation."""
-    raw = yaml.safe_load((ROOT / "examples/agent_tiny_sums.yaml").read_text())
-    val = tmp_path / "val.jsonl"
-    val.write_text("".join((ROOT / "examples/data/sums_tasks_val.jsonl").read_text()
-                           .splitlines(keepends=True)[:8]))
-    raw.update(output_dir=str(tmp_path / "run"), max_steps=2, save_steps=0, logging_steps=1,
-               eval_steps=2, rollout_batch_size=16,
-               import_allowlist=["examples.agents", "tests.pipelines.agents"],
-               rewards={"exact": {"reward_type": "python", "reward_import_path":
-                                  "tests.pipelines.agents.answer_sums:exact"}})
-    raw["agent"].update(tasks=str(ROOT / raw["agent"]["tasks"]), val_tasks=str(val),
-                        chat_template=str(ROOT / raw["agent"]["chat_template"]),
-                        import_path="tests.pipelines.agents.answer_sums:agent",
-                        reward="rewards")
-    raw["actor_train"]["training_args"]["per_device_train_batch_size"] = 16
-    run_dir = run(load_config_dict(raw))
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
-               .splitlines()]
+    records = two_steps_of_tiny_sums(
+        tmp_path, top={"import_allowlist": ["examples.agents", "tests.pipelines.agents"],
+                       "rewards": {"exact": {"reward_type": "python", "reward_import_path":
+                                             "tests.pipelines.agents.answer_sums:exact"}}},
+        agent={"import_path": "tests.pipelines.agents.answer_sums:agent",
+               "reward": "rewards"})
     steps = [r for r in records if "agent/reward" in r]
     assert len(steps) == 2
     for r in steps:
