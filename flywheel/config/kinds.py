@@ -94,6 +94,11 @@ class PipelineKind:
     # are scored, counted as filtered, whatever drop_uniform_groups says
     # (loop/group_filter.py).
     drops_tied_groups: bool = False
+    # Step-loop kinds that train a fixed number of rows per group, not every sample (online
+    # DPO: the group's chosen and rejected, 2); None: every sample,
+    # num_return_sequences_in_group. The batch-size check counts these rows
+    # (checks/config.py check_batch_sizes).
+    rows_per_group: int | None = None
 
     def __post_init__(self) -> None:
         if (self.rollout is None) == (self.run is None):
@@ -183,7 +188,7 @@ KINDS: dict[str, PipelineKind] = {
     "online_dpo": PipelineKind(
         rl=True, samples="responses", prompts=True, rewards=True, title="online DPO",
         keys=ONLINE_DPO_KEYS, roles=("actor_infer", "reference"), reads_roles=("reference",),
-        drops_tied_groups=True,
+        drops_tied_groups=True, rows_per_group=2,
         config_check="flywheel.config.checks.preference:check_online_dpo",
         prepare="flywheel.pipelines.rlvr.rollout:load_prompt_sets",
         rollout="flywheel.pipelines.online_dpo.rollout:start_online_dpo",

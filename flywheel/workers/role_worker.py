@@ -19,6 +19,7 @@ import ray
 
 from flywheel.platform.backend_logs import redirect_output_to_log
 from flywheel.platform.liveness import PROGRESS_GROUP, snapshot
+from flywheel.platform.startup_heap import freeze_startup_heap
 
 
 def pin_process(cpus: list[int]) -> None:
@@ -73,6 +74,11 @@ class RoleWorker:
 
     def ready(self) -> str:
         return f"{self.role}:{self.rank}"
+
+    def freeze_startup_heap(self) -> int:
+        """Once the model is loaded: keep start-up's objects out of later full garbage
+        collections (platform/startup_heap.py); the objects frozen."""
+        return freeze_startup_heap()
 
     def node_id(self) -> str:
         """The Ray node this worker runs on (shared memory needs one: pipelines/roles/roles.py)."""

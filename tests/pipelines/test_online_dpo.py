@@ -88,6 +88,21 @@ def test_config_errors(extra, key, says):
     assert error.value.key_path == key and says in str(error.value), str(error.value)
 
 
+def batch(group: int, rows: int) -> dict:
+    return {**BASE, "rollout_batch_size": 8, "num_return_sequences_in_group": group,
+            "actor_train": {"training_args": {"per_device_train_batch_size": rows}}}
+
+
+def test_the_batch_check_counts_the_pairs_rows_not_the_samples():
+    """A step trains each group's pair, 2 rows, whatever the group size: 8 prompts fill
+    one optimizer step of 16 rows with groups of 3, and half of one of 32 with groups of 4."""
+    assert load_config_dict(batch(group=3, rows=16)).num_return_sequences_in_group == 3
+    with pytest.raises(ConfigError) as error:
+        load_config_dict(batch(group=4, rows=32))
+    assert error.value.key_path == "rollout_batch_size"
+    assert "8 x 2 = 16 rows per step" in str(error.value), str(error.value)
+
+
 def test_the_example_validates_with_its_roles():
     cfg = load_config(EXAMPLE)
     assert cfg.pipeline_type == "online_dpo" and cfg.reference is not None

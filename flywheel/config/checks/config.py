@@ -241,13 +241,17 @@ def check_sibling_devices(cfg: PipelineConfig) -> None:
 
 
 def check_batch_sizes(cfg: PipelineConfig) -> None:
-    """One step's samples must fill whole optimizer steps of every training role."""
+    """One step's samples (its rows, where the kind trains a fixed number a group) must
+    fill whole optimizer steps of every training role."""
     kind = kind_of(cfg)
     if not kind.rl:  # SFT: a step is one optimizer step; no rollout batch
         return
     if kind.envs and cfg.batch_adjust_mode != "none":
         return  # the rows are fitted to whole optimizer steps each step (agentic/batch.py)
-    samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
+    per_group, counted = ((kind.rows_per_group, "rows per group")
+                          if kind.rows_per_group is not None else
+                          (cfg.num_return_sequences_in_group, "num_return_sequences_in_group"))
+    samples = cfg.rollout_batch_size * per_group
     trainers = [r for r in roles(cfg) if r.kind in ("actor_train", "critic")]
     for role in trainers:
         args = role.worker.training_args
@@ -256,9 +260,10 @@ def check_batch_sizes(cfg: PipelineConfig) -> None:
         if samples % global_batch:
             raise ConfigError(
                 "", "rollout_batch_size",
-                f"rollout_batch_size x num_return_sequences_in_group = "
-                f"{cfg.rollout_batch_size} x {cfg.num_return_sequences_in_group} = {samples} "
-                f"samples per step is not a multiple of {role.key_path}'s global batch "
+                f"rollout_batch_size x {counted} = "
+                f"{cfg.rollout_batch_size} x {per_group} = {samples} "
+                f"{'rows' if kind.rows_per_group else 'samples'} per step is not a multiple "
+                f"of {role.key_path}'s global batch "
                 f"per_device_train_batch_size x gradient_accumulation_steps x dp_size = "
                 f"{args.per_device_train_batch_size} x {args.gradient_accumulation_steps} x "
                 f"{dp} = {global_batch}; change one of them so it divides")

@@ -244,6 +244,15 @@ class AgentRollout:
         if self.health is not None and kept:
             self.score_answers(kept).finish()
         metrics = agent_metrics(kept, "val/agent/", self.cfg.agent.rows)
+        # a failed episode is an unsuccessful one, as the built-in agentic validation
+        # counts a failed env (agentic/rollout.py): the mean is over every task played;
+        # reward_finished is the mean over the episodes that finished
+        finished = metrics.pop("val/agent/reward", None)
+        played = sum(len(g.episodes) for g in groups)
+        if played:
+            metrics["val/agent/reward"] = sum(e.reward for g in kept for e in g.episodes) / played
+        if finished is not None:
+            metrics["val/agent/reward_finished"] = finished
         metrics["val/agent/failed"] = float(sum(g.failure is not None for g in groups))
         return metrics
 

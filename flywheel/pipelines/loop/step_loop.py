@@ -202,6 +202,7 @@ class StepLoop(Generic[W, G]):
         if cfg.eval_steps and self.step == 0:  # the baseline every later evaluation is read against
             self.tracker.log(0, self.rollout.validate())
         self.switch.start_generation()  # colocated: actor_train leaves the devices
+        self.roles.freeze_startup_heaps()
         generator = self.make_generator()
         generator.start()
         started = self.step

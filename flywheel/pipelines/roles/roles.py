@@ -38,6 +38,7 @@ from flywheel.platform.cluster import Cluster
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.resources import DevicePlacement, RoleDevices, place_devices, slots_needed
+from flywheel.platform.startup_heap import freeze_startup_heap
 from flywheel.workers.batch import TokenBatch
 from flywheel.workers.infer_worker import InferWorker
 from flywheel.workers.reward_worker import RewardWorker
@@ -130,6 +131,15 @@ class Roles:
         if self.reference_in_actor:
             return self.actor_train.forward_base_logprobs(batch)
         return self.reference.forward_logprobs(batch) if self.reference else None
+
+    def freeze_startup_heaps(self) -> None:
+        """Start-up is over (models loaded, rollout workers started): every worker's and
+        the driver's start-up objects leave later full garbage collections, each of which
+        would stall the step it falls in (platform/startup_heap.py)."""
+        pending = [(cluster, cluster.submit_all("freeze_startup_heap")) for cluster in self.all]
+        freeze_startup_heap()
+        for cluster, refs in pending:
+            cluster.gather(refs)
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):  # a dead rank 0 left its files to the sweep
