@@ -16,8 +16,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 import yaml
 
+from flywheel.config.derived import roles as config_roles
 from flywheel.config.kinds import PipelineKind, kind_of
 from flywheel.config.length_defaults import loadable_config_data
 from flywheel.config.persisted import written_config
@@ -33,6 +35,7 @@ from flywheel.pipelines.run.sample_texts import SampleTextLog
 from flywheel.platform.backend_logs import LOG_FOLDER, WarningDigest
 from flywheel.platform.checkpoint import checkpoint_step
 from flywheel.platform.config.catalogs import import_object
+from flywheel.platform.cpu_dtypes import emulated_dtype_lines
 from flywheel.platform.models.builtin import resolve_pretrain
 from flywheel.platform.models.weight_size import weight_bytes
 from flywheel.platform.plots import refresh_run_plots
@@ -120,6 +123,12 @@ def saved_as_today(saved: Path) -> dict[str, Any]:
     return loadable_config_data(written_config(load_config(saved), saved))
 
 
+def started_dtypes(cfg: PipelineConfig, kind: PipelineKind) -> dict[str, str]:
+    """The model dtype of each model role the run starts (the schema holds every block)."""
+    return {r.key_path: r.worker.model_args.dtype for r in config_roles(cfg)
+            if r.kind != "rewards" and kind.has_role(r.key_path.split(".")[0])}
+
+
 def run(cfg: PipelineConfig, config_path: str | None = None,
         address: str | None = None) -> Path:
     checkpoint, _ = prepare_resume(cfg, config_path)
@@ -139,6 +148,9 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     model_path = resolve_pretrain(cfg.pretrain)
     tokenizer = load_tokenizer(model_path)
     kind = kind_of(cfg)
+    if not torch.cuda.is_available():  # a CPU run: half dtypes may be emulated
+        for line in emulated_dtype_lines(started_dtypes(cfg, kind)):
+            print(line, flush=True)
     if kind.loop == "own":  # SFT: actor_train's hf_train here, no Ray, no roles
         return own_loop(kind)(cfg, output_dir, is_default, model_path, tokenizer, config_path)
     prepare, start_rollout = rollout_parts(kind)
