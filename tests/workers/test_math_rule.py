@@ -41,3 +41,25 @@ def test_metadata_says_whether_and_where_an_answer_was_found(response, parsed, s
 def test_unknown_reward_type_is_an_error():
     with pytest.raises(ValueError, match="unknown reward_type 'nope'.*math_rule"):
         reward_fn("nope")
+
+
+BARE = ["12", "046", "-3", "1/2", "3.50", " 7\n", "12 ", "-0", "007.10", "0.5", "200"]
+
+
+@pytest.mark.parametrize("reference", ["12", "46", "0.5", "7.1", "\\frac{1}{2}", "-3", "3.5"])
+def test_a_bare_number_scores_as_math_verify_reads_it(reference, monkeypatch):
+    fast = [score("q", r, reference) for r in BARE]
+    monkeypatch.setattr("flywheel.workers.rewards.math_rule._bare_number", lambda _: [])
+    slow = [score("q", r, reference) for r in BARE]
+    assert [(f.score, f.metadata) for f in fast] == [(s.score, s.metadata) for s in slow]
+    assert any(f.score == 1.0 for f in fast)
+
+
+def test_a_bare_number_skips_the_math_verify_parse(monkeypatch):
+    def refuse(text):
+        raise AssertionError(f"math-verify parsed {text!r}")
+
+    monkeypatch.setattr("flywheel.workers.rewards.math_rule._math_verify_parse", refuse)
+    assert score("q", " 046\n", "46").score == 1.0
+    assert score("q", "7/2", "3.5").score == 1.0
+    assert score("q", "13", "12").score == 0.0

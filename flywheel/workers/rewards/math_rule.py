@@ -85,6 +85,16 @@ def _math_verify_equal(gold: list, pred: list) -> bool:
         return False
 
 
+def _bare_number(response: str) -> list:
+    """A response that is one plain number (e.g. "046", "-3", "7/2"), as math-verify's parse
+    would return it ([value, text]), without calling it: the parse costs ~0.5 ms a sample
+    (sympy), 150 ms a step of 256 samples on the arithmetic examples, where almost every
+    response is a bare number. [] for anything else, which math-verify reads. Commas are
+    left to math-verify ("1,2" is not 12 there)."""
+    text = response.strip()
+    return [None, text] if _NUMBER.fullmatch(text) else []
+
+
 def answers_equal(gold: str, pred: str) -> bool:
     """Plain numbers numerically (exact, fast); anything else by math-verify."""
     gold_num, pred_num = _as_number(gold), _as_number(pred)
@@ -104,7 +114,7 @@ def score(prompt: str, response: str, reference: str) -> RewardResult:
         correct = answers_equal(gold, marked)
         return RewardResult(float(correct), {"parsed": True, "answer_from": "marked",
                                              "correct": bool(correct)})
-    found = _math_verify_parse(response)
+    found = _bare_number(response) or _math_verify_parse(response)
     if found:  # [sympy expression, the text it was read from]
         pred = found[-1]
         correct = (answers_equal(gold, pred) if _as_number(pred) is not None
