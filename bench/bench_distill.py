@@ -24,7 +24,11 @@ scored on the RL run's validation prompts by the same reward (pipeline_type eval
 greedy), so its accuracy reads as the RL table's.
 
     .venv/bin/python bench/bench_distill.py [--tiny] [--steps 20] [--at 0,2,5,10,20]
-        [--offline-records 256]
+        [--offline-records 256] [key.path=value ...]
+
+Trailing overrides apply to the RL-shape config of every run and stage, e.g.
+`actor_train.model_args.dtype=fp32 actor_infer.model_args.dtype=fp32` on a CPU that
+emulates bf16 (no avx512_bf16/amx_bf16: the example's bf16 is many times slower there).
 
 Prints a markdown table and writes bench/results/bench_distill-<timestamp>.json. The
 SmolLM2 shape costs roughly three RL runs of --steps steps (about an hour for 20 steps on
@@ -82,7 +86,8 @@ def curve(result: dict, at: list[int]) -> dict[int, tuple[float | None, float | 
     return {s: (accuracy.get(s), elapsed.get(s)) for s in at}
 
 
-def teacher_records(config: Path, teacher: Path, n: int, path: Path) -> Path:
+def teacher_records(config: Path, overrides: list[str], teacher: Path, n: int,
+                    path: Path) -> Path:
     """The teacher's greedy replies to the first `n` training prompts, as JSONL records."""
     import torch
 
@@ -91,7 +96,7 @@ def teacher_records(config: Path, teacher: Path, n: int, path: Path) -> Path:
     from flywheel.pipelines.sft.greedy_eval import greedy_complete_ids
     from flywheel.workers.strategies.hf_model import load_causal_lm, load_tokenizer
 
-    cfg = load_config(config, COMMON)
+    cfg = load_config(config, COMMON + overrides)
     tokenizer = load_tokenizer(str(teacher))
     records = load_prompt_sets(cfg, tokenizer).train[:n]
     encode = prompt_encoder(tokenizer, cfg.actor_train.data_args)
@@ -103,9 +108,10 @@ def teacher_records(config: Path, teacher: Path, n: int, path: Path) -> Path:
     return path
 
 
-def offline_runs(config: Path, teacher: Path, records: Path, out: Path, tiny: bool) -> list:
+def offline_runs(config: Path, overrides: list[str], teacher: Path, records: Path, out: Path,
+                 tiny: bool) -> list:
     """One epoch of forward KL to the teacher, one of SFT, each checkpoint evaluated."""
-    cfg = load_config(config, COMMON)
+    cfg = load_config(config, COMMON + overrides)
     data = cfg.actor_train.data_args
     args = {"file_name": str(records), "template": data.template,
             "system_prompt": data.system_prompt}
@@ -157,12 +163,14 @@ def main() -> None:
     parser.add_argument("--offline-records", type=int, default=256,
                         help="training prompts the teacher answers for offline "
                              "distillation (0: skip it)")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value",
+                        help="applied to the RL-shape config of every run")
     args = parser.parse_args()
     at = [int(s) for s in args.at.split(",") if int(s) <= args.steps]
     config = TINY if args.tiny else SMOLLM2
     # validation at every step of --at: every gcd of them (the default 0,2,5,10,20: every
     # step, which on SmolLM2 is most of a run's time; --at 0,2,4,10,20 halves it)
-    shape = (TINY_SHAPE if args.tiny else []) + [
+    shape = (TINY_SHAPE if args.tiny else []) + args.overrides + [
         f"max_steps={args.steps}", "save_steps=0",
         f"eval_steps={math.gcd(*[s for s in at if s > 0]) or args.steps}"]
     start_ray(RayConfig(), num_slots=2)
@@ -181,9 +189,10 @@ def main() -> None:
                 "teacher.self.weights=student",
                 f"teacher.self.context_template={SELF_TEMPLATE}"], out))
             if args.offline_records:
-                records = teacher_records(config, teacher, args.offline_records,
-                                          out / "teacher_records.jsonl")
-                offline = offline_runs(config, teacher, records, out, args.tiny)
+                records = teacher_records(config, args.overrides, teacher,
+                                          args.offline_records, out / "teacher_records.jsonl")
+                offline = offline_runs(config, args.overrides, teacher, records, out,
+                                       args.tiny)
     finally:
         ray.shutdown()
     rows = ["| run | wall s | " + " | ".join(f"step {s}: val acc (s)" for s in at) + " |",
@@ -208,7 +217,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"bench_distill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"config": str(config.relative_to(ROOT)), "git_commit": commit,
-                                "steps": args.steps, "table": table, "offline": offline,
+                                "overrides": args.overrides, "steps": args.steps,
+                                "table": table, "offline": offline,
                                 "runs": [{k: v for k, v in r.items() if k != "run_dir"}
                                          for r in results]}, indent=1))
     print(f"\nresults: {path}")
