@@ -50,9 +50,7 @@ import argcomplete
 import yaml
 
 from flywheel.cli_completion import config_key_completer
-from flywheel.config import PipelineConfig
-from flywheel.config.derived import roles
-from flywheel.config.kinds import kind_of, scores_with_rewards
+from flywheel.config.derived import started_roles
 from flywheel.config.persisted import written_config
 from flywheel.interop.roll.pipelines import NAMES as ROLL_PIPELINES
 from flywheel.platform.config.errors import ConfigError
@@ -230,7 +228,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{args.config}: {len(errors)} errors", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     _print_warnings(check_environment(cfg))
-    count = _count_roles(cfg)
+    count = len(started_roles(cfg))
     print(f"ok: {args.config} ({cfg.pipeline_type}, {count} role{'s' if count != 1 else ''})")
     return 0
 
@@ -352,14 +350,6 @@ def _first_comment(path: Path) -> str:
     text = " ".join(words)
     end = text.find(". ")
     return text[: end + 1] if end >= 0 else text
-
-
-def _count_roles(cfg: PipelineConfig) -> int:
-    """The roles the run starts: the blocks its kind has (the schema holds every block, so
-    an SFT config still carries a default actor_infer and rewards it never starts)."""
-    kind = kind_of(cfg)
-    return sum(scores_with_rewards(cfg) if r.key_path.startswith("rewards.") else
-               kind.has_role(r.key_path.split(".")[0]) for r in roles(cfg))
 
 
 def _show_info_logs() -> None:

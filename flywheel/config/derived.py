@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flywheel.config.catalogs import RewardEntry
-from flywheel.config.kinds import kind_of
+from flywheel.config.kinds import kind_of, scores_with_rewards
 from flywheel.config.schema import ModelArgs, PipelineConfig, RewardConfig, WorkerConfig
 from flywheel.platform.config.catalogs import Catalog
 from flywheel.platform.config.errors import ConfigError
@@ -55,6 +55,15 @@ def roles(cfg: PipelineConfig) -> Iterator[Role]:
     for name, teacher in cfg.teacher.items():
         if teacher.weights == "own":
             yield Role(f"teacher.{name}", "reference", teacher)
+
+
+def started_roles(cfg: PipelineConfig) -> list[Role]:
+    """The roles the run starts: the blocks its kind has (the schema holds every block, so
+    an SFT config still carries a default actor_infer and rewards it never starts), and its
+    rewards when they score its samples (kinds.scores_with_rewards)."""
+    kind = kind_of(cfg)
+    return [r for r in roles(cfg) if (scores_with_rewards(cfg) if r.kind == "rewards"
+                                      else kind.has_role(r.key_path.split(".")[0]))]
 
 
 def is_rule_reward(role: Role, rewards: Catalog[RewardEntry]) -> bool:

@@ -4,7 +4,8 @@ Importing torch, transformers and a backend and loading a model leave several hu
 thousand long-lived Python objects (the driver of the shipped rlvr_sync example: ~440k).
 CPython's full (generation 2) collection walks all of them each time it runs: ~250 ms in the
 driver and ~200 ms in a train worker, several times in a 40-step run, each one a stall of
-whatever step it falls in (measured with a gc.callbacks probe, stop 60's note on issue 43).
+whatever step it falls in (measured with a `gc.callbacks` probe that timed every
+generation-2 collection of the driver and the workers over a 40-step run of that example).
 `gc.freeze()` moves what exists now to the permanent generation, which no collection
 walks, so later full collections walk only what the run itself allocates. It is called once
 per process, when start-up is over and before the first step: the driver's step loop calls

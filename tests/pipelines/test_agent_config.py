@@ -87,7 +87,7 @@ def test_rewards_act_only_where_they_score_the_agents_answer(tmp_path):
     """agent.reward says who gives the reward: rewards: written under agent (the
     default) is refused; under rewards it acts, starts its reward workers, and a task no
     reward takes is refused when the tasks load, naming their key."""
-    from flywheel.cli import _count_roles
+    from flywheel.config.derived import started_roles
     from flywheel.config.kinds import scores_with_rewards
     from flywheel.pipelines.agent.rollout import load_tasks
 
@@ -98,7 +98,7 @@ def test_rewards_act_only_where_they_score_the_agents_answer(tmp_path):
     math = {"reward_type": "math_rule", "tag_included": ["math"]}
     cfg = loaded(agent__reward="rewards", rewards={"math_rule": math})
     assert scores_with_rewards(cfg) and cfg.rewards["math_rule"].tag_included == ["math"]
-    assert _count_roles(cfg) == _count_roles(loaded()) + 1  # its reward worker
+    assert len(started_roles(cfg)) == len(started_roles(loaded())) + 1  # its reward worker
     with pytest.raises(ValueError, match=r"^agent.tasks: 2000 record\(s\) with no tag "
                                          r"would go to no reward"):
         load_tasks(cfg, None)

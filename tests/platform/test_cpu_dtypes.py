@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from flywheel.config.kinds import kind_of
 from flywheel.pipelines.config import load_config_dict
 from flywheel.pipelines.run.launch import started_dtypes
 from flywheel.platform.cpu_dtypes import emulated_dtype_lines, emulated_dtypes
@@ -31,10 +30,17 @@ def test_a_role_in_an_emulated_dtype_gets_one_line_naming_its_key():
 
 
 def test_the_lines_cover_the_roles_the_run_starts():
-    """SFT starts actor_train alone: the schema's default actor_infer block is not named."""
+    """SFT starts actor_train alone: the schema's default actor_infer block is not named;
+    a reward model is a model role, a rule reward is not."""
     sft = load_config_dict({"pipeline_type": "sft",
                             "actor_train": {"model_args": {"dtype": "bf16"}}})
-    assert started_dtypes(sft, kind_of(sft)) == {"actor_train": "bf16"}
+    assert started_dtypes(sft) == {"actor_train": "bf16"}
     rlvr = load_config_dict({"pipeline_type": "rlvr",
                              "actor_infer": {"model_args": {"dtype": "bf16"}}})
-    assert started_dtypes(rlvr, kind_of(rlvr)) == {"actor_train": "fp32", "actor_infer": "bf16"}
+    assert started_dtypes(rlvr) == {"actor_train": "fp32", "actor_infer": "bf16"}
+    scored = load_config_dict({"pipeline_type": "rlvr", "rewards": {
+        "rm": {"reward_type": "reward_model", "model_args": {
+            "model_name_or_path": "builtin://tiny-qwen2-arith", "dtype": "bf16"}},
+        "rule": {"reward_type": "math_rule"}}})
+    assert started_dtypes(scored) == {"actor_train": "fp32", "actor_infer": "fp32",
+                                      "rewards.rm": "bf16"}

@@ -248,9 +248,9 @@ def check_batch_sizes(cfg: PipelineConfig) -> None:
         return
     if kind.envs and cfg.batch_adjust_mode != "none":
         return  # the rows are fitted to whole optimizer steps each step (agentic/batch.py)
-    per_group, counted = ((kind.rows_per_group, "rows per group")
-                          if kind.rows_per_group is not None else
-                          (cfg.num_return_sequences_in_group, "num_return_sequences_in_group"))
+    per_group, counted, unit = (
+        (kind.rows_per_group, "rows per group", "rows") if kind.rows_per_group is not None
+        else (cfg.num_return_sequences_in_group, "num_return_sequences_in_group", "samples"))
     samples = cfg.rollout_batch_size * per_group
     trainers = [r for r in roles(cfg) if r.kind in ("actor_train", "critic")]
     for role in trainers:
@@ -262,7 +262,7 @@ def check_batch_sizes(cfg: PipelineConfig) -> None:
                 "", "rollout_batch_size",
                 f"rollout_batch_size x {counted} = "
                 f"{cfg.rollout_batch_size} x {per_group} = {samples} "
-                f"{'rows' if kind.rows_per_group else 'samples'} per step is not a multiple "
+                f"{unit} per step is not a multiple "
                 f"of {role.key_path}'s global batch "
                 f"per_device_train_batch_size x gradient_accumulation_steps x dp_size = "
                 f"{args.per_device_train_batch_size} x {args.gradient_accumulation_steps} x "

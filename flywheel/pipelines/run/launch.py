@@ -19,11 +19,11 @@ from typing import Any, Protocol
 import torch
 import yaml
 
-from flywheel.config.derived import roles as config_roles
+from flywheel.config.derived import loads_model, started_roles
 from flywheel.config.kinds import PipelineKind, kind_of
 from flywheel.config.length_defaults import loadable_config_data
 from flywheel.config.persisted import written_config
-from flywheel.config.schema import PipelineConfig
+from flywheel.config.schema import PipelineConfig, RewardConfig
 from flywheel.pipelines.loop.rollout_mock import recorded_for
 from flywheel.pipelines.loop.sample_ledger import cut_back as ledger_cut_back
 from flywheel.pipelines.loop.seams import Rollout
@@ -123,10 +123,10 @@ def saved_as_today(saved: Path) -> dict[str, Any]:
     return loadable_config_data(written_config(load_config(saved), saved))
 
 
-def started_dtypes(cfg: PipelineConfig, kind: PipelineKind) -> dict[str, str]:
-    """The model dtype of each model role the run starts (the schema holds every block)."""
-    return {r.key_path: r.worker.model_args.dtype for r in config_roles(cfg)
-            if r.kind != "rewards" and kind.has_role(r.key_path.split(".")[0])}
+def started_dtypes(cfg: PipelineConfig) -> dict[str, str]:
+    """The model dtype of each role the run starts that loads a model."""
+    return {r.key_path: r.worker.model_args.dtype for r in started_roles(cfg)
+            if not isinstance(r.worker, RewardConfig) or loads_model(r.worker)}
 
 
 def run(cfg: PipelineConfig, config_path: str | None = None,
@@ -149,7 +149,7 @@ def run(cfg: PipelineConfig, config_path: str | None = None,
     tokenizer = load_tokenizer(model_path)
     kind = kind_of(cfg)
     if not torch.cuda.is_available():  # a CPU run: half dtypes may be emulated
-        for line in emulated_dtype_lines(started_dtypes(cfg, kind)):
+        for line in emulated_dtype_lines(started_dtypes(cfg)):
             print(line, flush=True)
     if kind.loop == "own":  # SFT: actor_train's hf_train here, no Ray, no roles
         return own_loop(kind)(cfg, output_dir, is_default, model_path, tokenizer, config_path)
