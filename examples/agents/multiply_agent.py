@@ -4,12 +4,23 @@ The agent owns its loop and its tool: it asks the model, runs the calculator whe
 calls it, sends the result back, and scores the final answer itself. flywheel only serves
 the model (OPENAI_BASE_URL) and trains on the ids of every call. The same function runs
 against any OpenAI-compatible server (docs_site/docs/pipelines/agent.md).
+
+It plays the episodes of the built-in agentic pipeline's multiply env with tools
+(examples/agent_smollm2_multiply_tools.yaml: flywheel/tools/tool_env.py over
+flywheel/envs/multiply.py), so the two pipelines train on one task: a call that could not
+be read (the endpoint leaves it in the reply's content, no tool_calls) is answered with the
+env's error and the call format, as a <tool_response> (a tool result in the hermes format,
+SmolLM2's), not with the nudge to answer, which sends the model to multiply from memory;
+an unknown tool gets the tool box's words. For the same replies its rows are the built-in
+pipeline's, id for id (tests/pipelines/test_agent_token_continuity.py).
 """
 
 import ast
 import json
 import operator
 import re
+
+from flywheel.tools.call_parser import MalformedCall, parse_tool_call
 
 SYSTEM = ("You can use tools. Call the calculator for every product, then reply with only "
           "<answer>N</answer>.")
@@ -23,6 +34,7 @@ TOOLS = [{"type": "function", "function": {
                    "properties": {"expression": {"type": "string",
                                                  "description": "e.g. 4821 * 739"}}}}}]
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+CALL_FORMAT = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
 def calculate(expression: str) -> str:
@@ -46,6 +58,12 @@ async def agent(task: dict, client) -> float:
             model="policy", messages=messages, tools=TOOLS, max_tokens=48)).choices[0].message
         messages.append(reply.model_dump(exclude_none=True))
         if not reply.tool_calls:
+            broken = parse_tool_call(reply.content or "")
+            if isinstance(broken, MalformedCall):  # the env's error, in a tool result's tags
+                error = f"Error: malformed tool call: {broken.reason}. Write {CALL_FORMAT}"
+                messages.append({"role": "user",
+                                 "content": f"<tool_response>\n{error}\n</tool_response>"})
+                continue
             found = re.search(r"<answer>\s*([\d,_ ]+)\s*</answer>", reply.content or "")
             if found:
                 return float(int(re.sub(r"[,_ ]", "", found.group(1))) == task["a"] * task["b"])
@@ -54,6 +72,8 @@ async def agent(task: dict, client) -> float:
             continue
         for call in reply.tool_calls:
             arguments = json.loads(call.function.arguments)
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": calculate(str(arguments.get("expression", "")))})
+            result = (calculate(str(arguments.get("expression", "")))
+                      if call.function.name == "calculator"
+                      else f"Error: unknown tool '{call.function.name}'; tools: calculator")
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return 0.0

@@ -198,3 +198,79 @@ def test_tagged_format_parses_calls_and_leaves_malformed_ones_as_text():
     shown = fmt.messages_for_template([{"role": "user", "content": "Q"}])
     assert shown[0]["content"].startswith("Q\nYou can use tools.")
     assert "<calculator>...</calculator>" in shown[0]["content"]
+
+
+# ---- the example agent plays the built-in multiply env's episodes, id for id ------------
+def _builtin_episode(tok, replies):
+    """The built-in agentic pipeline's row of one multiply episode (agent_smollm2_multiply_
+    tools.yaml: ToolEnv over MultiplyEnv, 3 turns, 2 tool uses, format penalty 0) whose
+    model says `replies(a, b)` (ids per turn)."""
+    from examples.agents.multiply_agent import SYSTEM as AGENT_SYSTEM
+    from flywheel.envs.env_manager import EnvManager, EnvManagerConfig
+    from flywheel.envs.multiply import MultiplyEnv
+    from flywheel.tools.tool_env import ToolEnv
+    from flywheel.tools.toolbox import ToolBox
+    from flywheel.workers.env_worker import _TextCodec
+
+    box = ToolBox([Calculator()], 10.0)
+    config = EnvManagerConfig(env_type="multiply", tag="Multiply", group_size=1,
+                              max_steps=3, max_tokens_per_step=48,
+                              system_template=AGENT_SYSTEM, turn_template="{observation}",
+                              chat_template=True, max_tool_output_tokens=64)
+    manager = EnvManager(config, ChatTurns(tok, box.schemas()),
+                         lambda: ToolEnv(MultiplyEnv(format_penalty=0.0), box, 2))
+    turn = []
+
+    def generate(prompts, max_tokens):
+        ids = replies(*manager.envs[0].env.factors)[len(turn)]
+        turn.append(ids)
+        return [(ids, [-0.25] * len(ids))]
+    (played,) = manager.rollout(generate, _TextCodec(tok), seed=3)
+    return played, manager.envs[0].env.factors
+
+
+@pytest.mark.parametrize("shape", ["call, answer", "malformed call, call, answer",
+                                   "unknown tool, call, answer", "no answer, call, answer"])
+def test_the_example_agent_plays_the_builtin_multiply_episode(smollm2_tokenizer, shape):
+    """examples/agents/multiply_agent.py is the task of agent_smollm2_multiply_tools.yaml:
+    for the same replies its trained row (agent.rows: episode) is the built-in env's, id for
+    id, with the same loss mask and reward (a malformed call answered with the env's error,
+    not the answer nudge; an unknown tool named as the tool box names it)."""
+    import asyncio
+
+    from examples.agents.multiply_agent import agent
+    from flywheel.pipelines.agent.episodes import AgentLimits, run_episode
+    from flywheel.pipelines.agent.rows import episode_rows
+
+    tok = smollm2_tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def call(name, a, b, close="}"):
+        return (f'<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "{a} * {b}"}}'
+                f'{close}\n</tool_call>')
+
+    def replies(a, b):
+        good, answer = call("calculator", a, b), f"<answer>{a * b}</answer>"
+        texts = {"call, answer": [good, answer],
+                 "malformed call, call, answer": [call("calculator", a, b, close=""), good,
+                                                  answer],
+                 "unknown tool, call, answer": [call("multiply", a, b), good, answer],
+                 "no answer, call, answer": ["I think it is big.", good, answer]}[shape]
+        return [ids_of(tok, t) + [end] for t in texts]
+
+    played, (a, b) = _builtin_episode(tok, replies)
+    assert played.score == 1.0 and not played.error
+    endpoint = AgentEndpoint(Scripted(replies(a, b)), tok, "policy",
+                             SamplingParams(max_new_tokens=48), tool_format="hermes")
+    endpoint.start()
+    try:
+        outcome = asyncio.run(run_episode(endpoint, {"a": a, "b": b}, 0, "e", 0,
+                                          AgentLimits(60.0), agent))
+    finally:
+        endpoint.stop()
+    assert outcome.failure is None and outcome.reward == played.score
+    (row,) = episode_rows(outcome.rows)
+    prompt = len(row.prompt)
+    assert row.ids == played.input_ids, tok.decode(row.ids[prompt:])
+    assert [0] * prompt + [int(g) for g in row.generated] == played.response_mask
+    assert [0.0] * prompt + row.log_probs == played.behaviour_logprobs
