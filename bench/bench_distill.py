@@ -64,8 +64,9 @@ TINY_SHAPE = ["rollout_batch_size=8", "num_return_sequences_in_group=4",
               "actor_train.training_args.per_device_train_batch_size=16",
               "actor_train.training_args.gradient_accumulation_steps=2",
               "val_batch_size=64"]
-# the teacher's privileged context: the question, its answer, the question again
-SELF_TEMPLATE = "'{prompt}{answer}\n{prompt}'"
+# The teacher's privileged context: the question with its answer. Single-quoted YAML (the
+# override's value is YAML), so no newline inside: YAML folds one into a space.
+SELF_TEMPLATE = "'{prompt} (the answer is {answer})'"
 
 
 def one_run(name: str, config: Path, overrides: list[str], out: Path) -> dict:
