@@ -11,8 +11,10 @@ flywheel/envs/multiply.py), so the two pipelines train on one task: a call that 
 be read (the endpoint leaves it in the reply's content, no tool_calls) is answered with the
 env's error and the call format, as a <tool_response> (a tool result in the hermes format,
 SmolLM2's), not with the nudge to answer, which sends the model to multiply from memory;
-an unknown tool gets the tool box's words. For the same replies its rows are the built-in
-pipeline's, id for id (tests/pipelines/test_agent_token_continuity.py).
+an unknown tool gets the tool box's words. It imports flywheel's call parser and those two
+error texts only so that, for the same replies, its rows are the built-in pipeline's, id for
+id (tests/pipelines/test_agent_token_continuity.py); an agent for another server needs
+nothing from flywheel.
 """
 
 import ast
@@ -21,6 +23,8 @@ import operator
 import re
 
 from flywheel.tools.call_parser import MalformedCall, parse_tool_call
+from flywheel.tools.tool_env import malformed_call_message
+from flywheel.tools.toolbox import unknown_tool_message
 
 SYSTEM = ("You can use tools. Call the calculator for every product, then reply with only "
           "<answer>N</answer>.")
@@ -34,7 +38,6 @@ TOOLS = [{"type": "function", "function": {
                    "properties": {"expression": {"type": "string",
                                                  "description": "e.g. 4821 * 739"}}}}}]
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
-CALL_FORMAT = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
 def calculate(expression: str) -> str:
@@ -60,7 +63,7 @@ async def agent(task: dict, client) -> float:
         if not reply.tool_calls:
             broken = parse_tool_call(reply.content or "")
             if isinstance(broken, MalformedCall):  # the env's error, in a tool result's tags
-                error = f"Error: malformed tool call: {broken.reason}. Write {CALL_FORMAT}"
+                error = malformed_call_message(broken.reason)
                 messages.append({"role": "user",
                                  "content": f"<tool_response>\n{error}\n</tool_response>"})
                 continue
@@ -74,6 +77,6 @@ async def agent(task: dict, client) -> float:
             arguments = json.loads(call.function.arguments)
             result = (calculate(str(arguments.get("expression", "")))
                       if call.function.name == "calculator"
-                      else f"Error: unknown tool '{call.function.name}'; tools: calculator")
+                      else unknown_tool_message(call.function.name, ["calculator"]))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return 0.0

@@ -45,6 +45,18 @@ _KIND_KEY = {"ok": "tool_valid_calls", "unknown": "tool_unknown", "error": "tool
 TOOL_COUNT_KEYS = COUNTED_INFO_KEYS  # summed per episode (envs/trajectory.py)
 
 
+def malformed_call_message(reason: str, fmt: CallFormat | TaggedFormat = HERMES) -> str:
+    """The answer to a call that could not be read: the reason and the format to write.
+
+    Public so that an agent written against the OpenAI client (examples/agents/) answers a
+    malformed call with the same words as the built-in env, and the two pipelines train on
+    the same episodes.
+    """
+    how = (fmt.hint() if isinstance(fmt, TaggedFormat)
+           else f'{fmt.start}{{"name": ..., "arguments": {{...}}}}{fmt.end}')
+    return f"Error: malformed tool call: {reason}. Write {how}"
+
+
 def _counts(**nonzero: int) -> dict[str, int]:
     return {key: nonzero.get(key, 0) for key in TOOL_COUNT_KEYS}
 
@@ -78,10 +90,8 @@ class ToolEnv(TextEnv):
             observation, reward, terminated, truncated, info = self.env.step(action_text)
             return observation, reward, terminated, truncated, {**_counts(), **info}
         if isinstance(call, MalformedCall):
-            how = (fmt.hint() if isinstance(fmt, TaggedFormat)
-                   else f'{fmt.start}{{"name": ..., "arguments": {{...}}}}{fmt.end}')
-            return self._tool_step(f"Error: malformed tool call: {call.reason}. Write {how}",
-                                   False, 0.0, tool_malformed=1)
+            return self._tool_step(malformed_call_message(call.reason, fmt), False, 0.0,
+                                   tool_malformed=1)
         if self.uses >= self.max_tool_uses:
             return self._tool_step(f"Error: no tool uses left (at most {self.max_tool_uses} "
                                    f"per episode); give your answer", False, 0.0,

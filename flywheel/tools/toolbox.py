@@ -46,6 +46,15 @@ class ToolOutcome:
     cut: int = 0  # characters cut from the text (max_output_chars)
 
 
+def unknown_tool_message(name: str, known: Sequence[str]) -> str:
+    """The answer to a call of a tool that does not exist: the names that do.
+
+    Public for the same reason as tool_env.malformed_call_message: an OpenAI-client agent
+    answers with the built-in env's words.
+    """
+    return f"Error: unknown tool '{name}'; tools: {', '.join(known)}"
+
+
 class ToolBox:
     def __init__(self, tools: Sequence[Tool], timeout_s: float,
                  max_output_chars: int = 20_000) -> None:
@@ -71,8 +80,7 @@ class ToolBox:
     def _run(self, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
-            return ToolOutcome("unknown", f"Error: unknown tool '{call.name}'; tools: "
-                                          f"{', '.join(self.tools)}")
+            return ToolOutcome("unknown", unknown_tool_message(call.name, self.tools))
         box: dict[str, Any] = {}
 
         def target() -> None:

@@ -86,11 +86,12 @@ def _math_verify_equal(gold: list, pred: list) -> bool:
 
 
 def _bare_number(response: str) -> list:
-    """A response that is one plain number (e.g. "046", "-3", "7/2"), as math-verify's parse
-    would return it ([value, text]), without calling it: the parse costs ~0.5 ms a sample
-    (sympy), 150 ms a step of 256 samples on the arithmetic examples, where almost every
-    response is a bare number. [] for anything else, which math-verify reads. Commas are
-    left to math-verify ("1,2" is not 12 there)."""
+    """A response that is one plain number (e.g. "046", "-3", "7/2") as `[None, text]`, the
+    shape of math-verify's parse ([value, text]) without calling it: the parse costs ~0.5 ms
+    a sample (sympy), 150 ms a step of 256 samples on the arithmetic examples, where almost
+    every response is a bare number. The value is None because score() reads only the text
+    (found[-1]) and compares numbers itself. [] for anything else, which math-verify reads.
+    Commas are left to math-verify ("1,2" is not 12 there)."""
     text = response.strip()
     return [None, text] if _NUMBER.fullmatch(text) else []
 
