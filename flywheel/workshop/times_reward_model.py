@@ -2,43 +2,47 @@
 
 Why: the reward_model reward needs a real sequence-classification checkpoint to show an RLVR
 run on, and none can be downloaded here. This one is SmolLM2-135M-Instruct with a scalar
-head, trained on synthetic preferences over the times tables of examples/rlvr_smollm2.yaml:
-for "What is a * b?" (and the other wordings of that example's data), a reply giving the
-right product is preferred to one giving a wrong product or none (a sentence stopped before
-its answer, the way SmolLM2 starts, or a non-answer). Replies come in several forms ("56",
-"7 * 8 = 56", "The answer is 56."). Half the prompts are written as the example's reward
-receives them (POLICY_PROMPT): a model trained on bare questions alone read that text as
-another distribution, and a policy trained on it learned to say "The answer is 18" to
-"Compute 7 times 4." for a score of +6.7 (exact-answer accuracy 0.14 -> 0.02 in 9 steps).
-The (a, b) pairs are split: a fifth are held out, and the held-out pairwise accuracy (the
-chosen reply scored above the rejected one) is printed and recorded in `reward_model.json`;
-the build fails below `min_accuracy`.
+head, trained by the reward_model pipeline (pipelines/reward_model/run.py) from the shipped
+config `times_reward_model.yaml` beside this file, on synthetic preferences over the times
+tables of examples/rlvr_smollm2.yaml: for "What is a * b?" (and the other wordings of that
+example's data), a reply giving the right product is preferred to one giving a wrong
+product or none (a sentence stopped before its answer, the way SmolLM2 starts, or a
+non-answer). Replies come in several forms ("56", "7 * 8 = 56", "The answer is 56.").
+Half the prompts are written as the example's reward receives them (POLICY_PROMPT): a
+model trained on bare questions alone read that text as another distribution, and a policy
+trained on it learned to say "The answer is 18" to "Compute 7 times 4." for a score of +6.7
+(exact-answer accuracy 0.14 -> 0.02 in 9 steps).
 
-Loss: Bradley-Terry (Bradley & Terry 1952), -log sigmoid(r_chosen - r_rejected), as reward
-models for RLHF are trained (Ouyang et al. 2022, eq. 1).
+What this module adds to the pipeline: the pairs (`preference_pairs`, split by (a, b): a
+fifth of the products are held out), written as the pipeline's JSONL files, and the
+acceptance check: the run's last held-out pairwise accuracy (`val/rm/accuracy`, the chosen
+reply scored above the rejected one) is recorded in `reward_model.json` and the build fails
+below `min_accuracy`. Loss: Bradley-Terry (Bradley & Terry 1952), as reward models for RLHF
+are trained (Ouyang et al. 2022, eq. 1).
 
-Cost on a 2-core CPU: only the last `trained_layers` decoder layers, the final norm and the
-head train, so the lower layers run once per sequence (their outputs are cached) and the
-training steps run the top layers alone. One thread (`max_threads`): a thread count changes
-the order of float sums, and so the trained weights. Measured on this idle 2-core machine:
-20 minutes (caching 4.3 min, 10 epochs of ~87 s), held-out pairwise accuracy 0.840 on 144
-pairs (0.68, 0.69, 0.77, 0.80, 0.79, 0.82, 0.80, 0.81, 0.82, 0.84 after epochs 1-10). Built
-on first use into the model cache (platform/models/builtin.py) or ahead of a run with
-`python -m flywheel.workshop.times_reward_model`.
+Built on first use into the model cache (platform/models/builtin.py) or ahead of a run with
+`python -m flywheel.workshop.times_reward_model`; the time and accuracy of a build are in
+docs_site/docs/pipelines/dpo.md (Reward-model training).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import random
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+import yaml
 
 BASE = "builtin://smollm2-135m-instruct"
+RECIPE = Path(__file__).with_name("times_reward_model.yaml")  # the pipeline's config
+# Bump when code changes the built weights without changing the recipe or the pairs.
+RECIPE_VERSION = 2  # 2: trained by the reward_model pipeline (1: a loop of its own)
 # The wordings of examples/data/times_tables.py (its train and val sets), so that the model
 # judges the questions the RLVR example asks.
 QUESTIONS = ("What is {a} * {b}?", "Compute {a} times {b}.", "Multiply {a} by {b}.",
@@ -57,7 +61,8 @@ NON_ANSWERS = ("To calculate {a} * {b}, we need to multiply {a} by", "I am not s
 
 @dataclass(frozen=True)
 class TimesRewardModelConfig:
-    """Every field enters the built-in model's cache key (changing one rebuilds it)."""
+    """The pairs and the acceptance bar; the training settings are the recipe YAML's.
+    Every field enters the built-in model's cache key (changing one rebuilds it)."""
 
     low: int = 2
     high: int = 12
@@ -65,14 +70,8 @@ class TimesRewardModelConfig:
     pairs_per_product: int = 6
     unfinished_share: float = 0.25  # rejected replies without a number (NON_ANSWERS)
     policy_prompt_share: float = 0.5  # prompts written as POLICY_PROMPT, the rest bare
-    trained_layers: int = 4
-    epochs: int = 10
-    batch_pairs: int = 16
-    lr: float = 1e-4
-    head_lr: float = 1e-3
     seed: int = 0
     min_accuracy: float = 0.8
-    max_threads: int = 1  # the thread count changes the weights a build ends with
 
 
 def wrong_product(a: int, b: int, rng: random.Random) -> int:
@@ -108,126 +107,82 @@ def preference_pairs(cfg: TimesRewardModelConfig) -> tuple[list, list]:
     return out["train"], out["held_out"]
 
 
-def _lower_states(model, tokenizer, texts: list[tuple[str, str]], start: int):
-    """Each rendered (prompt, reply)'s hidden states entering layer `start`, and lengths."""
-    import torch
-
-    from flywheel.workers.rewards.reward_model import render_ids
-
-    rows = [render_ids(tokenizer, p, r) for p, r in texts]
-    states = []
-    with torch.no_grad():
-        for i in range(0, len(rows), 32):
-            chunk = rows[i:i + 32]
-            width = max(map(len, chunk))
-            ids = torch.full((len(chunk), width), model.config.pad_token_id)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for j, r in enumerate(chunk):
-                ids[j, :len(r)], mask[j, :len(r)] = torch.tensor(r), 1
-            hidden = model.model(input_ids=ids, attention_mask=mask,
-                                 output_hidden_states=True).hidden_states[start]
-            states += [hidden[j, :len(r)] for j, r in enumerate(chunk)]
-    return states
+def write_pairs(folder: Path, cfg: TimesRewardModelConfig = TimesRewardModelConfig()
+                ) -> tuple[Path, Path]:
+    """`folder`/train.jsonl and held_out.jsonl, records the pair pipelines read
+    ({"prompt", "chosen", "rejected"})."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / "train.jsonl", folder / "held_out.jsonl"
+    for path, pairs in zip(paths, preference_pairs(cfg)):
+        path.write_text("".join(json.dumps({"prompt": p, "chosen": c, "rejected": r}) + "\n"
+                                for p, c, r in pairs))
+    return paths
 
 
-def _top_scores(model, states: list) -> torch.Tensor:  # noqa: F821
-    """Scores at each sequence's last token, running the top layers on cached states."""
-    import torch
-
-    width = max(s.shape[0] for s in states)
-    x = torch.zeros((len(states), width, states[0].shape[1]))
-    mask = torch.zeros((len(states), width), dtype=torch.long)
-    for j, s in enumerate(states):
-        x[j, :s.shape[0]], mask[j, :s.shape[0]] = s, 1
-    hidden = model.model(inputs_embeds=x, attention_mask=mask).last_hidden_state
-    last = torch.tensor([s.shape[0] - 1 for s in states])
-    return model.score(hidden[torch.arange(len(states)), last])[:, 0]
-
-
-def pairwise_accuracy(model, chosen: list, rejected: list) -> float:
-    import torch
-
-    with torch.no_grad():
-        return float((_top_scores(model, chosen) > _top_scores(model, rejected)).float().mean())
+def recipe_dict(train: Path, held_out: Path, output_dir: Path) -> dict:
+    """The shipped recipe with the build's pair files and run directory filled in."""
+    data = yaml.safe_load(RECIPE.read_text())
+    data["actor_train"]["data_args"]["file_name"] = [str(train)]
+    data["validation"]["data_args"]["file_name"] = [str(held_out)]
+    data["output_dir"] = str(output_dir)
+    return data
 
 
 def build_times_reward_model(out_dir: Path, cfg: TimesRewardModelConfig = TimesRewardModelConfig()
                              ) -> dict:
-    """Train the head and top layers, save the checkpoint into `out_dir`, return the record."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from flywheel.platform.models.builtin import resolve_pretrain
+    """Run the recipe on fresh pairs, check its held-out accuracy, and save its last
+    checkpoint (a `*ForSequenceClassification` folder) into `out_dir`; return the record."""
+    from flywheel.pipelines.config import load_config_dict
+    from flywheel.pipelines.run.launch import run
 
     began = time.time()
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.max_threads)
-    base = resolve_pretrain(BASE)
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1,
-                                                               dtype=torch.float32)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    train, held = preference_pairs(cfg)
-    layers = model.model.layers
-    start = len(layers) - cfg.trained_layers
-
-    def states(pairs, which):
-        return _lower_states(model, tokenizer, [(p[0], p[which]) for p in pairs], start)
-
-    train_c, train_r, held_c, held_r = (states(train, 1), states(train, 2),
-                                        states(held, 1), states(held, 2))
-    logger.info("cached lower-layer states of %d pairs in %.0fs", len(train) + len(held),
-                time.time() - began)
-    model.model.layers = torch.nn.ModuleList(layers[start:])  # the top alone from here
-    for p in model.parameters():
-        p.requires_grad_(False)
-    top = [p for m in (model.model.layers, model.model.norm) for p in m.parameters()]
-    for p in [*top, *model.score.parameters()]:
-        p.requires_grad_(True)
-    optimizer = torch.optim.AdamW([{"params": top, "lr": cfg.lr},
-                                   {"params": model.score.parameters(), "lr": cfg.head_lr}],
-                                  weight_decay=0.0)
-    before = pairwise_accuracy(model, held_c, held_r)
-    rng = random.Random(cfg.seed)
-    order = list(range(len(train)))
-    for epoch in range(cfg.epochs):
-        rng.shuffle(order)
-        model.train()
-        for i in range(0, len(order), cfg.batch_pairs):
-            idx = order[i:i + cfg.batch_pairs]
-            margin = (_top_scores(model, [train_c[k] for k in idx])
-                      - _top_scores(model, [train_r[k] for k in idx]))
-            loss = -torch.nn.functional.logsigmoid(margin).mean()  # Bradley-Terry
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        model.eval()
-        logger.info("epoch %d: loss %.3f, held-out pairwise accuracy %.3f", epoch + 1,
-                    float(loss), pairwise_accuracy(model, held_c, held_r))
-    accuracy = pairwise_accuracy(model, held_c, held_r)
-    print(f"times reward model: held-out pairwise accuracy {accuracy:.3f} on {len(held)} "
-          f"pairs (before training {before:.3f}); train accuracy "
-          f"{pairwise_accuracy(model, train_c, train_r):.3f} on {len(train)} pairs")
-    if accuracy < cfg.min_accuracy:
-        raise RuntimeError(f"times reward model: held-out pairwise accuracy {accuracy:.3f} "
-                           f"is below {cfg.min_accuracy}")
-    model.model.layers = layers
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    record = {"base": BASE, "recipe": asdict(cfg), "held_out_pairs": len(held),
-              "train_pairs": len(train), "held_out_accuracy": accuracy,
-              "accuracy_before_training": before, "seconds": round(time.time() - began)}
+    with tempfile.TemporaryDirectory(prefix="times-rm-") as tmp:
+        train, held_out = write_pairs(Path(tmp) / "pairs", cfg)
+        run_dir = run(load_config_dict(recipe_dict(train, held_out, Path(tmp) / "run"),
+                                       source=str(RECIPE)))
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        evals = [(r["step"], r["val/rm/accuracy"]) for r in rows if "val/rm/accuracy" in r]
+        step, accuracy = evals[-1]
+        print(f"times reward model: held-out pairwise accuracy {accuracy:.3f} on "
+              f"{len(held_out.read_text().splitlines())} pairs after {step} steps "
+              f"(by evaluation: {', '.join(f'{a:.2f}' for _, a in evals)})")
+        if accuracy < cfg.min_accuracy:
+            raise RuntimeError(f"times reward model: held-out pairwise accuracy "
+                               f"{accuracy:.3f} is below {cfg.min_accuracy}")
+        for item in (run_dir / f"checkpoint-{step}").iterdir():
+            if item.is_file():
+                shutil.copyfile(item, out_dir / item.name)
+        record = {"base": BASE, "recipe": str(RECIPE.name), "pairs": asdict(cfg),
+                  "train_pairs": len(train.read_text().splitlines()),
+                  "held_out_pairs": len(held_out.read_text().splitlines()),
+                  "held_out_accuracy": accuracy, "accuracy_by_evaluation": evals,
+                  "seconds": round(time.time() - began)}
     (out_dir / "reward_model.json").write_text(json.dumps(record, indent=2))
     return record
 
 
 def recipe_key() -> dict:
-    """What the built-in model's cache key covers."""
-    return {"times_reward_model": asdict(TimesRewardModelConfig()), "base": BASE}
+    """What the built-in model's cache key covers: the pairs, the recipe and its version."""
+    return {"times_reward_model": asdict(TimesRewardModelConfig()), "base": BASE,
+            "recipe": yaml.safe_load(RECIPE.read_text()), "recipe_version": RECIPE_VERSION}
 
 
-if __name__ == "__main__":
+def main() -> None:
+    parser = argparse.ArgumentParser(description="build builtin://smollm2-135m-times-rm "
+                                                 "into the model cache")
+    parser.add_argument("--write-pairs", type=Path, metavar="DIR",
+                        help="only write DIR/train.jsonl and DIR/held_out.jsonl")
+    args = parser.parse_args()
+    if args.write_pairs:
+        for path in write_pairs(args.write_pairs):
+            print(path)
+        return
+    import flywheel.workers.rewards.registry  # noqa: F401  (registers the model's name)
     from flywheel.platform.models.builtin import resolve_pretrain
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     print(resolve_pretrain("builtin://smollm2-135m-times-rm"))
+
+
+if __name__ == "__main__":
+    main()

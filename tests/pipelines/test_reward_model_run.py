@@ -105,3 +105,41 @@ def test_an_rlvr_run_scores_with_the_trained_checkpoint(tmp_path):
     rows = [json.loads(x) for x in (run(rl) / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all("reward/mean" in r for r in rows)
+
+
+def test_frozen_modules_stay_as_loaded(tmp_path):
+    """freeze_module_prefix in reward-model training (the times-tables RM's recipe trains
+    only the top layers this way): the frozen parameters end bit-identical, the rest move."""
+    cfg = rm_config(tmp_path, actor_train={
+        "model_args": {"freeze_module_prefix": "model.embed_tokens, model.layers.0"},
+        "training_args": {"learning_rate": 1e-2, "per_device_train_batch_size": 4},
+        "data_args": {"file_name": write_pairs(tmp_path / "p.jsonl")}})
+    path = resolve_pretrain(cfg.pretrain)
+    tokenizer = load_tokenizer(path)
+    pairs = load(cfg, "actor_train", tokenizer)
+    strategy = reward_model_strategy(cfg, path)
+    before = {n: p.detach().clone() for n, p in strategy.model.named_parameters()}
+    for _ in range(2):
+        strategy.train_step(pairs.batch(list(range(4)), tokenizer.pad_token_id),
+                            BradleyTerryObjective())
+    moved = {n for n, p in strategy.model.named_parameters() if not torch.equal(p, before[n])}
+    frozen = {n for n in before if n.startswith(("model.embed_tokens.", "model.layers.0."))}
+    assert frozen and not moved & frozen
+    assert {n for n in before if n.startswith("model.layers.1.")} <= moved
+
+
+def test_the_times_reward_model_recipe_loads_with_its_pairs(tmp_path):
+    """The shipped recipe of builtin://smollm2-135m-times-rm is a valid reward_model config
+    once the build fills in its pair files; the held-out pairs ask about other products."""
+    from flywheel.workshop.times_reward_model import recipe_dict
+    from flywheel.workshop.times_reward_model import write_pairs as times_pairs
+
+    train, held_out = times_pairs(tmp_path / "pairs")
+    cfg = load_config_dict(recipe_dict(train, held_out, tmp_path / "run"))
+    assert cfg.pipeline_type == "reward_model"
+    assert cfg.actor_train.data_args.file_name == [str(train)]
+
+    def questions(path):  # the question, with or without the policy's chat text around it
+        return {json.loads(x)["prompt"].split("user\n")[-1].removesuffix("\nassistant\n")
+                for x in path.read_text().splitlines()}
+    assert not questions(train) & questions(held_out)
