@@ -16,8 +16,18 @@ wall time (the steps' time/step summed, validation left out) at steps 0, 5, 10 a
 
     PYTHONPATH=. nice -n 5 .venv/bin/python bench/bench_dpo.py --online [--steps 20]
 
+The reward model (`--reward-model`): builtin://smollm2-135m-times-rm, built by the
+reward_model pipeline from flywheel/workshop/times_reward_model.yaml (on first use; its
+build record, held-out pairwise accuracy included, is read from the model folder), then
+examples/rlvr_smollm2_reward_model.yaml for `--steps` steps: per step the RM's mean raw
+score (reward/rm_raw_score) beside the exact-answer accuracy of the same samples
+(reward/correct_rate, math_rule at weight 0).
+
+    PYTHONPATH=. .venv/bin/python bench/bench_dpo.py --reward-model [--steps 20]
+
 Prints a markdown table and writes bench/results/bench_dpo-<timestamp>.json
-(bench_dpo_online-<timestamp>.json with --online).
+(bench_dpo_online-<timestamp>.json with --online, bench_dpo_rm-<timestamp>.json with
+--reward-model).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "dpo_smollm2.yaml"
 TINY = ROOT / "examples" / "dpo_tiny.yaml"
+RM_RLVR = ROOT / "examples" / "rlvr_smollm2_reward_model.yaml"
 ONLINE = {"online DPO": ROOT / "examples" / "online_dpo_smollm2.yaml",
           "GRPO": ROOT / "examples" / "rlvr_smollm2.yaml"}
 
@@ -106,6 +117,35 @@ def main_online(steps: int, val: int) -> None:
     print(f"wrote {path}")
 
 
+def main_reward_model(steps: int) -> None:
+    """The built RM's record, then an RLVR run scored by it: raw score beside accuracy."""
+    import flywheel.workers.rewards.registry  # noqa: F401  (registers the RM's name)
+    from flywheel.pipelines.config import load_config
+    from flywheel.pipelines.run.launch import run
+    from flywheel.platform.models.builtin import resolve_pretrain
+
+    folder = Path(resolve_pretrain("builtin://smollm2-135m-times-rm"))
+    record = json.loads((folder / "reward_model.json").read_text())
+    print(f"reward model: held-out pairwise accuracy {record['held_out_accuracy']:.3f} on "
+          f"{record['held_out_pairs']} pairs, built in {record['seconds']} s ({folder})")
+    out = Path(tempfile.mkdtemp(prefix="bench_dpo_rm-"))
+    run(load_config(RM_RLVR, [f"output_dir={out}", f"max_steps={steps}", "save_steps=0"]))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    per_step = [{"step": r["step"], "rm_raw_score": r["reward/rm_raw_score"],
+                 "correct_rate": r["reward/correct_rate"], "time_s": r["time/step"]}
+                for r in sorted(rows, key=lambda r: r["step"])]
+    print("| step | RM raw score | exact-answer accuracy | s |\n|---|---|---|---|")
+    for r in per_step:
+        print(f"| {r['step']} | {r['rm_raw_score']:.2f} | {r['correct_rate']:.3f} "
+              f"| {r['time_s']:.1f} |")
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    path = results / f"bench_dpo_rm-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"reward_model": record, "rlvr_steps": per_step,
+                                "run_dir": str(out)}, indent=2))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -113,7 +153,12 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="built-in tiny model, 6 steps")
     parser.add_argument("--online", action="store_true",
                         help="online DPO against GRPO on SmolLM2 (20 steps by default)")
+    parser.add_argument("--reward-model", action="store_true",
+                        help="the times-tables RM's record and an RLVR run on it (20 steps)")
     args = parser.parse_args()
+    if args.reward_model:
+        main_reward_model(args.steps if args.steps != 30 else 20)
+        return
     if args.online:
         main_online(args.steps if args.steps != 30 else 20, args.val)
         return
