@@ -24,7 +24,9 @@ Each run is a process of its own (this file with `--child`), which times the run
 as they are written (Tracker.log) and the first train step's start (StepLoop.train_step),
 so what is timed is the pipeline, not the start-up; the process's whole wall time is
 reported too. Prints markdown, writes bench/results/time_to_accuracy-<timestamp>.json and
-.png. Take figures on a quiet machine; each run records the load average before it.
+.png. Take figures on a quiet machine; each run records the cores busy just before it
+(2 s of /proc/stat: other jobs, or the previous run's processes still exiting) and the load
+average (which lags: right after a run ends it still counts that run's processes).
 
     .venv/bin/python bench/bench_time_to_accuracy.py --seeds 42,43,44 --target 0.85 \\
         max_steps=20 eval_steps=2                       # ~10 min a run on this 2-core host
@@ -101,7 +103,8 @@ class Run:
     name: str
     seed: int
     overrides: list[str]
-    load_before: float
+    load_before: float  # 1-minute load average when the run started
+    busy_before: float  # cores in use over the 2 s before it (cores_busy)
     process_s: float  # the whole child process, start-up included
     baseline: float | None = None  # the metric before training (step 0)
     evals: list[Eval] = field(default_factory=list)
@@ -157,6 +160,19 @@ def reached(evals: list[Eval], target: float, consecutive: int) -> Eval | None:
     return None
 
 
+def cores_busy(window_s: float = 2.0) -> float:
+    """Cores in use over the next `window_s`, from /proc/stat's aggregate line: what other
+    work holds the machine now, where the load average still remembers the last minute."""
+    def ticks() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+    (total0, idle0), _, (total1, idle1) = ticks(), time.sleep(window_s), ticks()
+    spent = total1 - total0
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / spent) if spent else 0.0
+
+
 def one_run(name: str, overrides: list[str], seed: int, args, work: Path) -> Run:
     out = work / f"{name}-seed{seed}"
     times_file = work / f"{name}-seed{seed}.times.jsonl"
@@ -164,7 +180,7 @@ def one_run(name: str, overrides: list[str], seed: int, args, work: Path) -> Run
                      f"output_dir={out}"]
     cmd = [sys.executable, __file__, "--child", "--config", str(args.config),
            "--times", str(times_file), *run_overrides]
-    load, started = os.getloadavg()[0], time.time()
+    busy, load, started = cores_busy(), os.getloadavg()[0], time.time()
     with open(work / "runs.log", "a") as log:
         log.write(f"\n==== {name} seed {seed}: {shlex.join(cmd)}\n")
         log.flush()
@@ -172,7 +188,7 @@ def one_run(name: str, overrides: list[str], seed: int, args, work: Path) -> Run
                        stdout=log, stderr=subprocess.STDOUT, check=True)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     times = [json.loads(x) for x in times_file.read_text().splitlines()]
-    result = Run(name, seed, overrides, load, time.time() - started)
+    result = Run(name, seed, overrides, load, busy, time.time() - started)
     result.evals, result.blocking_val_s, result.overlapped_val_s = timeline(rows, times,
                                                                             args.metric)
     result.phases = phase_medians(rows)
@@ -189,7 +205,7 @@ def one_run(name: str, overrides: list[str], seed: int, args, work: Path) -> Run
     print(f"[{name} seed {seed}] reach {fmt_eval(result.reach)}, hold {fmt_eval(result.hold)}, "
           f"final {fmt(result.final, '.3f')}, validation blocking {result.blocking_val_s:.0f} s "
           f"(beside training {result.overlapped_val_s:.0f} s), process {result.process_s:.0f} s, "
-          f"load {load:.1f}", flush=True)
+          f"cores busy before {busy:.1f}, load {load:.1f}", flush=True)
     return result
 
 
