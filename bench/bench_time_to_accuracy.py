@@ -29,7 +29,7 @@ reported too. Prints markdown, writes bench/results/time_to_accuracy-<timestamp>
 average (which lags: right after a run ends it still counts that run's processes).
 
     .venv/bin/python bench/bench_time_to_accuracy.py --seeds 42,43,44 --target 0.85 \\
-        max_steps=20 eval_steps=2                       # ~10 min a run on this 2-core host
+        max_steps=20 eval_steps=2               # ~6 min a run, 2 cores with native bf16
     .venv/bin/python bench/bench_time_to_accuracy.py --config examples/rlvr_sync.yaml \\
         --seeds 1 --target 0.2 max_steps=6 eval_steps=2 val_batch_size=64   # smoke test
 """
@@ -168,7 +168,9 @@ def cores_busy(window_s: float = 2.0) -> float:
             fields = [int(x) for x in stat.readline().split()[1:]]
         return sum(fields), fields[3] + fields[4]  # all, idle + iowait
 
-    (total0, idle0), _, (total1, idle1) = ticks(), time.sleep(window_s), ticks()
+    total0, idle0 = ticks()
+    time.sleep(window_s)
+    total1, idle1 = ticks()
     spent = total1 - total0
     return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / spent) if spent else 0.0
 
